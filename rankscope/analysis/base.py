@@ -1,0 +1,55 @@
+"""What every analysis returns, and how it describes itself."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+class Severity(str, enum.Enum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A structured conclusion with the numbers that support it (never prose alone)."""
+
+    kind: str
+    title: str
+    severity: Severity = Severity.INFO
+    ranks: tuple[int, ...] = ()
+    evidence: dict[str, Any] = field(default_factory=dict)
+    confidence: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "title": self.title, "severity": self.severity.value,
+                "ranks": list(self.ranks), "evidence": self.evidence, "confidence": self.confidence}
+
+
+@dataclass
+class Result:
+    """Tables (pyarrow or polars) and findings of one analysis, or why it was skipped."""
+
+    name: str
+    tables: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    skipped: str | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A registered analysis: name, one-line description, required inputs, run function.
+
+    ``run(run, results)`` receives the Run and the results of the analyses listed in ``after``.
+    ``needs`` names data the run must have (e.g. "steps", "collectives", "kernels", "memory");
+    when it lacks them the analysis is skipped with a stated reason.
+    """
+
+    name: str
+    description: str
+    run: Callable[..., Result]
+    needs: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()

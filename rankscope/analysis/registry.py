@@ -1,0 +1,44 @@
+"""The registry of analyses (data, not if/elif chains) and the runner over it."""
+from __future__ import annotations
+
+from typing import Callable
+
+from rankscope.analysis.base import Analysis, Result
+from rankscope.model.run import Run
+
+REGISTRY: dict[str, Analysis] = {}
+
+
+def register(a: Analysis) -> Analysis:
+    REGISTRY[a.name] = a
+    return a
+
+
+def _builtin() -> None:
+    from rankscope.analysis import breakdown, hta_compat, straggler
+
+    register(Analysis("breakdown", "per-rank × per-step time breakdown (compute, exposed comm, data, idle)",
+                      breakdown.run_breakdown, needs=("steps",)))
+    register(Analysis("hta_temporal", "HTA-compatible temporal breakdown (idle / compute / non-compute)",
+                      hta_compat.run_hta_temporal, needs=("kernels",)))
+    register(Analysis("straggler", "which rank the others wait for, and why",
+                      straggler.run_straggler, after=("breakdown",)))
+
+
+def run_all(run: Run, names: list[str] | None = None,
+            progress: Callable[[str], None] | None = None) -> dict[str, Result]:
+    """Run the analyses in registry order; one whose inputs are missing is skipped with a reason."""
+    if not REGISTRY:
+        _builtin()
+    results: dict[str, Result] = {}
+    for name, a in REGISTRY.items():
+        if names and name not in names:
+            continue
+        if progress:
+            progress(name)
+        missing = [d for d in a.after if d not in results or results[d].skipped]
+        if missing:
+            results[name] = Result(name, skipped=f"needs {', '.join(missing)}, which did not run")
+            continue
+        results[name] = a.run(run, results)
+    return results

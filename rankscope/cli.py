@@ -1,0 +1,70 @@
+"""The ``rankscope`` command: a thin layer of verbs. Only the CLI prints and exits.
+
+Each verb lives in its own module (``VERBS`` below) exposing ``HELP``, ``add_arguments(p)`` and
+``run(args) -> int``. Exit codes: 0 ok, 1 failure (one clear line; traceback with --debug),
+2 usage error.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Sequence
+
+VERBS: dict[str, str] = {
+    "demo": "rankscope.commands.demo",
+    "analyze": "rankscope.commands.analyze",
+    "report": "rankscope.commands.report",
+    "version": "rankscope.commands.version",
+    "synth": "rankscope.commands.synth",
+}
+
+EPILOG = """examples:
+  rankscope demo                       profile a real 4-rank DDP job on this machine and diagnose it
+  rankscope demo --slow-rank 2 --slow-kind data
+  rankscope analyze RUN                per-rank breakdown and straggler verdict of a run directory
+  rankscope report RUN -o report.html  self-contained HTML report
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rankscope", description="Profile PyTorch distributed training on every "
+                                "rank and turn the per-rank traces into one diagnosis.",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = p.add_subparsers(dest="verb", metavar="VERB")
+    for name, mod in VERBS.items():
+        m = importlib.import_module(mod)
+        sp = sub.add_parser(name, help=m.HELP, description=(m.__doc__ or m.HELP).strip(),
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        sp.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        m.add_arguments(sp)
+        sp.set_defaults(_module=m)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "verb", None):
+        parser.print_help()
+        return 2
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    from rankscope.errors import RankscopeError
+
+    try:
+        return int(args._module.run(args) or 0)
+    except RankscopeError as exc:
+        if args.debug:
+            raise
+        print(f"rankscope: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("rankscope: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

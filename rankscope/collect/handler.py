@@ -1,0 +1,171 @@
+"""Spool-first trace handling: export locally, return at once, upload in the background.
+
+:func:`trace_handler` is a drop-in for ``torch.profiler.tensorboard_trace_handler``::
+
+    import torch, rankscope
+    with torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=1, active=2),
+                                on_trace_ready=rankscope.trace_handler("s3://bucket/runs/exp1")) as p:
+        for batch in loader:
+            train_step(batch)
+            p.step()
+
+The training loop pays only for Kineto's JSON export onto local disk; gzip, checksums and
+the upload happen on background threads (:mod:`rankscope.store.uploader`).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import tempfile
+import time
+import warnings
+from typing import Any
+
+from rankscope.collect import meta as M
+from rankscope.store import layout as L
+from rankscope.store.fs import open_target, probe
+from rankscope.store.spool import RankscopeWarning, Spool
+from rankscope.store.uploader import UploadConfig, Uploader
+
+
+def default_run_id(url: str) -> str:
+    """Run id from the last component of the run URL (the same on every rank)."""
+    tail = url.rstrip("/").rsplit("/", 1)[-1] or "run"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", tail)
+
+
+def default_spool_dir(run_id: str, rank: int) -> str:
+    """``$RANKSCOPE_SPOOL`` (or the temp dir's rankscope-spool) / run id / rank-N."""
+    root = os.environ.get("RANKSCOPE_SPOOL") or os.path.join(tempfile.gettempdir(), "rankscope-spool")
+    return os.path.join(root, run_id, f"rank-{rank}")
+
+
+class Collector:
+    """One rank's writer of windows + metadata into a spool drained to the run directory."""
+
+    def __init__(self, run: str, ident: M.RankIdentity, *, run_id: str | None = None, spool_dir: str | None = None,
+                 storage_options: dict[str, Any] | None = None, upload: UploadConfig | None = None,
+                 metadata: dict[str, Any] | None = None, layout: dict[str, int] | None = None,
+                 ranks_expected: list[int] | None = None, probe_timeout_s: float = 10.0) -> None:
+        self.run, self.ident = run, ident
+        self.run_id = run_id or default_run_id(run)
+        self.cfg = upload or UploadConfig()
+        self.metadata: dict[str, Any] = dict(metadata or {})
+        self.layout = layout
+        self.ranks_expected = ranks_expected if ranks_expected is not None else list(range(ident.world_size))
+        self.windows: list[dict[str, Any]] = []
+        self.anchors: list[dict[str, Any]] = [M.anchor("start")]
+        self.extra: dict[str, Any] = {}
+        self.versions = M.versions()
+        self.target = open_target(run, storage_options)
+        # Configuration errors raise here, before training begins; a dead store only warns.
+        self.unreachable = probe(self.target, ident.rank, probe_timeout_s)
+        sdir = spool_dir or default_spool_dir(self.run_id, ident.rank)
+        self.spool = Spool.create(sdir, run, ident.rank, self.run_id, self.cfg.spool_max_bytes)
+        self.uploader = Uploader(self.spool, self.target, self.cfg)
+        if self.unreachable:
+            self.uploader._warned = True  # one warning in all, this one
+            warnings.warn(f"rankscope: storage {run} unreachable at start ({self.unreachable}); training goes on, "
+                          f"traces stay in spool {self.spool.dir} (later: `rankscope upload --resume "
+                          f"{self.spool.dir}`)", RankscopeWarning, stacklevel=3)
+
+    def open(self) -> Collector:
+        """Start uploading; rank 0 spools run.json; every rank spools its meta.json."""
+        self.uploader.start()
+        if self.ident.rank == 0:
+            doc = M.run_doc(self.ident, self.run_id, self.ranks_expected, self.layout, self.versions)
+            self.spool.add_bytes(L.RUN_JSON, json.dumps(doc, indent=1).encode(), kind="run")
+        self.write_meta()
+        return self
+
+    def write_meta(self) -> None:
+        doc = M.meta_doc(self.ident, self.run_id, self.anchors, self.windows, self.metadata, self.layout,
+                         self.versions, self.extra)
+        self.spool.add_bytes(L.meta_rel(self.ident.rank), json.dumps(doc, indent=1).encode(), kind="meta")
+        self.uploader.kick()
+
+    def add_window(self, prof: Any, steps: list[int], start_wall_ns: int | None, **extra: Any) -> str:
+        """Export ``prof``'s trace to the spool (raw JSON; gzip later) and record the window."""
+        index = len(self.windows)
+        name = L.window_name(index)
+        rel = L.trace_rel(self.ident.rank, name)
+        staging = self.spool.staging_path(rel)
+        os.makedirs(os.path.dirname(staging), exist_ok=True)
+        prof.export_chrome_trace(staging)
+        self.spool.add_staged(rel)
+        self.windows.append({"index": index, "steps": list(steps), "file": name + L.TRACE_SUFFIX,
+                             "start_wall_ns": start_wall_ns, "end_wall_ns": time.time_ns(), **extra})
+        self.write_meta()
+        return rel
+
+    def close(self, timeout_s: float | None = None) -> int:
+        """End anchor, final meta.json, bounded wait for uploads; files left in the spool."""
+        self.anchors.append(M.anchor("end"))
+        self.write_meta()
+        return self.uploader.close(timeout_s)
+
+
+def steps_of_window(prof: Any, first_seen: int) -> list[int]:
+    """Steps a plain torch.profiler window covered, from its schedule (best effort).
+
+    In ``step()`` torch calls ``on_trace_ready`` after incrementing ``step_num``, so the last
+    recorded step is ``step_num - 1`` when the schedule said RECORD_AND_SAVE there; in
+    ``stop()`` it is ``step_num`` itself.
+    """
+    from torch.profiler import ProfilerAction as A
+
+    sched, n = prof.schedule, int(prof.step_num)
+    last = n - 1 if n > 0 and sched(n - 1) == A.RECORD_AND_SAVE else n
+    first = last
+    while first - 1 >= first_seen and sched(first - 1) == A.RECORD:
+        first -= 1
+    return list(range(first, last + 1))
+
+
+class TraceHandler:
+    """Callable ``on_trace_ready`` handler; see :func:`trace_handler`."""
+
+    def __init__(self, run: str, **options: Any) -> None:
+        self.run, self.options = run, options
+        self.collector: Collector | None = None
+        self._next_first = 0
+
+    def _open(self) -> Collector:
+        # All ranks reach their first window at the same step, so the alias/clock handshake
+        # (a few store round trips) can happen here.
+        ident = M.identify()
+        run_id = self.options.get("run_id") or default_run_id(self.run)
+        M.handshake(ident, f"{run_id}/handler", list(range(ident.world_size)))
+        self.collector = Collector(self.run, ident, **self.options).open()
+        atexit.register(self.close)
+        return self.collector
+
+    def __call__(self, prof: Any) -> None:
+        col = self.collector or self._open()
+        steps = steps_of_window(prof, self._next_first)
+        self._next_first = (steps[-1] + 1) if steps else self._next_first
+        col.add_window(prof, steps, None)
+
+    def close(self, timeout_s: float | None = None) -> int:
+        """Bounded wait for uploads (also run at exit); files left in the spool."""
+        atexit.unregister(self.close)
+        if self.collector is None:
+            return 0
+        col, self.collector = self.collector, None
+        return col.close(timeout_s)
+
+
+def trace_handler(run: str, *, run_id: str | None = None, spool_dir: str | None = None,
+                  storage_options: dict[str, Any] | None = None, upload: UploadConfig | None = None,
+                  metadata: dict[str, Any] | None = None) -> TraceHandler:
+    """``on_trace_ready`` handler that spools each window locally and uploads it to ``run``.
+
+    Drop-in for ``tensorboard_trace_handler(dir)``: files land at
+    ``run/ranks/<rank>/window-NNNN.pt.trace.json.gz`` with meta.json and MANIFEST.json.
+    At the first window, ranks exchange host aliases and clock probes over the c10d store.
+    Call ``.close()`` to wait for uploads early; otherwise it happens at exit (bounded).
+    """
+    return TraceHandler(run, run_id=run_id, spool_dir=spool_dir, storage_options=storage_options,
+                        upload=upload, metadata=metadata)

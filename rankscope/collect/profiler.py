@@ -1,0 +1,306 @@
+"""``rankscope.profile``: torch.profiler.profile on every rank, published to one run directory.
+
+Example (what the demo does)::
+
+    import rankscope, torch
+    with rankscope.profile(run="s3://bucket/runs/exp1",
+                           schedule=torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=2),
+                           metadata={"model": "mlp"}, layout={"dp": 2, "tp": 1, "pp": 1}) as prof:
+        for batch in loader:
+            train_step(batch)
+            prof.step()
+
+Each window becomes ``RUN/ranks/<rank>/window-NNNN.pt.trace.json.gz`` (spooled locally,
+uploaded in the background), with ``meta.json`` (steps covered, clock anchors, offset to
+rank 0) and ``MANIFEST.json``; rank 0 writes ``run.json``. Every rank computes windows from
+the same step counter and schedule, so with a schedule all ranks capture the same steps.
+
+Idle backstop: torch's profiler cannot be stopped from another thread (it crashed with
+SIGSEGV on torch 2.13 when tried), so a watchdog thread, after ``idle_timeout_s`` without
+``step()``, marks the rank idle in meta.json at once and asks the main thread (via
+``Py_AddPendingCall``, which runs at the next bytecode boundary, no signal involved) to close
+the window. A main thread stuck inside one C call closes it when that call returns, or at exit.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+from rankscope.collect import meta as M
+from rankscope.collect.handler import Collector, default_run_id
+from rankscope.collect.trigger import Plan, Watcher
+from rankscope.store.uploader import UploadConfig
+
+_PENDING = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+_SESSIONS: dict[str, int] = {}
+
+
+def _backend(name: str) -> Any:
+    """The profiler module: torch.profiler, or torch_npu.profiler (Ascend; untested here)."""
+    if name == "torch_npu":
+        import torch_npu  # noqa: F401 - registers the NPU device
+
+        return torch_npu.profiler
+    import torch.profiler
+
+    return torch.profiler
+
+
+def _run_on_main_thread(fn: Callable[[], None]) -> Any:
+    def cb(_: Any) -> int:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - must never raise into the interpreter loop
+            pass
+        return 0
+
+    handle = _PENDING(cb)
+    ctypes.pythonapi.Py_AddPendingCall.argtypes = [_PENDING, ctypes.c_void_p]
+    ctypes.pythonapi.Py_AddPendingCall(handle, None)
+    return handle  # caller keeps it alive until it has run
+
+
+class profile:  # noqa: N801 - mirrors torch.profiler.profile
+    """torch.profiler.profile plus ``run=`` (path or fsspec URL), ``ranks=`` and ``metadata=``.
+
+    Extra keywords: ``layout`` ({"dp","tp","pp"}), ``run_id``, ``spool_dir``, ``storage_options``,
+    ``upload`` (:class:`UploadConfig`), ``host_map`` (path for the alias -> host file, rank 0,
+    mode 0600), ``idle_timeout_s``, ``on_demand`` (record nothing until triggered),
+    ``backend`` ("torch" or "torch_npu"). Without ``run`` it behaves like torch's profile.
+    """
+
+    def __init__(self, *, activities: Iterable[Any] | None = None, schedule: Callable[[int], Any] | None = None,
+                 on_trace_ready: Callable[[Any], Any] | None = None, record_shapes: bool = False,
+                 profile_memory: bool = False, with_stack: bool = False, with_flops: bool = False,
+                 with_modules: bool = False, experimental_config: Any = None, run: str | None = None,
+                 ranks: Iterable[int] | None = None, metadata: dict[str, Any] | None = None,
+                 layout: dict[str, int] | None = None, run_id: str | None = None, spool_dir: str | None = None,
+                 storage_options: dict[str, Any] | None = None, upload: UploadConfig | None = None,
+                 host_map: str | None = None, idle_timeout_s: float = 600.0, on_demand: bool = False,
+                 backend: str = "torch") -> None:
+        self._kw = {"activities": activities, "record_shapes": record_shapes, "profile_memory": profile_memory,
+                    "with_stack": with_stack, "with_flops": with_flops, "with_modules": with_modules,
+                    "experimental_config": experimental_config}
+        self._user_schedule, self._user_ready = schedule, on_trace_ready
+        self.run, self.ranks = run, (sorted(set(ranks)) if ranks is not None else None)
+        self.metadata, self.layout, self.run_id = dict(metadata or {}), layout, run_id
+        self._spool_dir, self._storage_options, self._upload = spool_dir, storage_options, upload
+        self.host_map, self.idle_timeout_s, self.on_demand = host_map, idle_timeout_s, on_demand
+        self._mod = _backend(backend)
+        self.step_num = 0
+        self.collector: Collector | None = None
+        self._prof: Any = None
+        self._actions: dict[int, Any] = {}
+        self._win_steps: list[int] = []
+        self._win_start_ns: int | None = None
+        self._plans: list[Plan] = []
+        self._watcher: Watcher | None = None
+        self._last_step = time.monotonic()
+        self._step_time = 1.0
+        self._stop_evt = threading.Event()
+        self._watchdog: threading.Thread | None = None
+        self._idle_handle: Any = None
+        self._done_prof: Any = None
+        self._running = False
+        self.active = True
+
+    # ---- schedule: user schedule, overridden by trigger plans ----------------------------
+    def _schedule(self, step: int) -> Any:
+        A = self._mod.ProfilerAction
+        for plan in self._plans:
+            act = plan.action(step)
+            if act is not None and (plan.ranks is None or self._ident_rank() in plan.ranks):
+                action = {"warmup": A.WARMUP, "record": A.RECORD, "save": A.RECORD_AND_SAVE}[act]
+                break
+        else:
+            if self._user_schedule is not None:
+                action = self._user_schedule(step)
+            else:
+                action = A.NONE if self.on_demand else A.RECORD
+        self._actions[step] = action
+        return action
+
+    def _ident_rank(self) -> int:
+        return self.collector.ident.rank if self.collector else 0
+
+    def _recording(self, step: int) -> bool:
+        A = self._mod.ProfilerAction
+        return self._actions.get(step) in (A.RECORD, A.RECORD_AND_SAVE)
+
+    def _make_prof(self) -> Any:
+        p = self._mod.profile(schedule=self._schedule, on_trace_ready=self._on_ready, **self._kw)
+        p.step_num = self.step_num
+        p.current_action = self._schedule(self.step_num)
+        return p
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Open the run directory (errors raise here), handshake, start profiling and uploads."""
+        ident = M.identify()
+        self.active = self.ranks is None or ident.rank in self.ranks
+        if self.run is not None:
+            run_id = self.run_id or default_run_id(self.run)
+            n = _SESSIONS[run_id] = _SESSIONS.get(run_id, -1) + 1
+            ranks = self.ranks if self.ranks is not None else list(range(ident.world_size))
+            M.handshake(ident, f"{run_id}/{n}", ranks)
+            self.collector = Collector(self.run, ident, run_id=run_id, spool_dir=self._spool_dir,
+                                       storage_options=self._storage_options, upload=self._upload,
+                                       metadata=self.metadata, layout=self.layout, ranks_expected=ranks)
+            if ident.rank == 0 and self.host_map:
+                M.write_host_map(self.host_map, ident.host_map)
+            self.collector.open()
+            dist = M._dist()
+            store = dist.distributed_c10d._get_default_store() if dist else None
+            self._watcher = Watcher(self.collector.target, ident.rank, store, f"rankscope/{run_id}/{n}/trigger",
+                                    since_ns=time.time_ns())
+        self._running = True
+        self._last_step = time.monotonic()
+        if self.active:
+            self._prof = self._make_prof()
+            self._prof.start()
+            if self._recording(self.step_num):
+                self._win_start_ns = time.time_ns()
+        atexit.register(self._atexit)
+        if self.idle_timeout_s and self.collector is not None:
+            self._stop_evt.clear()
+            self._watchdog = threading.Thread(target=self._watch, name="rankscope-idle", daemon=True)
+            self._watchdog.start()
+
+    def step(self) -> None:
+        """Mark the end of a training step (same meaning as torch.profiler's ``step()``)."""
+        now = time.monotonic()
+        self._step_time = 0.8 * self._step_time + 0.2 * (now - self._last_step)
+        self._last_step = now
+        if self.collector is not None:
+            self.collector.extra.pop("idle", None)
+        if self._watcher is not None:
+            plan = self._watcher.poll(self.step_num, self._step_time)
+            if plan is not None:
+                self._adopt(plan)
+        if self.active and self._prof is None and self._running:
+            self._prof = self._make_prof()  # reopened after an idle close
+            self._prof.start()
+        if self._prof is not None and self._recording(self.step_num):
+            self._win_steps.append(self.step_num)
+        self.step_num += 1
+        if self._prof is not None:
+            self._prof.step()
+            if self._recording(self.step_num) and self._win_start_ns is None:
+                self._win_start_ns = time.time_ns()
+
+    def _adopt(self, plan: Plan) -> None:
+        if plan.start <= self.step_num:  # seen late: start now; meta shows the steps really captured
+            plan = Plan(plan.id, self.step_num + 1, plan.warmup, plan.steps, plan.ranks, plan.created_ns)
+        self._plans = [p for p in self._plans if p.end > self.step_num] + [plan]
+        if self.collector is not None and self.collector.ident.rank == 0:
+            self.collector.extra.setdefault("triggers", []).append(
+                {"id": plan.id, "start_step": plan.start, "seen_wall_ns": time.time_ns(),
+                 "created_ns": plan.created_ns})
+
+    def _on_ready(self, prof: Any) -> None:
+        steps, self._win_steps = self._win_steps, []
+        start_ns, self._win_start_ns = self._win_start_ns, None
+        extra: dict[str, Any] = {}
+        trig = [p.id for p in self._plans if steps and p.action(steps[-1]) == "save"]
+        if trig:
+            extra["trigger"] = trig[0]
+        if self.collector is not None and self.collector.extra.get("idle"):
+            extra["closed_by"] = "idle_timeout"
+        if self.collector is not None:
+            self.collector.add_window(prof, steps, start_ns, **extra)
+        if self._user_ready is not None:
+            self._user_ready(prof)
+
+    def stop(self) -> None:
+        """Stop profiling (closing an open window), write final metadata, bounded wait for uploads."""
+        if not self._running:
+            return
+        self._running = False
+        self._stop_evt.set()
+        atexit.unregister(self._atexit)
+        self._close_window()
+        if self._watchdog is not None:
+            self._watchdog.join(timeout=2.0)
+            self._watchdog = None
+        if self.collector is not None:
+            self.collector.close()
+
+    def _atexit(self) -> None:
+        self.stop()
+
+    def __enter__(self) -> profile:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ---- idle backstop --------------------------------------------------------------------
+    def _watch(self) -> None:
+        period = min(1.0, self.idle_timeout_s / 4)
+        while not self._stop_evt.wait(period):
+            idle = time.monotonic() - self._last_step
+            col = self.collector
+            if col is None or idle < self.idle_timeout_s or col.extra.get("idle"):
+                continue
+            col.extra["idle"] = {"since_step": self.step_num, "idle_s": round(idle, 3),
+                                 "window_steps_so_far": list(self._win_steps), "wall_ns": time.time_ns()}
+            col.write_meta()
+            if self._prof is not None:
+                self._idle_handle = _run_on_main_thread(self._close_idle)
+
+    def _close_idle(self) -> None:
+        if self._prof is None or time.monotonic() - self._last_step < self.idle_timeout_s:
+            return
+        self._close_window()
+
+    def _close_window(self) -> None:
+        """Stop the backend profiler on this (main) thread; the current step counts as captured."""
+        if self._prof is None:
+            return
+        if self._recording(self.step_num) and self.step_num not in self._win_steps:
+            self._win_steps.append(self.step_num)
+        prof, self._prof = self._prof, None
+        self._done_prof = prof
+        prof.stop()
+        self._win_steps, self._win_start_ns = [], None
+
+    # ---- torch.profiler API passthrough -------------------------------------------------
+    def add_metadata(self, key: str, value: str) -> None:
+        """Add a string key/value to the trace and to meta.json's metadata."""
+        self.metadata[key] = value
+        if self.collector is not None:
+            self.collector.metadata[key] = value
+        if self._prof is not None:
+            self._prof.add_metadata(key, value)
+
+    def add_metadata_json(self, key: str, value: str) -> None:
+        """Add a JSON-encoded value to the trace and (decoded) to meta.json's metadata."""
+        import json
+
+        self.add_metadata(key, value) if self._prof is None else self._prof.add_metadata_json(key, value)
+        decoded = json.loads(value)
+        self.metadata[key] = decoded
+        if self.collector is not None:
+            self.collector.metadata[key] = decoded
+
+    def export_chrome_trace(self, path: str) -> None:
+        """Export the last window's trace (like torch's)."""
+        self._last().export_chrome_trace(path)
+
+    def export_stacks(self, path: str, metric: str = "self_cpu_time_total") -> None:
+        """Folded stacks (``frame;frame;frame value`` lines) for flamegraph.pl and speedscope.
+
+        Needs ``with_stack=True``.
+        """
+        self._last().export_stacks(path, metric)
+
+    def _last(self) -> Any:
+        if self._prof is None and self._done_prof is not None:
+            return self._done_prof
+        if self._prof is None:
+            raise RuntimeError("rankscope.profile: no profiler on this rank (not started, or ranks= excludes it)")
+        return self._prof

@@ -1,0 +1,33 @@
+"""Analyze a run: per-rank × per-step breakdown and the straggler verdict.
+
+Reads every rank (in parallel, cached as Parquet under RUN/analysis/cache so a second run only
+reads the cache), runs every registered analysis and prints a per-rank table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from rankscope.commands.common import add_run_arguments, load_and_analyze, out, print_summary
+
+HELP = "analyze a run and print the per-rank breakdown and straggler verdict"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_run_arguments(p)
+    p.add_argument("--json", action="store_true", help="print a machine-readable summary to stdout")
+
+
+def summary_json(run, results) -> dict:  # type: ignore[no-untyped-def]
+    return {"run": run.to_json(), "analyses": {
+        n: {"skipped": r.skipped, "summary": r.summary, "findings": [f.to_json() for f in r.findings]}
+        for n, r in results.items()}}
+
+
+def run(args: argparse.Namespace) -> int:
+    r, results = load_and_analyze(args.run, args.jobs, args.allow_missing_ranks)
+    if args.json:
+        out.file.write(json.dumps(summary_json(r, results), default=str, indent=1) + "\n")
+    else:
+        print_summary(r, results)
+    return 0

@@ -1,0 +1,62 @@
+"""Shared CLI pieces: loading a run with a progress bar, running analyses, printing the verdict."""
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+console = Console(stderr=True)
+out = Console()
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", metavar="RUN", help="run directory, a directory of Kineto traces, or one trace file")
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
+                   help="worker processes for ingest (default: all cores)")
+    p.add_argument("--allow-missing-ranks", action="store_true",
+                   help="analyze the ranks that are there when some are missing or duplicated")
+
+
+def progress() -> Progress:
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=True)
+
+
+def load_and_analyze(path: str, jobs: int, allow_missing: bool) -> tuple[Any, dict[str, Any]]:
+    from rankscope.analysis.registry import run_all
+    from rankscope.model.run import load_run
+
+    with progress() as prog:
+        task = prog.add_task("reading ranks", total=None)
+        run = load_run(path, jobs=jobs, allow_missing_ranks=allow_missing,
+                       progress=lambda done, total: prog.update(task, completed=done, total=total))
+        names = {"n": 0}
+        atask = prog.add_task("analyzing", total=None)
+
+        def step(name: str) -> None:
+            names["n"] += 1
+            prog.update(atask, description=f"analyzing: {name}", completed=names["n"])
+
+        results = run_all(run, progress=step)
+    for p in run.problems:
+        console.print(f"[yellow]warning:[/] {p}", highlight=False)
+    return run, results
+
+
+def print_summary(run: Any, results: dict[str, Any], report: str | None = None) -> None:
+    from rankscope.render.terminal import rank_table
+
+    st = results.get("straggler")
+    if st is None or st.skipped:
+        out.print(f"straggler analysis skipped: {st.skipped if st else 'not run'}")
+    else:
+        stragglers = {r for f in st.findings for r in f.ranks}
+        out.print(rank_table(st.tables["per_rank"], st.summary["verdict"], stragglers))
+        out.print(f"[bold]{'⚠ ' if stragglers else '✓ '}{st.summary['verdict']}[/]")
+    if run.missing:
+        out.print(f"[yellow]missing ranks: {', '.join(map(str, run.missing))}[/]")
+    if report:
+        out.print(f"report: {report}")

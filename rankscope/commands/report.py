@@ -1,0 +1,25 @@
+"""Write a self-contained HTML report of a run (opens offline; no network at view time)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rankscope.commands.common import add_run_arguments, load_and_analyze, print_summary
+
+HELP = "write the HTML report of a run"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_run_arguments(p)
+    p.add_argument("-o", "--output", help="output file (default: RUN/report.html)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankscope.render.html import render
+
+    r, results = load_and_analyze(args.run, args.jobs, args.allow_missing_ranks)
+    target = Path(args.output) if args.output else (Path(args.run) / "report.html" if Path(args.run).is_dir()
+                                                     else Path(args.run).with_suffix(".report.html"))
+    path = render(r, results, target)
+    print_summary(r, results, str(path))
+    return 0

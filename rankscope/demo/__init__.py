@@ -1,0 +1,1 @@
+"""The demo: a real data-parallel training job, profiled on every rank, then analyzed."""

@@ -1,0 +1,123 @@
+"""Training script the demo launches on every rank through torch.distributed.run.
+
+A small but real job: an MLP under DistributedDataParallel, a DataLoader over a synthetic
+dataset, SGD with momentum. Optionally one rank is made a straggler:
+
+- ``compute``: extra matrix work inside forward on that rank;
+- ``data``: slower ``__getitem__`` in that rank's dataset;
+- ``comm``: a delay in that rank's DDP communication hook, before the gradient all-reduce.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset
+
+
+class SyntheticDataset(Dataset):
+    """Random features and labels, made deterministically per index; optional per-item delay."""
+
+    def __init__(self, n: int, dim: int, classes: int, delay_s: float = 0.0) -> None:
+        self.n, self.dim, self.classes, self.delay_s = n, dim, classes, delay_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        g = torch.Generator().manual_seed(i)
+        x = torch.randn(self.dim, generator=g)
+        return x, torch.tensor(i % self.classes)
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, hidden: int, classes: int, extra_work: int = 0) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(dim, hidden), nn.ReLU(),
+            nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(hidden, classes),
+        )
+        self.extra_work = extra_work
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x
+        for _ in range(self.extra_work):
+            # Real extra compute (the "compute" straggler): matmuls whose result feeds the output.
+            h = h + 1e-6 * torch.tanh(h @ self.net[0].weight.t() @ self.net[0].weight)
+        return self.net(h)
+
+
+def delayed_allreduce_hook(delay_s: float):
+    """DDP comm hook: wait ``delay_s`` then run the default all-reduce (the "comm" straggler)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    def hook(state, bucket):  # type: ignore[no-untyped-def]
+        time.sleep(delay_s)
+        return default_hooks.allreduce_hook(state, bucket)
+
+    return hook
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--run-dir", required=True, help="run directory or fsspec URL")
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--slow-rank", type=int, default=-1)
+    p.add_argument("--slow-kind", choices=["compute", "data", "comm"], default="compute")
+    p.add_argument("--slowdown", type=float, default=1.0, help="strength of the injected slowdown")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    slow = rank == args.slow_rank
+    kind = args.slow_kind if slow else ""
+    dataset = SyntheticDataset(
+        n=args.batch * world * (args.steps + args.warmup + 2), dim=args.dim, classes=10,
+        delay_s=0.002 * args.slowdown if kind == "data" else 0.0,
+    )
+    sampler = torch.utils.data.distributed.DistributedSampler(dataset, world, rank, shuffle=False)
+    loader = DataLoader(dataset, batch_size=args.batch, sampler=sampler, num_workers=0)
+    model = DDP(MLP(args.dim, args.hidden, 10, extra_work=int(12 * args.slowdown) if kind == "compute" else 0))
+    if kind == "comm":
+        model.register_comm_hook(None, delayed_allreduce_hook(0.02 * args.slowdown))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    from rankscope.demo.capture import capture
+
+    with capture(args.run_dir, warmup=args.warmup, active=args.steps, metadata={"slow_rank": args.slow_rank,
+                                                                            "slow_kind": args.slow_kind}) as prof:
+        it = iter(loader)
+        for _ in range(args.warmup + args.steps + 1):
+            x, y = next(it)
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            prof.step()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()

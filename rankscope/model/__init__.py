@@ -1,0 +1,1 @@
+"""Raw files -> columnar per-rank tables (Arrow) and a ``Run`` over all ranks."""

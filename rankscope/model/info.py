@@ -1,0 +1,38 @@
+"""What rankscope knows about one rank, independent of its event tables."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class RankInfo:
+    """One rank of a run: identity from content, sources, clock and problems. JSON-able."""
+
+    rank: int
+    world_size: int | None = None
+    backend: str | None = None
+    process_groups: list[dict[str, Any]] = field(default_factory=list)
+    host: str | None = None
+    run_id: str | None = None
+    files: list[str] = field(default_factory=list)
+    base_time_ns: int = 0
+    clock_offset_ns: int | None = None
+    clock_error_ns: int | None = None
+    problems: list[str] = field(default_factory=list)
+    partial: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
+    time_range: tuple[int, int] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    rank_source: str = "content"
+    cache: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "RankInfo":
+        d = dict(d)
+        if d.get("time_range") is not None:
+            d["time_range"] = tuple(d["time_range"])
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})

@@ -1,0 +1,132 @@
+"""Per-rank ingest: trace files -> Parquet tables in the cache + a small RankInfo summary.
+
+Runs inside worker processes; the parent only ever receives the summary, never raw events.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rankscope.errors import TraceError
+from rankscope.model.info import RankInfo
+
+CACHE_VERSION = "1"
+TABLE_NAMES = ("events", "collectives", "memory", "steps")
+
+
+@dataclass(frozen=True)
+class RankTask:
+    """What one worker ingests: the files of one rank (or one file whose rank is unknown yet)."""
+
+    files: tuple[str, ...]
+    cache_dir: str
+    rank_hint: int | None = None
+    meta: dict[str, Any] | None = None
+    hint_source: str = "meta.json"
+
+
+def source_key(files: tuple[str, ...]) -> str:
+    """Cache key: size, mtime and a hash of the first 64 KiB of every source file."""
+    h = hashlib.sha256(CACHE_VERSION.encode())
+    for f in files:
+        st = os.stat(f)
+        h.update(f"{os.path.basename(f)}:{st.st_size}:{st.st_mtime_ns}".encode())
+        with open(f, "rb") as fh:
+            h.update(fh.read(65536))
+    return h.hexdigest()[:24]
+
+
+def cached(task: RankTask, key: str) -> RankInfo | None:
+    info = Path(task.cache_dir) / key / "info.json"
+    if not info.exists():
+        return None
+    try:
+        got = RankInfo.from_json(json.loads(info.read_text()))
+    except (ValueError, TypeError):
+        return None
+    got.cache = str(info.parent)
+    return got
+
+
+def ingest(task: RankTask) -> RankInfo | TraceError:
+    """Decode, build tables, write Parquet; a fully unreadable rank comes back as a TraceError."""
+    key = source_key(task.files)
+    hit = cached(task, key)
+    if hit is not None:
+        return hit
+    from rankscope.model import kineto, tables
+
+    parts: list[dict[str, Any]] = []
+    info = RankInfo(rank=-1, files=list(task.files), meta=task.meta or {})
+    for f in task.files:
+        try:
+            raw = kineto.decode(f)
+        except TraceError as err:
+            if len(task.files) == 1:
+                return err
+            info.problems.append(str(err))
+            info.partial = True
+            continue
+        tabs, problems = tables.build(raw)
+        info.problems += [f"{f}: {p}" for p in raw.problems + problems]
+        info.partial |= raw.partial
+        _identity(info, raw, task)
+        parts.append(tabs)
+    if not parts:
+        return TraceError(task.files[0], "no readable trace among the rank's files")
+    return _write(info, parts, Path(task.cache_dir) / key)
+
+
+def _identity(info: RankInfo, raw: Any, task: RankTask) -> None:
+    d = raw.trace.distributedInfo
+    content_rank = d.rank if d is not None and isinstance(d.rank, int) else None
+    if content_rank is not None:
+        if info.rank >= 0 and info.rank != content_rank:
+            info.problems.append(f"{raw.path}: distributedInfo says rank {content_rank}, "
+                                 f"other files of this rank say {info.rank}")
+        info.rank, info.rank_source = content_rank, "content"
+        info.world_size = d.world_size
+        info.backend = d.backend
+        info.process_groups = [{"name": p.pg_name, "desc": p.pg_desc, "ranks": p.ranks}
+                               for p in (d.pg_config or [])]
+    elif info.rank < 0 and task.rank_hint is not None:
+        info.rank, info.rank_source = task.rank_hint, task.hint_source
+    if task.rank_hint is not None and content_rank is not None and task.rank_hint != content_rank:
+        info.problems.append(f"{raw.path}: {task.hint_source} says rank {task.rank_hint} "
+                             f"but the trace content says rank {content_rank} (content wins)")
+    info.base_time_ns = raw.trace.baseTimeNanoseconds or 0
+    meta = task.meta or {}
+    info.host = meta.get("host", info.host)
+    info.run_id = meta.get("run_id", info.run_id)
+    info.world_size = info.world_size or meta.get("world_size")
+    info.backend = info.backend or meta.get("backend")
+    clock = meta.get("clock") or {}
+    info.clock_offset_ns = clock.get("offset_to_rank0_ns")
+    info.clock_error_ns = clock.get("offset_error_ns")
+
+
+def _write(info: RankInfo, parts: list[dict[str, Any]], out: Path) -> RankInfo:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in TABLE_NAMES:
+        t = pa.concat_tables([p[name] for p in parts]).unify_dictionaries() if len(parts) > 1 else parts[0][name]
+        if name in ("events", "collectives", "steps", "memory") and t.num_rows:
+            t = t.sort_by("ts") if name != "events" else t
+        info.counts[name] = t.num_rows
+        pq.write_table(t, out / f"{name}.parquet", compression="zstd")
+        if name == "events" and t.num_rows:
+            import pyarrow.compute as pc
+
+            ends = pc.add(t.column("ts"), t.column("dur"))
+            info.time_range = (int(pc.min(t.column("ts")).as_py()), int(pc.max(ends).as_py()))
+    tmp = out / "info.json.tmp"
+    tmp.write_text(json.dumps(info.to_json()))
+    os.replace(tmp, out / "info.json")  # written last: its presence means the cache entry is whole
+    info.cache = str(out)
+    return info

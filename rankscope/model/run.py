@@ -1,0 +1,223 @@
+"""A ``Run``: every rank of one profiled job, with tables cached as Parquet.
+
+``load_run(path)`` discovers the ranks (rankscope run directory or a plain directory of
+Kineto traces), ingests each rank in a process pool (workers write Parquet and return only a
+summary), checks for missing / duplicate / foreign ranks, and returns a ``Run`` whose tables
+are read from the cache on demand.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from rankscope.errors import RankscopeError, TraceError
+from rankscope.model.info import RankInfo
+from rankscope.model.ingest import RankTask, ingest
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class Run:
+    """All ranks of one run. Plain data: tables live in Parquet files under ``cache_dir``."""
+
+    path: str
+    run_id: str
+    ranks: dict[int, RankInfo]
+    world_size: int | None = None
+    missing: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    format_version: int = 1
+
+    @property
+    def rank_ids(self) -> list[int]:
+        return sorted(self.ranks)
+
+    def table(self, rank: int, name: str, columns: list[str] | None = None) -> Any:
+        """One rank's table (pyarrow.Table) read from the cache."""
+        import pyarrow.parquet as pq
+
+        info = self.ranks[rank]
+        if info.cache is None:
+            raise RankscopeError(f"rank {rank} of {self.path} has no cached tables")
+        return pq.read_table(Path(info.cache) / f"{name}.parquet", columns=columns)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format_version": self.format_version, "path": self.path, "run_id": self.run_id,
+                "world_size": self.world_size, "missing": self.missing, "problems": self.problems,
+                "manifest": self.manifest, "ranks": [self.ranks[r].to_json() for r in self.rank_ids]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Run":
+        ranks = {i.rank: i for i in (RankInfo.from_json(x) for x in d["ranks"])}
+        return cls(path=d["path"], run_id=d["run_id"], ranks=ranks, world_size=d.get("world_size"),
+                   missing=list(d.get("missing", [])), problems=list(d.get("problems", [])),
+                   manifest=d.get("manifest", {}), format_version=d.get("format_version", 1))
+
+
+def _is_trace(p: Path) -> bool:
+    return p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.name not in (
+        "meta.json", "MANIFEST.json", "run.json", "info.json", "synth_truth.json") and not p.name.startswith("comms.")
+
+
+def cache_root(run_path: Path) -> Path:
+    """RUN/analysis/cache when writable, else a per-user cache keyed by the run's path."""
+    target = run_path / "analysis" / "cache" if run_path.is_dir() else run_path.parent / ".rankscope-cache"
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        if os.access(target, os.W_OK):
+            return target
+    except OSError:
+        pass
+    key = hashlib.sha256(str(run_path.resolve()).encode()).hexdigest()[:16]
+    home = Path(os.environ.get("RANKSCOPE_CACHE", Path.home() / ".cache" / "rankscope")) / key
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def discover(path: Path, cache: Path) -> tuple[list[RankTask], dict[str, Any]]:
+    """Tasks for every rank (run directory) or every trace file (plain directory / one file)."""
+    if path.is_file():
+        return [RankTask((str(path),), str(cache))], {}
+    if not path.exists():
+        raise RankscopeError(f"{path}: no such file or directory")
+    manifest = {}
+    if (path / "run.json").exists():
+        try:
+            manifest = json.loads((path / "run.json").read_text())
+        except ValueError as exc:
+            raise RankscopeError(f"{path / 'run.json'}: not valid JSON ({exc})") from exc
+    rank_dirs = sorted((d for d in (path / "ranks").iterdir() if d.is_dir()), key=lambda d: d.name) \
+        if (path / "ranks").is_dir() else []
+    tasks = [_rank_dir_task(d, cache) for d in rank_dirs]
+    tasks = [t for t in tasks if t is not None]
+    if not tasks:
+        files = sorted(p for p in path.rglob("*") if _is_trace(p) and "analysis" not in p.parts)
+        tasks = [RankTask((str(p),), str(cache), _rank_from_name(p), None, "file name") for p in files]
+    if not tasks:
+        raise RankscopeError(f"{path}: no trace files found (expected *.json or *.json.gz, "
+                             "or a rankscope run directory with ranks/<rank>/)")
+    return tasks, manifest
+
+
+def _rank_dir_task(d: Path, cache: Path) -> RankTask | None:
+    files = tuple(str(p) for p in sorted(d.iterdir()) if _is_trace(p))
+    if not files:
+        return None
+    meta: dict[str, Any] = {}
+    if (d / "meta.json").exists():
+        try:
+            meta = json.loads((d / "meta.json").read_text())
+        except ValueError:
+            meta = {"problem": f"{d / 'meta.json'}: not valid JSON"}
+    hint = meta.get("rank")
+    if hint is None and d.name.isdigit():
+        return RankTask(files, str(cache), int(d.name), meta, "directory name")
+    return RankTask(files, str(cache), hint, meta, "meta.json")
+
+
+def _rank_from_name(p: Path) -> int | None:
+    import re
+
+    m = re.search(r"rank[-_]?(\d+)", p.name, re.I) or re.search(r"worker(\d+)", p.name, re.I)
+    return int(m.group(1)) if m else None
+
+
+def _map(tasks: list[RankTask], jobs: int, progress: Progress | None) -> Iterable[RankInfo | TraceError]:
+    if jobs <= 1 or len(tasks) <= 1:
+        for i, t in enumerate(tasks):
+            yield ingest(t)
+            if progress:
+                progress(i + 1, len(tasks))
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for i, res in enumerate(pool.map(ingest, tasks)):
+            yield res
+            if progress:
+                progress(i + 1, len(tasks))
+
+
+def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_missing_ranks: bool = False,
+             progress: Progress | None = None) -> Run:
+    """Ingest (or re-open from the cache) every rank under ``path``."""
+    p = Path(path)
+    cache = cache_root(p)
+    tasks, manifest = discover(p, cache)
+    jobs = jobs or os.cpu_count() or 1
+    infos: list[RankInfo] = []
+    problems: list[str] = []
+    for res in _map(tasks, jobs, progress):
+        if isinstance(res, TraceError):
+            problems.append(str(res))
+        else:
+            infos.append(res)
+    run = _assemble(p, infos, problems, manifest)
+    _check(run, allow_missing_ranks)
+    return run
+
+
+def _assemble(p: Path, infos: list[RankInfo], problems: list[str], manifest: dict[str, Any]) -> Run:
+    ranks: dict[int, RankInfo] = {}
+    unknown = 0
+    for info in infos:
+        if info.rank < 0:
+            info.rank = -1 - unknown if False else max(list(ranks) + [-1]) + 1
+            problems.append(f"{info.files[0]}: rank unknown (no distributedInfo, meta.json or rank in the "
+                            f"file name); analyzed as rank {info.rank}")
+            info.rank_source = "assigned"
+        if info.rank in ranks:
+            other = ranks[info.rank]
+            problems.append(f"duplicate rank {info.rank}: {other.files[0]} and {info.files[0]} both claim it; "
+                            f"keeping the first")
+            continue
+        ranks[info.rank] = info
+    run_ids = {i.run_id for i in ranks.values() if i.run_id}
+    expected_id = manifest.get("run_id")
+    for r, info in list(ranks.items()):
+        if expected_id and info.run_id and info.run_id != expected_id:
+            problems.append(f"rank {r} ({info.files[0]}) belongs to run {info.run_id!r}, not {expected_id!r}; "
+                            "left out")
+            del ranks[r]
+    world = manifest.get("world_size") or max((i.world_size or 0 for i in ranks.values()), default=0) or None
+    expected = manifest.get("ranks_expected") or (list(range(world)) if world else [])
+    missing = sorted(set(expected) - set(ranks))
+    if len(run_ids) > 1 and not expected_id:
+        problems.append(f"ranks come from {len(run_ids)} different runs: {', '.join(sorted(run_ids))}")
+    for info in ranks.values():
+        problems += [f"rank {info.rank}: {x}" for x in info.problems]
+    return Run(path=str(p), run_id=expected_id or p.name, ranks=ranks, world_size=world,
+               missing=missing, problems=problems, manifest=manifest)
+
+
+def _check(run: Run, allow_missing: bool) -> None:
+    if not run.ranks:
+        raise RankscopeError(f"{run.path}: no rank could be read ({'; '.join(run.problems[:3])})")
+    dups = [x for x in run.problems if x.startswith("duplicate rank")]
+    if (run.missing or dups) and not allow_missing:
+        what = []
+        if run.missing:
+            what.append(f"ranks {_ranges(run.missing)} of {run.world_size} are missing")
+        if dups:
+            what.append(dups[0])
+        raise RankscopeError(f"{run.path}: {'; '.join(what)}. Pass --allow-missing-ranks to analyze "
+                             "the ranks that are there (every output then names the missing ones).")
+
+
+def _ranges(xs: list[int]) -> str:
+    out, start, prev = [], None, None
+    for x in sorted(xs) + [None]:  # type: ignore[list-item]
+        if start is None:
+            start = prev = x
+        elif x is not None and x == prev + 1:
+            prev = x
+        else:
+            out.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = x
+    return ",".join(out)

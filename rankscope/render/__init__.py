@@ -1,0 +1,1 @@
+"""Renderers: tables and findings -> HTML, timelines, exports, terminal. One renderer, one file."""
