@@ -18,6 +18,10 @@ VERBS: dict[str, str] = {
     "report": "rankscope.commands.report",
     "version": "rankscope.commands.version",
     "synth": "rankscope.commands.synth",
+    "inspect": "rankscope.commands.inspect",
+    "timeline": "rankscope.commands.timeline",
+    "diff": "rankscope.commands.diff",
+    "serve": "rankscope.commands.serve",
 }
 
 EPILOG = """examples:

@@ -5,9 +5,19 @@ class by priority: compute > exposed communication > data wait > idle (free). Co
 that runs under compute is "overlapped".
 
 - GPU traces: compute = non-communication kernels, memcpy and memset; communication = NCCL /
-  RCCL / HCCL kernels; data wait = host DataLoader spans while the device does neither.
+  RCCL / HCCL kernels (by name, or linked to a communication CPU op: see ``classify``); data
+  wait = host DataLoader spans while the device does neither.
 - CPU-only traces (gloo): compute = host operators on the threads that run the steps,
   communication = ``gloo:*`` / collective spans on any thread, data wait = DataLoader spans.
+- A rank without ``ProfilerStep#N`` markers gets one step spanning its whole window (step -1);
+  ``Result.summary["whole_window_ranks"]`` says which ranks these are.
+
+Extra columns (ns): ``comm_exposed_no_recv`` (exposed communication that is not a receive),
+``bubble`` (receive time, Ascend's pipeline bubble), ``preparing`` (step start -> first compute or
+communication), ``host_idle`` (time the step's host thread runs no operator), and the MindInsight
+iteration trajectory: ``iteration_gap`` (step start -> first compute), ``fwd_bwd`` (first -> last
+compute) and ``iteration_tail`` (last compute -> step end). ``ascend_table`` converts to the
+Ascend ``step_trace_time`` columns in µs. Needs one rank's events at a time.
 """
 from __future__ import annotations
 
@@ -15,70 +25,141 @@ import numpy as np
 import pyarrow as pa
 
 from rankscope.analysis.base import Result
-from rankscope.analysis.intervals import coverage, per_window
+from rankscope.analysis.classify import DEVICE_KINDS, HOST_KINDS, col, comm_mask, dict_test, is_recv, kind_in
+from rankscope.analysis.intervals import Intervals, coverage, merge, per_window
 from rankscope.model.run import Run
 
 COLUMNS = ["rank", "step", "ts", "end", "wall", "computing", "communication", "overlapped",
            "comm_exposed", "data_wait", "free", "complete", "source"]
-_EVENT_COLS = ["name", "kind", "ts", "dur", "tid", "is_comm"]
+EXTRA = ["comm_exposed_no_recv", "bubble", "preparing", "host_idle", "iteration_gap", "fwd_bwd",
+         "iteration_tail"]
+_EVENT_COLS = ["name", "kind", "ts", "dur", "tid", "is_comm", "external_id", "correlation"]
+ASCEND = ["Step", "Type", "Index", "Computing", "Communication(Not Overlapped)", "Overlapped",
+          "Communication", "Free", "Stage", "Bubble", "Communication(Not Overlapped and Exclude Receive)",
+          "Preparing", "Data Wait", "Host Idle"]
 
 
 def _is_data(names: np.ndarray) -> np.ndarray:
     return np.char.find(names.astype(str), "DataLoader") >= 0
 
 
-def interval_sets(ev: pa.Table, step_tids: np.ndarray) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], str]:
-    """Compute / communication / data interval sets of one rank and which side they come from."""
-    kind = np.asarray(ev.column("kind").to_numpy(zero_copy_only=False)).astype(str)
-    names = np.asarray(ev.column("name").to_numpy(zero_copy_only=False))
-    ts, dur = np.asarray(ev.column("ts")), np.asarray(ev.column("dur"))
+def _is_step(names: np.ndarray) -> np.ndarray:
+    return np.char.startswith(names.astype(str), "ProfilerStep#")
+
+
+def interval_sets(ev: pa.Table, step_tids: np.ndarray) -> tuple[dict[str, Intervals], str]:
+    """Compute / comm / recv / data / host interval sets of one rank and which side they come from."""
+    ts, dur = col(ev, "ts"), col(ev, "dur")
     end = ts + dur
-    comm = np.asarray(ev.column("is_comm"))
-    host = np.isin(kind, ("cpu_op", "user_annotation", "python_function"))
-    data = host & _is_data(names)
-    device = np.isin(kind, ("kernel", "memcpy", "memset"))
+    comm = comm_mask(ev)
+    host = kind_in(ev, HOST_KINDS)
+    data = host & dict_test(ev, "name", _is_data)
+    device = kind_in(ev, DEVICE_KINDS)
+    on_step = np.isin(col(ev, "tid"), step_tids) if len(step_tids) else np.ones(len(ts), bool)
+    is_step = dict_test(ev, "name", _is_step)
+    host_busy = host & on_step & ~is_step
     if device.any():
         sets = {"compute": device & ~comm, "comm": device & comm, "data": data}
         source = "device"
     else:
-        on_step = np.isin(np.asarray(ev.column("tid")), step_tids)
-        is_step = np.char.startswith(names.astype(str), "ProfilerStep#")
-        sets = {"compute": host & on_step & ~comm & ~data & ~is_step, "comm": host & comm, "data": data}
+        sets = {"compute": host_busy & ~comm & ~data, "comm": host & comm, "data": data}
         source = "host"
+    sets["recv"] = sets["comm"] & dict_test(ev, "name", is_recv)
+    sets["host"] = host_busy
     return {k: (ts[m], end[m]) for k, m in sets.items()}, source
 
 
-def rank_breakdown(run: Run, rank: int) -> pa.Table | None:
-    """The breakdown rows of one rank (None when it has no steps)."""
+def _first_last(iv: Intervals, ws: np.ndarray, we: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First start and last end of merged intervals clipped to each window (ws/we when none)."""
+    s, e = merge(*iv)
+    if len(s) == 0:
+        return ws.copy(), ws.copy()
+    j = np.clip(np.searchsorted(e, ws, side="right"), 0, len(s) - 1)
+    first = np.clip(np.maximum(s[j], ws), None, we)
+    first = np.where(e[j] > ws, first, we)
+    k = np.clip(np.searchsorted(s, we, side="left") - 1, 0, len(s) - 1)
+    last = np.clip(np.minimum(e[k], we), ws, None)
+    last = np.where(s[k] < we, last, ws)
+    none = first >= we
+    return np.where(none, ws, first), np.where(none, ws, np.maximum(last, first))
+
+
+def _windows(run: Run, rank: int, ev: pa.Table) -> tuple[pa.Table, bool]:
     steps = run.table(rank, "steps")
-    if steps.num_rows == 0:
-        return None
+    if steps.num_rows or ev.num_rows == 0:
+        return steps, False
+    ts, end = col(ev, "ts"), col(ev, "ts") + col(ev, "dur")
+    lo, hi = int(ts.min()), int(end.max())
+    return pa.table({"step": [-1], "ts": [lo], "end": [hi], "host_end": [hi], "complete": [True]}), True
+
+
+def rank_breakdown(run: Run, rank: int) -> tuple[pa.Table | None, bool]:
+    """The breakdown rows of one rank, and whether its whole window was used as one step."""
     ev = run.table(rank, "events", columns=_EVENT_COLS)
-    names = np.asarray(ev.column("name").to_numpy(zero_copy_only=False)).astype(str)
-    step_tids = np.unique(np.asarray(ev.column("tid"))[np.char.startswith(names, "ProfilerStep#")])
+    steps, whole = _windows(run, rank, ev)
+    if steps.num_rows == 0:
+        return None, False
+    step_tids = np.unique(col(ev, "tid")[dict_test(ev, "name", _is_step)])
     sets, source = interval_sets(ev, step_tids)
-    ws, we = np.asarray(steps.column("ts")), np.asarray(steps.column("end"))
+    ws, we = col(steps, "ts").astype(np.int64), col(steps, "end").astype(np.int64)
     n = len(ws)
     w, length, cov = coverage(sets, ws, we)
-    c, m, d = cov["compute"], cov["comm"], cov["data"]
-    computing = per_window(w, length, c, n)
-    exposed = per_window(w, length, m & ~c, n)
-    data_wait = per_window(w, length, d & ~c & ~m, n)
+    c, m, d, rv, h = cov["compute"], cov["comm"], cov["data"], cov["recv"], cov["host"]
+
+    def pw(mask: np.ndarray) -> np.ndarray:
+        return per_window(w, length, mask, n)
+
+    computing, exposed, data_wait = pw(c), pw(m & ~c), pw(d & ~c & ~m)
     wall = we - ws
+    busy = (np.concatenate([sets["compute"][0], sets["comm"][0]]),
+            np.concatenate([sets["compute"][1], sets["comm"][1]]))
+    first_busy, _ = _first_last(busy, ws, we)
+    first_c, last_c = _first_last(sets["compute"], ws, we)
     return pa.table({
-        "rank": np.full(n, rank, dtype=np.int64), "step": steps.column("step"), "ts": ws, "end": we,
-        "wall": wall, "computing": computing, "communication": per_window(w, length, m, n),
-        "overlapped": per_window(w, length, m & c, n), "comm_exposed": exposed, "data_wait": data_wait,
-        "free": wall - computing - exposed - data_wait, "complete": steps.column("complete"),
+        "rank": np.full(n, rank, dtype=np.int64), "step": col(steps, "step").astype(np.int64),
+        "ts": ws, "end": we, "wall": wall, "computing": computing, "communication": pw(m),
+        "overlapped": pw(m & c), "comm_exposed": exposed, "data_wait": data_wait,
+        "free": wall - computing - exposed - data_wait, "complete": col(steps, "complete").astype(bool),
         "source": [source] * n,
+        "comm_exposed_no_recv": pw(m & ~c & ~rv), "bubble": pw(rv), "preparing": first_busy - ws,
+        "host_idle": wall - pw(h), "iteration_gap": first_c - ws, "fwd_bwd": last_c - first_c,
+        "iteration_tail": we - last_c,
+    }), whole
+
+
+def ascend_table(bd: pa.Table) -> pa.Table:
+    """Ascend ``step_trace_time`` columns (µs) from the breakdown; Free includes data wait."""
+    def us(name: str) -> np.ndarray:
+        return col(bd, name).astype(np.float64) / 1000.0
+
+    free = us("free") + us("data_wait")
+    return pa.table({
+        "Step": col(bd, "step"), "Type": ["rank"] * bd.num_rows, "Index": col(bd, "rank"),
+        "Computing": us("computing"), "Communication(Not Overlapped)": us("comm_exposed"),
+        "Overlapped": us("overlapped"), "Communication": us("communication"), "Free": free,
+        "Stage": us("wall") - us("bubble"), "Bubble": us("bubble"),
+        "Communication(Not Overlapped and Exclude Receive)": us("comm_exposed_no_recv"),
+        "Preparing": us("preparing"), "Data Wait": us("data_wait"), "Host Idle": us("host_idle"),
     })
 
 
 def run_breakdown(run: Run, results: dict[str, Result]) -> Result:
-    parts = [t for t in (rank_breakdown(run, r) for r in run.rank_ids) if t is not None]
+    """Breakdown of every rank (one rank's events in memory at a time)."""
+    parts, whole = [], []
+    for r in run.rank_ids:
+        t, w = rank_breakdown(run, r)
+        if t is not None:
+            parts.append(t)
+        if w:
+            whole.append(r)
     if not parts:
-        return Result("breakdown", skipped="no ProfilerStep#N markers in any rank")
+        return Result("breakdown", skipped="no events in any rank")
     table = pa.concat_tables(parts)
-    no_steps = [r for r in run.rank_ids if r not in set(table.column("rank").to_pylist())]
-    summary = {"ranks_without_steps": no_steps}
-    return Result("breakdown", tables={"breakdown": table}, summary=summary)
+    have = set(table.column("rank").to_pylist())
+    summary: dict = {"ranks_without_steps": whole + [r for r in run.rank_ids if r not in have],
+                     "whole_window_ranks": whole}
+    if whole:
+        summary["note"] = (f"ranks {whole} have no ProfilerStep#N markers: the whole captured window "
+                           "is reported as one step (step -1)")
+    return Result("breakdown", tables={"breakdown": table, "step_trace_time": ascend_table(table)},
+                  summary=summary)

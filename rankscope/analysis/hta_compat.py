@@ -1,19 +1,31 @@
-"""HTA-compatible temporal breakdown (Holistic Trace Analysis's window rules).
+"""HTA-compatible temporal breakdown and communication–computation overlap.
 
-Pattern: HTA considers device activity (kernels, memcpy, memset) from the first to the last
-one that starts before the *last* ``ProfilerStep`` begins (its last step is dropped). Within
-that range: compute = union of non-communication kernels, idle = range − union of all device
-activity, non-compute = the rest. Matching HTA lets users compare numbers one-to-one; the
-rankscope breakdown (``breakdown``) keeps every step instead.
+Pattern: Holistic Trace Analysis considers device activity (kernels, memcpy, memset) that starts
+at or after the first ``ProfilerStep`` and before the *last* one begins (its last step is
+dropped). Within that range:
+
+- temporal breakdown: compute = union of non-communication kernels, idle = range − union of
+  all device activity, non-compute = the rest;
+- comm–comp overlap = |union(comm kernels) ∩ union(compute kernels)| / |union(comm kernels)|,
+  kernels only (memcpy/memset count neither as compute nor as communication).
+
+Matching HTA lets users compare numbers one-to-one (checked against holistictraceanalysis 0.5.0
+on HTA's own trace_filter data: see tests/golden); the rankscope ``breakdown`` keeps every step.
+Needs one rank's events at a time.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from rankscope.analysis.base import Result
-from rankscope.analysis.intervals import merge
+from rankscope.analysis.classify import DEVICE_KINDS, col, comm_mask, kind_in
+from rankscope.analysis.intervals import coverage, merge, per_window
 from rankscope.model.run import Run
+
+_COLS = ["name", "kind", "ts", "dur", "is_comm", "external_id", "correlation"]
 
 
 def _union(ts: np.ndarray, end: np.ndarray) -> int:
@@ -21,30 +33,62 @@ def _union(ts: np.ndarray, end: np.ndarray) -> int:
     return int((e - s).sum())
 
 
-def temporal(run: Run, rank: int) -> dict[str, int] | None:
-    """idle / compute / non_compute / total (ns) of one rank in HTA's window, None without device work."""
-    ev = run.table(rank, "events", columns=["kind", "ts", "dur", "is_comm"])
-    kind = np.asarray(ev.column("kind").to_numpy(zero_copy_only=False)).astype(str)
-    ts, dur = np.asarray(ev.column("ts")), np.asarray(ev.column("dur"))
-    comm = np.asarray(ev.column("is_comm"))
-    dev = np.isin(kind, ("kernel", "memcpy", "memset"))
-    steps = np.asarray(run.table(rank, "steps", columns=["ts"]).column("ts"))
+def _window(run: Run, rank: int) -> dict[str, np.ndarray] | None:
+    """Device activity of one rank inside HTA's window: ts, end, kernel, comm masks."""
+    ev = run.table(rank, "events", columns=_COLS)
+    ts, dur = col(ev, "ts"), col(ev, "dur")
+    dev = kind_in(ev, DEVICE_KINDS)
+    steps = col(run.table(rank, "steps", columns=["ts"]), "ts")
     if len(steps) > 1:
         dev &= (ts >= steps[0]) & (ts < steps[-1])
     if not dev.any():
         return None
-    end = ts + dur
-    lo, hi = int(ts[dev].min()), int(end[dev].max())
-    compute = _union(ts[dev & (kind == "kernel") & ~comm], end[dev & (kind == "kernel") & ~comm])
-    busy = _union(ts[dev], end[dev])
+    comm = comm_mask(ev)
+    return {"ts": ts[dev], "end": (ts + dur)[dev], "kernel": kind_in(ev, ("kernel",))[dev], "comm": comm[dev]}
+
+
+def _temporal(rank: int, w: dict[str, np.ndarray]) -> dict[str, Any]:
+    ts, end, k, comm = w["ts"], w["end"], w["kernel"], w["comm"]
+    lo, hi = int(ts.min()), int(end.max())
+    compute = _union(ts[k & ~comm], end[k & ~comm])
+    busy = _union(ts, end)
     total = hi - lo
     return {"rank": rank, "total": total, "compute": compute, "non_compute": busy - compute,
             "idle": total - busy}
 
 
+def _overlap(rank: int, w: dict[str, np.ndarray]) -> dict[str, Any]:
+    ts, end, k, comm = w["ts"], w["end"], w["kernel"], w["comm"]
+    sets = {"c": (ts[k & ~comm], end[k & ~comm]), "m": (ts[k & comm], end[k & comm])}
+    lo, hi = np.array([int(ts.min())]), np.array([int(end.max())])
+    seg, length, cov = coverage(sets, lo, hi)
+    both = int(per_window(seg, length, cov["c"] & cov["m"], 1)[0]) if len(seg) else 0
+    comm_t = int(per_window(seg, length, cov["m"], 1)[0]) if len(seg) else 0
+    pct = 100.0 * both / comm_t if comm_t else 0.0
+    return {"rank": rank, "comm_time": comm_t, "overlapped": both, "overlap_pct": pct}
+
+
+def temporal(run: Run, rank: int) -> dict[str, int] | None:
+    """idle / compute / non_compute / total (ns) of one rank in HTA's window, None without device work."""
+    w = _window(run, rank)
+    return None if w is None else _temporal(rank, w)
+
+
+def overlap(run: Run, rank: int) -> dict[str, Any] | None:
+    """HTA's communication–computation overlap of one rank (percent of comm time under compute)."""
+    w = _window(run, rank)
+    return None if w is None else _overlap(rank, w)
+
+
 def run_hta_temporal(run: Run, results: dict) -> Result:
-    rows = [t for t in (temporal(run, r) for r in run.rank_ids) if t is not None]
-    if not rows:
+    temp, ov = [], []
+    for r in run.rank_ids:
+        w = _window(run, r)
+        if w is not None:
+            temp.append(_temporal(r, w))
+            ov.append(_overlap(r, w))
+    if not temp:
         return Result("hta_temporal", skipped="no GPU kernels in any rank (CPU-only trace)")
-    table = pa.Table.from_pylist(rows)
-    return Result("hta_temporal", tables={"hta_temporal": table})
+    return Result("hta_temporal", tables={"hta_temporal": pa.Table.from_pylist(temp),
+                                          "comm_comp_overlap": pa.Table.from_pylist(ov)},
+                  summary={"overlap_pct": {o["rank"]: round(o["overlap_pct"], 2) for o in ov}})

@@ -21,8 +21,30 @@ def _builtin() -> None:
                       breakdown.run_breakdown, needs=("steps",)))
     register(Analysis("hta_temporal", "HTA-compatible temporal breakdown (idle / compute / non-compute)",
                       hta_compat.run_hta_temporal, needs=("kernels",)))
+    from rankscope.analysis import clock, links
+
+    register(Analysis("clock", "per-rank clock offsets to rank 0 (anchors + matched collectives)", clock.run_clock))
+    register(Analysis("links", "slow links / groups: transfer-time outliers among peer groups", links.run_links,
+                      after=("clock",)))
     register(Analysis("straggler", "which rank the others wait for, and why",
                       straggler.run_straggler, after=("breakdown",)))
+    from rankscope.analysis import collectives, comm_matrix, kernels, memory, opstats, trajectory
+
+    register(Analysis("trajectory", "iteration gap, forward+backward and iteration tail per step",
+                      trajectory.run_trajectory, after=("breakdown",)))
+    register(Analysis("collectives", "collectives matched across ranks: arrival skew, wait, bandwidth",
+                      collectives.run_collectives, needs=("collectives",)))
+    register(Analysis("comm_matrix", "rank × rank bytes, time and bandwidth; process-group map",
+                      comm_matrix.run_comm_matrix, needs=("collectives",), after=("collectives",)))
+    register(Analysis("opstats", "cross-rank operator and kernel statistics (top-N)", opstats.run_opstats))
+    register(Analysis("kernels", "kernel classes, launch statistics, idle-time breakdown (HTA parity)",
+                      kernels.run_kernels, needs=("kernels",)))
+    register(Analysis("memory", "allocated / reserved memory over time, peak and operator at peak",
+                      memory.run_memory, needs=("memory",)))
+    from rankscope.analysis import advice
+
+    register(Analysis("advice", "rules with thresholds: data loading, exposed comm, host gaps, memory, ...",
+                      advice.run_advice, after=("breakdown",)))
 
 
 def run_all(run: Run, names: list[str] | None = None,

@@ -1,14 +1,22 @@
-"""Straggler verdict: which rank the others wait for, and the component that makes it slow.
+"""Straggler verdict: which rank the others wait for, why, and how much time it costs.
 
 Pattern: in synchronous data-parallel training every rank's step takes the same wall time,
 because the collectives make early ranks wait. A straggler is therefore the rank whose *own*
 time per step (wall minus exposed communication wait) is longest. Algorithm:
 1. per rank, the median over complete steps of own time = wall − exposed communication;
-2. a robust outlier rule against the other ranks: own time > median(others) by more than
-   max(3.5 × 1.4826 × MAD(others), 15 % of the median), and the rank is above the others'
-   median in at least 60 % of the steps (a single noisy step does not make a straggler);
-3. cause = the component (compute, data wait, host idle) with the largest excess over the
-   other ranks' median, reported with its numbers. "No straggler" is a normal answer.
+2. an outlier test against the other ranks (``stats.high_outliers``: ratio rule for 2 ranks,
+   Dixon's Q for 3–10, median/MAD beyond) with a minimum relative excess, and the rank above
+   the others' median in at least 60 % of the steps (a single noisy step makes no straggler);
+3. cause = the component (compute, data wait, host idle) with the largest excess over the other
+   ranks' median; "imbalance" when a large share of the time of the operators it calls as often
+   as the others runs on input shapes no other rank sees (larger inputs: different work, not
+   slower work); "comm" when the excess sits in DDP's
+   gradient hooks (host traces) or, from the "links" analysis, when one rank sits in every slow
+   group while arrival skew is normal;
+4. time lost = what-if at median speed: per step, own time minus the next slowest rank's (the
+   step would then be set by that rank), with the others' wait at matched collectives where this
+   rank arrived last (clocks aligned) beside it; per step and in total.
+"No straggler" is a normal answer. Confidence = step consistency × strength of the excess.
 """
 from __future__ import annotations
 
@@ -16,10 +24,14 @@ import numpy as np
 import polars as pl
 
 from rankscope.analysis.base import Finding, Result, Severity
+from rankscope.analysis.stats import high_outliers
 from rankscope.model.run import Run
 
-REL_THRESHOLD = 0.15
+REL_THRESHOLD = 0.10  # 3+ ranks: a statistical test also applies
+PAIR_THRESHOLD = 0.15  # 2 ranks: no test possible, a larger margin
 CONSISTENCY = 0.6
+PAIR_CONSISTENCY = 0.75  # 2 ranks: one of them is always "above the other's median"
+IMBALANCE_SHARE = 0.2
 COMPONENTS = {"computing": "compute", "data_wait": "data", "free": "host"}
 
 
@@ -34,19 +46,10 @@ def per_rank(bd: pl.DataFrame) -> pl.DataFrame:
             .sort("rank"))
 
 
-def outliers(values: np.ndarray) -> list[tuple[int, float]]:
-    """Indices whose value exceeds the median of the others robustly, with their relative excess."""
-    out = []
-    for i, v in enumerate(values):
-        others = np.delete(values, i)
-        if len(others) == 0:
-            continue
-        med = float(np.median(others))
-        mad = float(np.median(np.abs(others - med))) * 1.4826
-        limit = max(3.5 * mad, REL_THRESHOLD * med)
-        if med > 0 and v - med > limit:
-            out.append((i, (v - med) / med))
-    return out
+def outliers(values: np.ndarray) -> list[tuple[int, float, str]]:
+    """Indices of ranks whose own time is a high outlier: (index, relative excess, test)."""
+    rel = PAIR_THRESHOLD if len(values) == 2 else REL_THRESHOLD
+    return [(o.index, o.rel_excess, o.test) for o in high_outliers(np.asarray(values, float), rel)]
 
 
 def consistency(bd: pl.DataFrame, rank: int) -> float:
@@ -96,27 +99,129 @@ def refine(run: Run, kind: str, rank: int, others: list[int], evidence: dict) ->
     return kind
 
 
+def _shapes(run: Run, rank: int) -> pl.DataFrame:
+    """Operator time and calls per step per (name, input shapes) on one rank (ops that record shapes)."""
+    ev = pl.from_arrow(run.table(rank, "events", columns=["name", "kind", "dur", "input_dims"]))
+    n_steps = max(run.table(rank, "steps", columns=["step"]).num_rows, 1)
+    return (ev.filter((pl.col("kind").cast(pl.Utf8) == "cpu_op") & (pl.col("input_dims").cast(pl.Utf8) != ""))
+            .group_by(pl.col("name").cast(pl.Utf8), pl.col("input_dims").cast(pl.Utf8))
+            .agg(t=pl.col("dur").sum(), n=pl.len() / n_steps))
+
+
+def imbalance(run: Run, rank: int, others: list[int]) -> dict[str, float] | None:
+    """Evidence of different work: the *same* operators (same calls per step) on input shapes that no
+    other rank uses (larger batches, longer sequences). Extra operators alone are not imbalance."""
+    mine = _shapes(run, rank)
+    if mine.height == 0:
+        return None
+    theirs = [_shapes(run, o) for o in others[:8]]
+    seen = pl.concat([t.select("name", "input_dims") for t in theirs]).unique()
+    calls = pl.concat([t.group_by("name").agg(n=pl.col("n").sum()) for t in theirs]).group_by("name").agg(
+        ref=pl.col("n").median())
+    same = (mine.group_by("name").agg(n=pl.col("n").sum()).join(calls, on="name")
+            .filter((pl.col("n") - pl.col("ref")).abs() <= 0.05 * pl.col("ref")))["name"]
+    mine = mine.filter(pl.col("name").is_in(same.to_list()))
+    new = mine.join(seen, on=["name", "input_dims"], how="anti")
+    total = float(mine["t"].sum() or 0)
+    share = float(new["t"].sum() or 0) / total if total else 0.0
+    return {"unseen_shape_time_share": round(share, 3), "same_call_count_ops": int(same.len()),
+            "example": (new.sort("t", descending=True).row(0, named=True)["input_dims"] if new.height else "")}
+
+
+def time_lost(run: Run, rank: int, results: dict, bd: pl.DataFrame) -> dict[str, float]:
+    """What-if at median speed: how much shorter each step would be, and the others' wait for ``rank``.
+
+    Steps are synchronous, so at median speed a step would be set by the next slowest rank: lost =
+    own(rank) − max(own of the others), per step, clipped at 0. The wait the others spent at matched
+    collectives where ``rank`` arrived last (clocks aligned) is reported beside it.
+    """
+    own = bd.with_columns(own=pl.col("wall") - pl.col("comm_exposed"))
+    ref = own.filter(pl.col("rank") != rank).group_by("step").agg(pl.col("own").max().alias("ref"))
+    mine = own.filter(pl.col("rank") == rank).sort("ts").join(ref, on="step", how="left")
+    lost = np.clip((mine["own"] - mine["ref"]).fill_null(0).to_numpy().astype(float), 0, None)
+    wall = float(mine["wall"].median() or 0) if mine.height else 0.0
+    per_step = float(np.median(lost)) if len(lost) else 0.0
+    out = {"lost_per_step_ns": round(per_step), "lost_total_ns": round(float(np.sum(lost))),
+           "lost_share_of_step": round(per_step / wall, 4) if wall else 0.0, "steps": int(len(lost)),
+           "method": "step own time vs next slowest rank"}
+    from rankscope.analysis.clock import alignment_from, matched_collectives
+    from rankscope.analysis.links import instances
+
+    inst = instances(matched_collectives(run), alignment_from(results))
+    if inst.height and mine.height:
+        late = inst.filter((pl.col("last_rank") == rank) & pl.col("second").is_not_null())
+        waited = late.select(((pl.col("last") - pl.col("first")) * (pl.col("n") - 1)).sum()).item() or 0
+        out["others_wait_at_collectives_per_step_ns"] = round(float(waited) / max(mine.height, 1))
+        out["last_arrival_share"] = round(late.height / inst.height, 3)
+    return out
+
+
+def _finding(rank: int, kind: str, rel: float, evidence: dict, conf: float) -> Finding:
+    evidence["cause"] = kind
+    return Finding(kind="straggler", title=f"rank {rank} is slow: {kind}, +{rel:.0%} step time",
+                   severity=Severity.WARNING, ranks=(rank,), evidence=evidence, confidence=round(conf, 2))
+
+
+def own_time_stragglers(run: Run, results: dict, bd: pl.DataFrame, pr: pl.DataFrame) -> list[Finding]:
+    """Stragglers whose own (non-waiting) time per step is an outlier, with cause and time lost."""
+    findings = []
+    for i, rel, test in outliers(pr["own"].to_numpy().astype(float)):
+        rank = int(pr["rank"][i])
+        cons = consistency(bd, rank)
+        if cons < (PAIR_CONSISTENCY if pr.height == 2 else CONSISTENCY):
+            continue
+        row = pr.row(i, named=True)
+        others = pr.filter(pl.col("rank") != rank)
+        kind, excess = cause(row, others)
+        evidence = {"own_time_ns": row["own"], "others_median_ns": float(others["own"].median()),
+                    "excess_ns": {k: round(v) for k, v in excess.items()}, "relative_excess": float(rel),
+                    "test": test, "consistency": round(cons, 3)}
+        if bd.filter(pl.col("rank") == rank)["source"][0] == "host":
+            kind = refine(run, kind, rank, others["rank"].to_list(), evidence)
+        if kind == "compute":
+            imb = imbalance(run, rank, others["rank"].to_list())
+            if imb:
+                evidence["work"] = imb
+                if imb["unseen_shape_time_share"] > IMBALANCE_SHARE:
+                    kind = "imbalance"
+        evidence["time_lost"] = time_lost(run, rank, results, bd)
+        strength = min(1.0, rel / (2 * (PAIR_THRESHOLD if pr.height == 2 else REL_THRESHOLD)))
+        findings.append(_finding(rank, kind, rel, evidence, cons * strength))
+    return findings
+
+
+def link_stragglers(results: dict, bd: pl.DataFrame, taken: set[int]) -> list[Finding]:
+    """Communication stragglers from the "links" analysis: one rank in every slow group."""
+    links = results.get("links")
+    if links is None or links.skipped:
+        return []
+    out = []
+    groups = [f.evidence for f in links.findings if f.kind == "slow_link"]
+    n_steps = max(int(bd["step"].n_unique()), 1)
+    wall = float(bd["wall"].median() or 1)
+    for rank in links.summary.get("comm_stragglers", []):
+        if rank in taken:
+            continue
+        mine = [g for g in groups if rank in g["ranks"]]
+        lost = sum((g["transfer_ns"] - g["peers_median_ns"]) * g["instances"] for g in mine) / n_steps
+        rel = lost / wall
+        evidence = {"slow_groups": [{k: g[k] for k in ("pg_name", "op", "bytes", "ratio", "arrival_skew_ns")}
+                                    for g in mine], "relative_excess": rel,
+                    "transfer_ratio": max(g["ratio"] for g in mine),
+                    "time_lost": {"lost_per_step_ns": round(lost), "lost_total_ns": round(lost * n_steps),
+                                  "lost_share_of_step": round(lost / wall, 4), "method": "slow-group transfer"}}
+        out.append(_finding(int(rank), "comm", rel, evidence, min(1.0, len(mine) / 2)))
+    return out
+
+
 def run_straggler(run: Run, results: dict) -> Result:
     bd = pl.from_arrow(results["breakdown"].tables["breakdown"])
     pr = per_rank(bd)
     if pr.height < 2:
         return Result("straggler", skipped="needs at least 2 ranks with steps")
-    own = pr["own"].to_numpy().astype(float)
-    findings = []
-    for i, rel in outliers(own):
-        if consistency(bd, int(pr["rank"][i])) < CONSISTENCY:
-            continue
-        row = pr.row(i, named=True)
-        others = pr.filter(pl.col("rank") != row["rank"])
-        kind, excess = cause(row, others)
-        evidence = {"own_time_ns": row["own"], "others_median_ns": float(others["own"].median()),
-                    "excess_ns": {k: round(v) for k, v in excess.items()}, "relative_excess": float(rel)}
-        if bd.filter(pl.col("rank") == row["rank"])["source"][0] == "host":
-            kind = refine(run, kind, int(row["rank"]), others["rank"].to_list(), evidence)
-        evidence["cause"] = kind
-        findings.append(Finding(
-            kind="straggler", title=f"rank {row['rank']} is slow: {kind}, +{rel:.0%} step time",
-            severity=Severity.WARNING, ranks=(int(row["rank"]),), evidence=evidence))
+    findings = own_time_stragglers(run, results, bd, pr)
+    findings += link_stragglers(results, bd, {f.ranks[0] for f in findings})
     verdict = "; ".join(f.title for f in findings) if findings else "no straggler"
     return Result("straggler", tables={"per_rank": pr.to_arrow()}, findings=findings,
-                  summary={"verdict": verdict})
+                  summary={"verdict": verdict,
+                           "time_lost_per_step_ns": sum(f.evidence["time_lost"]["lost_per_step_ns"] for f in findings)})

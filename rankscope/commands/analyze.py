@@ -16,6 +16,10 @@ HELP = "analyze a run and print the per-rank breakdown and straggler verdict"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p)
     p.add_argument("--json", action="store_true", help="print a machine-readable summary to stdout")
+    p.add_argument("--export", choices=("csv", "json", "parquet"),
+                   help="write every analysis table (and Ascend-compatible cluster files) in this format")
+    p.add_argument("--export-dir", default=None,
+                   help="where --export writes (default: RUN/analysis/export, or ./rankscope-export)")
 
 
 def summary_json(run, results) -> dict:  # type: ignore[no-untyped-def]
@@ -26,8 +30,22 @@ def summary_json(run, results) -> dict:  # type: ignore[no-untyped-def]
 
 def run(args: argparse.Namespace) -> int:
     r, results = load_and_analyze(args.run, args.jobs, args.allow_missing_ranks)
+    if getattr(args, "export", None):
+        _export(args, r, results)
     if args.json:
         out.file.write(json.dumps(summary_json(r, results), default=str, indent=1) + "\n")
     else:
         print_summary(r, results)
     return 0
+
+
+def _export(args: argparse.Namespace, r, results) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    from rankscope.commands.common import console
+    from rankscope.render.export import export
+
+    run_dir = Path(args.run)
+    target = args.export_dir or (run_dir / "analysis" / "export" if run_dir.is_dir() else Path("rankscope-export"))
+    paths = export(r, results, args.export, target)
+    console.print(f"exported {len(paths)} files to {target}", highlight=False)

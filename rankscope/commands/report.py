@@ -1,4 +1,7 @@
-"""Write a self-contained HTML report of a run (opens offline; no network at view time)."""
+"""Write a self-contained HTML report of a run (opens offline; no network at view time).
+
+With --baseline RUN_B the report gets a diff view comparing the run with RUN_B.
+"""
 from __future__ import annotations
 
 import argparse
@@ -12,14 +15,21 @@ HELP = "write the HTML report of a run"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_run_arguments(p)
     p.add_argument("-o", "--output", help="output file (default: RUN/report.html)")
+    p.add_argument("--baseline", metavar="RUN_B", help="add a diff view comparing the run with RUN_B")
 
 
 def run(args: argparse.Namespace) -> int:
     from rankscope.render.html import render
 
     r, results = load_and_analyze(args.run, args.jobs, args.allow_missing_ranks)
+    diff = None
+    if getattr(args, "baseline", None):
+        from rankscope.analysis.diff import run_diff
+
+        b, rb = load_and_analyze(args.baseline, args.jobs, args.allow_missing_ranks)
+        diff = run_diff(r, results, b, rb)
     target = Path(args.output) if args.output else (Path(args.run) / "report.html" if Path(args.run).is_dir()
                                                      else Path(args.run).with_suffix(".report.html"))
-    path = render(r, results, target)
+    path = render(r, results, target, diff=diff)
     print_summary(r, results, str(path))
     return 0

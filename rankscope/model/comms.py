@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -60,17 +60,22 @@ def _pg_ranks(v: Any) -> str:
     return ",".join(re.findall(r"-?\d+", str(v or "")))
 
 
-def _rows(events: pa.Table, xs: list[Event], raw: RawTrace) -> list[dict[str, Any]]:
+def _rows(events: pa.Table, xs: Mapping[int, Event], raw: RawTrace) -> list[dict[str, Any]]:
     """One row per collective call: nested comm ops on one thread (c10d::X > record_param_comms >
     nccl:X) form a single call; metadata comes from the record_param_comms inside it. Gloo runs
     collectives on its own threads as ``gloo:*`` spans: when those exist they are the calls."""
-    names = np.asarray(events.column("name").to_numpy(zero_copy_only=False))
-    kinds = np.asarray(events.column("kind").to_numpy(zero_copy_only=False))
-    comm = np.asarray(events.column("is_comm")) & ((kinds == "cpu_op") | (kinds == "user_annotation"))
+    # Work on dictionary indices: decoding every event's name to a Python string is the slow part.
+    name_col = events.column("name").combine_chunks()
+    dic = np.asarray(name_col.dictionary.to_pylist() + [""], dtype=object)
+    name_idx = name_col.indices.to_numpy(zero_copy_only=False)
+    kinds = _dict_mask(events.column("kind"), ("cpu_op", "user_annotation"))
+    comm = np.asarray(events.column("is_comm")) & kinds
     idx = np.flatnonzero(comm)
-    gloo = np.array([n.startswith("gloo:") for n in names[idx]], dtype=bool)
+    is_gloo = np.array([str(n).startswith("gloo:") for n in dic], dtype=bool)
+    gloo = is_gloo[name_idx[idx]]
     if gloo.any():
         idx = idx[gloo]
+    names = _LazyNames(dic, name_idx)
     ts, dur = np.asarray(events.column("ts")), np.asarray(events.column("dur"))
     tid = np.asarray(events.column("tid"))
     idx = idx[np.lexsort((-dur[idx], ts[idx], tid[idx]))]
@@ -86,7 +91,24 @@ def _rows(events: pa.Table, xs: list[Event], raw: RawTrace) -> list[dict[str, An
     return [_group_row(g, names, xs, int(ts[g[0]]), int(dur[g[0]]), default_pg) for g in groups]
 
 
-def _group_row(g: list[int], names: np.ndarray, xs: list[Event], ts: int, dur: int,
+class _LazyNames:
+    """names[i] for an event row, decoded from the dictionary only for the rows asked for."""
+
+    def __init__(self, dic: np.ndarray, idx: np.ndarray) -> None:
+        self.dic, self.idx = dic, idx
+
+    def __getitem__(self, i: int) -> str:
+        return self.dic[self.idx[i]]
+
+
+def _dict_mask(col: Any, values: tuple[str, ...]) -> np.ndarray:
+    """Rows of a dictionary column whose value is one of ``values``, tested over the dictionary."""
+    arr = col.combine_chunks()
+    hit = np.array([v in values for v in arr.dictionary.to_pylist()] + [False], dtype=bool)
+    return hit[arr.indices.to_numpy(zero_copy_only=False)]
+
+
+def _group_row(g: list[int], names: Any, xs: Mapping[int, Event], ts: int, dur: int,
                default_pg: tuple[str, str, int]) -> dict[str, Any]:
     meta = next((i for i in g if names[i] == "record_param_comms"), g[0])
     row = _row(meta, str(names[g[0]]), xs[meta].args, ts, dur, default_pg)
@@ -137,11 +159,10 @@ def _default_pg(raw: RawTrace) -> tuple[str, str, int]:
 
 def _device_spans(events: pa.Table, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """First..last communication kernel launched inside each [ts, end) host span."""
-    kind = events.column("kind").to_numpy()
     corr = events.column("correlation").to_numpy()
     comm = events.column("is_comm").to_numpy()
-    k = np.flatnonzero((kind == "kernel") & comm & (corr >= 0))
-    r = np.flatnonzero((kind == "runtime") & (corr >= 0))
+    k = np.flatnonzero(_dict_mask(events.column("kind"), ("kernel",)) & comm & (corr >= 0))
+    r = np.flatnonzero(_dict_mask(events.column("kind"), ("runtime",)) & (corr >= 0))
     dev_ts = np.full(len(ts), -1, dtype=np.int64)
     dev_dur = np.full(len(ts), -1, dtype=np.int64)
     if not len(k) or not len(r):
@@ -162,7 +183,7 @@ def _device_spans(events: pa.Table, ts: np.ndarray, end: np.ndarray) -> tuple[np
     return dev_ts, dev_dur
 
 
-def collectives(events: pa.Table, xs: list[Event], raw: RawTrace) -> pa.Table:
+def collectives(events: pa.Table, xs: Mapping[int, Event], raw: RawTrace) -> pa.Table:
     """The ``collectives`` table of one rank."""
     if events.num_rows == 0:
         return schema.empty("collectives")

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rankscope.errors import TraceError
 from rankscope.model.info import RankInfo
 
-CACHE_VERSION = "1"
+log = logging.getLogger(__name__)
+CACHE_VERSION = "2"
 TABLE_NAMES = ("events", "collectives", "memory", "steps")
 
 
@@ -27,6 +29,8 @@ class RankTask:
     rank_hint: int | None = None
     meta: dict[str, Any] | None = None
     hint_source: str = "meta.json"
+    reader: str = "kineto"  # key of READERS
+    root: str | None = None  # the directory an "ascend" task reads
 
 
 def source_key(files: tuple[str, ...]) -> str:
@@ -49,15 +53,33 @@ def cached(task: RankTask, key: str) -> RankInfo | None:
     except (ValueError, TypeError):
         return None
     got.cache = str(info.parent)
+    got.files = list(task.files)  # the run may have moved since it was cached
     return got
 
 
 def ingest(task: RankTask) -> RankInfo | TraceError:
     """Decode, build tables, write Parquet; a fully unreadable rank comes back as a TraceError."""
-    key = source_key(task.files)
+    try:
+        key = source_key(task.files)
+    except OSError as exc:
+        return TraceError(task.files[0] if task.files else str(task.root), f"cannot read ({exc})")
     hit = cached(task, key)
     if hit is not None:
         return hit
+    try:
+        got = READERS[task.reader](task)
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, MemoryError) as exc:
+        # A file odd in a way no check foresaw: one line for the user, the traceback in the debug log.
+        log.debug("ingest of %s failed", task.files, exc_info=True)
+        return TraceError(task.files[0] if task.files else str(task.root),
+                          f"could not be read ({exc.__class__.__name__}: {exc}); rerun with --debug for details")
+    if isinstance(got, TraceError):
+        return got
+    info, parts = got
+    return _write(info, parts, Path(task.cache_dir) / key)
+
+
+def _read_kineto(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | TraceError:
     from rankscope.model import kineto, tables
 
     parts: list[dict[str, Any]] = []
@@ -65,20 +87,42 @@ def ingest(task: RankTask) -> RankInfo | TraceError:
     for f in task.files:
         try:
             raw = kineto.decode(f)
+            tabs, problems = tables.build(raw)
         except TraceError as err:
             if len(task.files) == 1:
                 return err
             info.problems.append(str(err))
             info.partial = True
             continue
-        tabs, problems = tables.build(raw)
         info.problems += [f"{f}: {p}" for p in raw.problems + problems]
         info.partial |= raw.partial
         _identity(info, raw, task)
+        del raw
         parts.append(tabs)
     if not parts:
         return TraceError(task.files[0], "no readable trace among the rank's files")
-    return _write(info, parts, Path(task.cache_dir) / key)
+    return info, parts
+
+
+def _read_ascend(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | TraceError:
+    from rankscope.model import ascend
+
+    d = Path(task.root or task.files[0])
+    rank, source, dist = ascend.identity(d)
+    info = RankInfo(rank=-1 if rank is None else rank, files=list(task.files), meta=task.meta or {},
+                    rank_source=source, world_size=dist.get("world_size"), backend=dist.get("backend") or "hccl")
+    try:
+        tabs, problems, partial = ascend.read(d)
+    except TraceError as err:
+        return err
+    info.problems += problems
+    info.partial = partial
+    return info, [tabs]
+
+
+READERS: dict[str, Callable[[RankTask], "tuple[RankInfo, list[dict[str, Any]]] | TraceError"]] = {
+    "kineto": _read_kineto, "ascend": _read_ascend,
+}
 
 
 def _identity(info: RankInfo, raw: Any, task: RankTask) -> None:

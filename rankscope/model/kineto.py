@@ -8,17 +8,22 @@ event before the damage, and the rank is marked partial.
 from __future__ import annotations
 
 import gzip
+import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Iterator, Optional, Union
+
+import re
 
 import msgspec
 
 from rankscope.errors import TraceError
 
 
-class Args(msgspec.Struct, rename={
+# gc=False: hundreds of thousands of decoded structs must not be traversed by every garbage
+# collection triggered while columns are built (they hold no reference cycles).
+class Args(msgspec.Struct, gc=False, rename={
     "external_id": "External id", "input_dims": "Input Dims", "input_type": "Input type",
     "coll_name": "Collective name", "in_nelems": "In msg nelems", "out_nelems": "Out msg nelems",
     "pg_name": "Process Group Name", "pg_ranks": "Process Group Ranks", "group_size": "Group size",
@@ -45,9 +50,10 @@ class Args(msgspec.Struct, rename={
     total_reserved: Any = None
     nbytes: Any = None
     device_id: Any = None
+    name: Any = None  # process_name / thread_name metadata events (Ascend names its layers so)
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, gc=False):
     ph: str = ""
     name: str = ""
     cat: Optional[str] = None
@@ -58,7 +64,7 @@ class Event(msgspec.Struct):
     args: Optional[Args] = None
 
 
-class PGConfig(msgspec.Struct):
+class PGConfig(msgspec.Struct, gc=False):
     pg_name: str = ""
     pg_desc: str = ""
     ranks: Union[list, str, None] = None
@@ -72,14 +78,32 @@ class DistInfo(msgspec.Struct):
     pg_config: Optional[list[PGConfig]] = None
 
 
-class Trace(msgspec.Struct):
-    traceEvents: list[Event] = []
+class Trace(msgspec.Struct, gc=False):
+    # Events stay undecoded (zero-copy slices of the JSON buffer) until ``RawTrace.chunks`` turns
+    # them into structs a chunk at a time: peak memory is the JSON plus one chunk of structs,
+    # not the JSON plus every event as Python objects.
+    traceEvents: list[msgspec.Raw] = []
     distributedInfo: Optional[DistInfo] = None
     baseTimeNanoseconds: Optional[int] = None
     deviceProperties: Optional[list[dict[str, Any]]] = None
 
 
 _DECODER = msgspec.json.Decoder(Trace)
+_ARRAY_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+_EVENTS = msgspec.json.Decoder(list[Event])
+_EVENT = msgspec.json.Decoder(Event)
+CHUNK = 8192
+# Decoding needs the JSON bytes plus the structs (~3x the JSON); refuse above this many JSON bytes
+# instead of letting the OS kill the worker. Override with RANKSCOPE_MAX_JSON_BYTES.
+DEFAULT_MAX_JSON_BYTES = 8 << 30
+
+
+def max_json_bytes() -> int:
+    """The largest (decompressed) trace this process will decode."""
+    try:
+        return int(os.environ.get("RANKSCOPE_MAX_JSON_BYTES", DEFAULT_MAX_JSON_BYTES))
+    except ValueError:
+        return DEFAULT_MAX_JSON_BYTES
 
 
 @dataclass
@@ -92,39 +116,114 @@ class RawTrace:
     partial: bool = False
     nbytes: int = 0
 
+    def chunks(self, size: int | None = None) -> Iterator[list[Event]]:
+        """The events as structs, ``size`` at a time. An event that is not a valid trace event
+        (not an object, 'ph' not a string, ...) is left out and counted in ``problems``."""
+        evs, size = self.trace.traceEvents, size or CHUNK
+        bad = 0
+        for i in range(0, len(evs), size):
+            part = evs[i:i + size]
+            try:
+                yield _EVENTS.decode(b"[" + b",".join(part) + b"]")
+            except msgspec.DecodeError:
+                good = []
+                for r in part:
+                    try:
+                        good.append(_EVENT.decode(r))
+                    except msgspec.DecodeError:
+                        bad += 1
+                yield good
+        if bad:
+            self.problems.append(f"{bad} malformed events (not trace event objects) were left out")
+
+
+def _too_large(path: str, size: int, limit: int) -> TraceError:
+    return TraceError(path, f"too large to decode in memory ({size / 1e9:.2f} GB of JSON, limit "
+                      f"{limit / 1e9:.2f} GB); split the trace (shorter profiling window) or raise "
+                      "RANKSCOPE_MAX_JSON_BYTES on a machine with more memory")
+
+
+def _gunzip(raw: bytes, path: str, limit: int) -> tuple[bytes, list[str]]:
+    """Inflate with a size cap; a truncated stream yields what could be inflated."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        data = d.decompress(raw, limit + 1)
+    except zlib.error as exc:
+        return b"", [f"gzip stream damaged ({exc}); nothing could be inflated"]
+    if len(data) > limit:
+        raise _too_large(path, max(len(data), int.from_bytes(raw[-4:], "little")), limit)
+    if not d.eof:
+        return data, [f"gzip stream damaged (ends early); kept {len(data)} bytes"]
+    return data, []
+
 
 def read_bytes(path: str | Path) -> tuple[bytes, list[str]]:
-    """Read a (possibly gzipped) file; a truncated gzip stream yields what could be inflated."""
-    raw = Path(path).read_bytes()
-    if raw[:2] != b"\x1f\x8b":
+    """Read a (possibly gzipped) file; refuses files larger than ``max_json_bytes()``."""
+    p, limit = str(path), max_json_bytes()
+    size = os.stat(p).st_size
+    with open(p, "rb") as fh:
+        magic = fh.read(2)
+        if magic != b"\x1f\x8b" and size > limit:
+            raise _too_large(p, size, limit)
+        raw = magic + fh.read()
+    if magic != b"\x1f\x8b":
         return raw, []
-    try:
-        return gzip.decompress(raw), []
-    except (EOFError, OSError, zlib.error) as exc:
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            data = d.decompress(raw)
-        except zlib.error:
-            data = b""
-        return data, [f"gzip stream damaged ({exc.__class__.__name__}: {exc}); kept {len(data)} bytes"]
+    return _gunzip(raw, p, limit)
+
+
+_EVENT_END = re.compile(rb"\}\s*[,\]]")
+_FIRST = re.compile(rb"\s*(\S)")
+
+
+def _first_char(data: bytes) -> bytes:
+    """First non-blank byte without copying the buffer (b"" for a blank document)."""
+    m = _FIRST.match(data)
+    return m.group(1) if m else b""
 
 
 def _salvage(data: bytes) -> Trace | None:
-    """Cut a truncated JSON document after its last complete event and close it."""
+    """Cut a truncated JSON document after its last complete event and close it.
+
+    Candidates are '}' followed by ',' or ']' (an object that ended inside a list), tried from the
+    end; at most 64 full decodes, so a damaged 1 GB file cannot take hours."""
     start = data.find(b'"traceEvents"')
-    if start < 0:
+    bare = start < 0 and _first_char(data) == b"["
+    if start < 0 and not bare:
         return None
-    end = len(data)
-    for _ in range(200):
-        end = data.rfind(b"}", start, end)
-        if end < 0:
-            return None
-        for tail in (b"]}", b"}]}"):
+    tail_at = max(start, 0) + max(0, len(data) - (1 << 20))
+    ends = [m.start() for m in _EVENT_END.finditer(data, tail_at)][::-1][:64]
+    for end in ends:
+        for tail in ((b"]",) if bare else (b"]}", b"}]}")):
             try:
+                if bare:
+                    return Trace(traceEvents=_ARRAY_DECODER.decode(data[: end + 1] + tail))
                 return _DECODER.decode(data[: end + 1] + tail)
             except msgspec.DecodeError:
                 continue
     return None
+
+
+_NAN = re.compile(rb"(?<=:)\s*-?(?:NaN|nan|Infinity|inf)\b")
+
+
+def _nonstandard(data: bytes, problems: list[str]) -> tuple[Trace | None, bytes]:
+    """Python's json and some C++ writers emit bare NaN / Infinity, which is not JSON: read them
+    as missing values (the column checks then report the events) instead of failing the file."""
+    fixed, n = _NAN.subn(b"null", data)
+    if not n:
+        return None, data
+    problems.append(f"{n} non-standard NaN/Infinity values read as missing")
+    try:
+        return _decode_doc(fixed), fixed
+    except msgspec.DecodeError:
+        return None, fixed
+
+
+def _decode_doc(data: bytes) -> Trace:
+    """Object form ({"traceEvents": [...]}) or Chrome's bare array form ([...])."""
+    if _first_char(data) == b"[":
+        return Trace(traceEvents=_ARRAY_DECODER.decode(data))
+    return _DECODER.decode(data)
 
 
 def decode(path: str | Path) -> RawTrace:
@@ -134,17 +233,26 @@ def decode(path: str | Path) -> RawTrace:
         data, problems = read_bytes(path)
     except OSError as exc:
         raise TraceError(p, f"cannot read file ({exc.strerror or exc})") from exc
-    if not data.strip():
+    return decode_bytes(p, data, problems)
+
+
+def decode_bytes(p: str, data: bytes, problems: list[str]) -> RawTrace:
+    """Decode the (inflated) bytes of trace file ``p``; see ``decode``."""
+    if not _first_char(data):
         raise TraceError(p, "empty file" if not problems else problems[0])
     partial = bool(problems)
     try:
-        trace = _DECODER.decode(data)
+        trace = _decode_doc(data)
     except msgspec.ValidationError as exc:
         raise TraceError(p, f"not a Kineto trace ({exc})") from exc
     except msgspec.DecodeError as exc:
-        trace = _salvage(data)
+        fixed, data = _nonstandard(data, problems)
+        trace = fixed or _salvage(data)
         if trace is None:
             raise TraceError(p, f"not valid JSON ({exc})") from exc
-        problems.append(f"truncated JSON ({exc}); kept {len(trace.traceEvents)} complete events")
-        partial = True
+        if fixed is None:
+            problems.append(f"truncated JSON ({exc}); kept {len(trace.traceEvents)} complete events")
+            partial = True
+    if not trace.traceEvents:
+        problems.append("no trace events (metadata only: was the profiler stopped before any step?)")
     return RawTrace(p, trace, problems, partial, len(data))

@@ -70,10 +70,14 @@ def _is_trace(p: Path) -> bool:
 def cache_root(run_path: Path) -> Path:
     """RUN/analysis/cache when writable, else a per-user cache keyed by the run's path."""
     target = run_path / "analysis" / "cache" if run_path.is_dir() else run_path.parent / ".rankscope-cache"
+    # Mode bits too, not only os.access: root may write anywhere, but a directory marked read-only
+    # (shared reference data) must not get a cache folder written into it.
+    owner = run_path if run_path.is_dir() else run_path.parent
     try:
-        target.mkdir(parents=True, exist_ok=True)
-        if os.access(target, os.W_OK):
-            return target
+        if owner.stat().st_mode & 0o200 or target.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            if os.access(target, os.W_OK) and target.stat().st_mode & 0o200:
+                return target
     except OSError:
         pass
     key = hashlib.sha256(str(run_path.resolve()).encode()).hexdigest()[:16]
@@ -85,9 +89,15 @@ def cache_root(run_path: Path) -> Path:
 def discover(path: Path, cache: Path) -> tuple[list[RankTask], dict[str, Any]]:
     """Tasks for every rank (run directory) or every trace file (plain directory / one file)."""
     if path.is_file():
-        return [RankTask((str(path),), str(cache))], {}
+        return [RankTask((str(path),), str(cache), _rank_from_name(path), None, "file name")], {}
     if not path.exists():
         raise RankscopeError(f"{path}: no such file or directory")
+    from rankscope.model import ascend
+
+    npu = ascend.find_dirs(path)
+    if npu:
+        return [RankTask(ascend.source_files(d), str(cache), None, None, "ascend", "ascend", str(d))
+                for d in npu], {}
     manifest = {}
     if (path / "run.json").exists():
         try:

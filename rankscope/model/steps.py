@@ -29,11 +29,12 @@ def _step_rows(events: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def device_end_per_span(events: pa.Table, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """For each host span [start, end): the end of device work launched inside it (-1: none)."""
-    kind = np.asarray(events.column("kind").to_numpy(zero_copy_only=False))
+    from rankscope.model.comms import _dict_mask
+
     corr = np.asarray(events.column("correlation"))
     ts, dur = np.asarray(events.column("ts")), np.asarray(events.column("dur"))
-    dev = np.isin(kind, schema.DEVICE_KINDS) & (corr >= 0)
-    run = (kind == "runtime") & (corr >= 0)
+    dev = _dict_mask(events.column("kind"), schema.DEVICE_KINDS) & (corr >= 0)
+    run = _dict_mask(events.column("kind"), ("runtime",)) & (corr >= 0)
     out = np.full(len(starts), -1, dtype=np.int64)
     if not dev.any() or not run.any():
         return out

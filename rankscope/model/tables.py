@@ -1,11 +1,13 @@
 """Decoded Kineto events -> the per-rank Arrow tables of ``schema.py``.
 
 Column work is vectorized (numpy / pyarrow); the only per-event Python is the attribute
-gathering out of the decoded structs, done once per column with list comprehensions.
+gathering out of the decoded structs (``map(attrgetter)``, one C-level pass per column), done a
+chunk of events at a time so the structs of a whole file never exist at once.
 """
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from typing import Any, Sequence
 
 import numpy as np
@@ -13,9 +15,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rankscope.model import schema
-from rankscope.model.kineto import Event, RawTrace
+from rankscope.model.kineto import Args, Event, RawTrace
 
-_COMM_MARKERS = ("nccl", "rccl", "hccl", "gloo", "record_param_comms", "c10d::")
+_NOARGS = Args()
+
+_HOST_KINDS = ("cpu_op", "user_annotation", "python_function")
+_COMM_MARKERS = ("nccl", "rccl", "hccl", "hcom_", "gloo", "record_param_comms", "c10d::")
 
 
 def to_ns(ts: np.ndarray, base_ns: int) -> np.ndarray:
@@ -24,9 +29,13 @@ def to_ns(ts: np.ndarray, base_ns: int) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + np.rint((ts - whole) * 1000).astype(np.int64) + base_ns
 
 
-def _ids(values: Sequence[Any]) -> np.ndarray:
+def _ids(values: Sequence[Any], names: dict[str, int] | None = None) -> np.ndarray:
     """pid/tid may be ints or strings ("Spans", "PyTorch Profiler"); strings get stable negatives."""
-    names: dict[str, int] = {}
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    names = {} if names is None else names
     out = [v if type(v) is int else names.setdefault(str(v), -1 - len(names)) for v in values]
     return np.asarray(out, dtype=np.int64)
 
@@ -87,62 +96,128 @@ def nesting_depth(tid: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.nda
     return depth
 
 
+class _Problems:
+    """Problems counted over all chunks of a file, rendered once as one line each."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.unknown: set[str] = set()
+
+    def count(self, what: str, n: int) -> None:
+        if n:
+            self.counts[what] = self.counts.get(what, 0) + n
+
+    def lines(self) -> list[str]:
+        out = [f"{n} {what}" for what, n in self.counts.items()]
+        if self.unknown:
+            out.append(f"unknown event categories kept as 'other': {', '.join(sorted(self.unknown))}")
+        return out
+
+
 def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
-    """All per-rank tables of one decoded trace, plus problems found on the way."""
-    problems: list[str] = []
-    evs = raw.trace.traceEvents
+    """All per-rank tables of one decoded trace, plus problems found on the way.
+
+    Events become structs and then columns one chunk at a time; only the few communication
+    events are kept as structs (their args feed the ``collectives`` table)."""
+    probs = _Problems()
     base = raw.trace.baseTimeNanoseconds or 0
-    xs = [e for e in evs if e.ph == "X"]
-    events, xs = _events(xs, base, problems)
-    tables = {
-        "events": events,
-        "memory": _memory([e for e in evs if e.ph == "i" and e.name == "[memory]"], base),
-    }
-    tables["collectives"] = _collectives(events, xs, raw)
+    parts: list[pa.Table] = []
+    mems: list[Event] = []
+    comm_evs: dict[int, Event] = {}
+    ids: dict[str, int] = {}
+    offset = 0
+    for chunk in raw.chunks():
+        xs = [e for e in chunk if e.ph == "X"]
+        mems += [e for e in chunk if e.ph == "i" and e.name == "[memory]"]
+        del chunk
+        cols, xs = _chunk_columns(xs, base, probs, ids)
+        for i in np.flatnonzero(_flag_names(cols["name"], _COMM_MARKERS)).tolist():
+            comm_evs[offset + i] = xs[i]
+        offset += len(xs)
+        parts.append(pa.table(cols))
+    events = _finish_events(parts)
+    tables = {"events": events, "memory": _memory(mems, base)}
+    tables["collectives"] = _collectives(events, comm_evs, raw)
     tables["steps"] = _steps(events)
-    return tables, problems
+    return tables, probs.lines()
 
 
-def _events(xs: list[Event], base: int, problems: list[str]) -> tuple[pa.Table, list[Event]]:
-    ts_f = _floats([e.ts for e in xs])
-    dur_f = _floats([e.dur for e in xs])
+def _finish_events(parts: list[pa.Table]) -> pa.Table:
+    """Concatenate chunk tables (one dictionary per column) and add the whole-thread columns."""
+    parts = [p for p in parts if p.num_rows]
+    if not parts:
+        return schema.empty("events")
+    t = pa.concat_tables(parts).unify_dictionaries().combine_chunks() if len(parts) > 1 else parts[0]
+    tid, ts, dur = (t.column(c).to_numpy() for c in ("tid", "ts", "dur"))
+    kind = t.column("kind").combine_chunks()
+    hostk = np.array([k in _HOST_KINDS for k in kind.dictionary.to_pylist()] + [False])
+    host = hostk[kind.indices.to_numpy(zero_copy_only=False)]
+    cols = {n: t.column(n) for n in t.column_names}
+    cols["depth"] = pa.array(nesting_depth(tid, ts, dur, host))
+    cols["is_comm"] = pa.array(_flag_names(t.column("name").combine_chunks(), _COMM_MARKERS))
+    return pa.table({f.name: cols[f.name] for f in schema.EVENTS}, schema=schema.EVENTS)
+
+
+def _get(xs: Sequence[Any], *attrs: str) -> Any:
+    """Attribute columns out of decoded structs, one C-level pass (map + attrgetter) each."""
+    cols = [list(map(attrgetter(a), xs)) for a in attrs]
+    return cols[0] if len(attrs) == 1 else cols
+
+
+def _strings(values: Sequence[str | None]) -> pa.DictionaryArray:
+    """Interned strings; missing values become ""."""
+    return pc.fill_null(pa.array(values, type=pa.string()), "").dictionary_encode()
+
+
+def _kinds(cat: pa.DictionaryArray, probs: _Problems) -> pa.DictionaryArray:
+    """Normalized kind per event, computed over the (small) category dictionary, then gathered."""
+    names = [k.value for k in schema.Kind]
+    dic = [str(c).lower() for c in cat.dictionary.to_pylist()]
+    probs.unknown |= {c for c in dic if c not in schema.CATEGORY_KIND and c not in ("", "trace")}
+    code = np.array([names.index(schema.CATEGORY_KIND.get(c, schema.Kind.OTHER).value) for c in dic] + [0],
+                    dtype=np.int32)
+    per_event = code[cat.indices.to_numpy(zero_copy_only=False)]
+    used = np.flatnonzero(np.bincount(per_event, minlength=len(names)))
+    remap = np.zeros(len(names), dtype=np.int32)
+    remap[used] = np.arange(len(used), dtype=np.int32)
+    return pa.DictionaryArray.from_arrays(pa.array(remap[per_event]), pa.array([names[i] for i in used]))
+
+
+def _valid_times(xs: list[Event], probs: _Problems) -> tuple[list[Event], np.ndarray, np.ndarray]:
+    ts_f, dur_f = _floats(_get(xs, "ts")), _floats(_get(xs, "dur"))
     bad_ts = ~np.isfinite(ts_f)
-    if bad_ts.any():
-        problems.append(f"{int(bad_ts.sum())} events without a valid 'ts' were dropped")
     bad_dur = ~np.isfinite(dur_f) | (dur_f < 0)
-    if (bad_dur & ~bad_ts).any():
-        problems.append(f"{int((bad_dur & ~bad_ts).sum())} events with missing, negative or NaN 'dur' "
-                        "were kept with duration 0")
-    keep = ~bad_ts
-    if not keep.all():
+    probs.count("events without a valid 'ts' were dropped", int(bad_ts.sum()))
+    probs.count("events with missing, negative or NaN 'dur' were kept with duration 0",
+                int((bad_dur & ~bad_ts).sum()))
+    if bad_ts.any():
+        keep = ~bad_ts
         xs = [e for e, k in zip(xs, keep) if k]
         ts_f, dur_f, bad_dur = ts_f[keep], dur_f[keep], bad_dur[keep]
-    dur_f = np.where(bad_dur, 0.0, dur_f)
-    ts = to_ns(ts_f, base)
-    dur = np.rint(dur_f * 1000).astype(np.int64)
-    args = [e.args for e in xs]
-    cats = [(e.cat or "").lower() for e in xs]
-    unknown = {c for c in set(cats) if c not in schema.CATEGORY_KIND and c not in ("", "trace")}
-    kinds = [schema.CATEGORY_KIND.get(c, schema.Kind.OTHER).value for c in cats]
-    names = _dict_array([e.name or "" for e in xs])
-    tid = _ids([e.tid for e in xs])
-    kind_arr = _dict_array(kinds)
-    host = np.isin(np.asarray(kinds), ("cpu_op", "user_annotation", "python_function"))
-    cols = {
-        "name": names, "cat": _dict_array([e.cat or "" for e in xs]), "kind": kind_arr,
-        "ts": ts, "dur": dur, "pid": _ids([e.pid for e in xs]), "tid": tid,
-        "stream": _opt([a.stream if a else None for a in args]),
-        "device": _opt([a.device if a else None for a in args]).astype(np.int32),
-        "correlation": _opt([a.correlation if a else None for a in args]),
-        "external_id": _opt([a.external_id if a else None for a in args]),
-        "depth": nesting_depth(tid, ts, dur, host),
-        "is_comm": _flag_names(names, _COMM_MARKERS),
-        "input_dims": _dict_array([bytes(a.input_dims).decode() if a else ""
-                                   for a in args]),
-    }
-    if unknown:
-        problems.append(f"unknown event categories kept as 'other': {', '.join(sorted(unknown))}")
-    return pa.table(cols, schema=schema.EVENTS), xs
+    return xs, ts_f, np.where(bad_dur, 0.0, dur_f)
+
+
+def _chunk_columns(xs: list[Event], base: int, probs: _Problems,
+                   ids: dict[str, int]) -> tuple[dict[str, Any], list[Event]]:
+    """Columns of one chunk of 'X' events (all but the whole-thread ``depth`` and ``is_comm``)."""
+    xs, ts_f, dur_f = _valid_times(xs, probs)
+    names_l, cats_l, pids, tids, args = _get(xs, "name", "cat", "pid", "tid", "args")
+    args = [a or _NOARGS for a in args]
+    stream, device, corr, ext = _get(args, "stream", "device", "correlation", "external_id")
+    names = _strings(names_l)
+    if "" in names.dictionary.to_pylist():
+        probs.count("events without a name were kept with an empty name",
+                    int(pc.sum(pc.equal(names.dictionary.take(names.indices), "")).as_py() or 0))
+    cat = _strings(cats_l)
+    dims = pa.array([bytes(a.input_dims) for a in args], type=pa.binary()).cast(pa.string())
+    return {
+        "name": names, "cat": cat, "kind": _kinds(cat, probs),
+        "ts": to_ns(ts_f, base), "dur": np.rint(dur_f * 1000).astype(np.int64),
+        "pid": _ids(pids, ids), "tid": _ids(tids, ids),
+        "stream": _opt(stream), "device": _opt(device).astype(np.int32),
+        "correlation": _opt(corr), "external_id": _opt(ext),
+        "input_dims": dims.dictionary_encode(),
+    }, xs
 
 
 def _memory(ms: list[Event], base: int) -> pa.Table:

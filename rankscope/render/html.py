@@ -1,7 +1,16 @@
 """Self-contained HTML report: plotly's JavaScript is embedded, so it opens offline.
 
-Renders tables and findings; computes no statistics. Every string that comes from a trace is
-escaped with ``html.escape`` before it reaches the page.
+The page has one view per question (overview, iteration trajectory, communication, operators and
+kernels, memory, clock, flame graph, diff, problems). Every analysis result is shown in the view
+its name maps to (``VIEW_OF``; unknown names go to "More"): findings, summary, and its tables as
+sortable HTML tables, or "skipped: reason". Views in ``rankscope.render.views`` add charts for
+the analyses whose tables they know. Renders tables and findings; computes no statistics. Every
+string that comes from a trace is escaped with ``html.escape`` before it reaches the page.
+
+Example::
+
+    from rankscope.render.html import render
+    render(run, results, "report.html", diff=diff_result)
 """
 from __future__ import annotations
 
@@ -12,17 +21,156 @@ from typing import Any
 
 from rankscope.analysis.base import Result
 from rankscope.model.run import Run
+from rankscope.render.charts import breakdown_figure, columns_of, rows_of, steps_figure  # noqa: F401
+
+VIEWS: dict[str, str] = {
+    "overview": "Overview", "trajectory": "Iteration trajectory", "communication": "Communication",
+    "operators": "Operators & kernels", "memory": "Memory", "clock": "Clock", "flame": "Flame graph",
+    "diff": "Diff", "more": "More", "problems": "Problems & skipped",
+}
+VIEW_OF: dict[str, str] = {
+    "breakdown": "overview", "straggler": "overview", "advice": "overview", "diagnosis": "overview",
+    "trajectory": "trajectory", "collectives": "communication", "comm_matrix": "communication",
+    "comm": "communication", "bandwidth": "communication", "opstats": "operators", "hta_temporal": "operators",
+    "kernels": "operators", "memory": "memory", "clock": "clock", "recorder": "problems", "rpc": "problems",
+    "hang": "problems", "classify": "problems",
+}
+MAX_ROWS = 200
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
 header{background:#1d2330;color:#fff;padding:14px 24px}header h1{margin:0;font-size:20px}
-header .sub{opacity:.75;font-size:13px}main{padding:16px 24px;max-width:1300px}
+header .sub{opacity:.75;font-size:13px}main{padding:8px 24px;max-width:1300px}
+nav{background:#262d3d;padding:0 18px;position:sticky;top:0;z-index:5}
+nav a{display:inline-block;color:#cfd5e2;padding:9px 12px;text-decoration:none;font-size:14px}
+nav a.active{color:#fff;border-bottom:3px solid #6ea8fe}nav a.empty{opacity:.55}
 section{background:#fff;border:1px solid #e1e4ea;border-radius:8px;padding:12px 18px;margin:14px 0}
-h2{font-size:16px;margin:4px 0 10px}.verdict{font-size:18px;font-weight:600}
-.warn{color:#b3261e}.ok{color:#1e7a35}table{border-collapse:collapse;font-size:13px}
-td,th{border-bottom:1px solid #eceef2;padding:4px 10px;text-align:right}th{background:#f0f2f5}
+.view{display:none}.view.active{display:block}
+h2{font-size:16px;margin:4px 0 10px}h3{font-size:14px;margin:12px 0 6px}.verdict{font-size:18px;font-weight:600}
+.warn{color:#b3261e}.ok{color:#1e7a35}table{border-collapse:collapse;font-size:13px;margin:6px 0}
+td,th{border-bottom:1px solid #eceef2;padding:4px 10px;text-align:right}th{background:#f0f2f5;cursor:pointer}
 td:first-child,th:first-child{text-align:left}.muted{color:#6b7280;font-size:12px}
+tr.hot td{background:#fdecea}.sev-critical{color:#b3261e;font-weight:600}.sev-warning{color:#b36b00}
+.scroll{max-height:520px;overflow:auto}code{font-size:12px;word-break:break-all}
 """
+
+_JS = """
+function rsShow(v){document.querySelectorAll('.view').forEach(e=>e.classList.toggle('active',e.id==='view-'+v));
+document.querySelectorAll('nav a').forEach(a=>a.classList.toggle('active',a.dataset.view===v));
+document.querySelectorAll('#view-'+v+' .js-plotly-plot').forEach(p=>{try{Plotly.Plots.resize(p)}catch(e){}});}
+function rsSort(th){const t=th.closest('table'),b=t.tBodies[0],i=[...th.parentNode.children].indexOf(th),
+d=th.dataset.dir==='asc'?'desc':'asc';th.dataset.dir=d;const num=s=>{const x=parseFloat(s.replace(/,/g,''));
+return isNaN(x)?null:x};const rows=[...b.rows].sort((r1,r2)=>{const a=r1.cells[i].textContent,c=r2.cells[i].textContent,
+x=num(a),y=num(c);const k=(x!==null&&y!==null)?x-y:a.localeCompare(c);return d==='asc'?k:-k});rows.forEach(r=>b.appendChild(r));}
+document.addEventListener('click',e=>{const a=e.target.closest('nav a');if(a){e.preventDefault();
+history.replaceState(null,'','#'+a.dataset.view);rsShow(a.dataset.view);}
+const th=e.target.closest('th');if(th&&th.closest('table.sortable'))rsSort(th);});
+window.addEventListener('DOMContentLoaded',()=>{const v=location.hash.slice(1);
+rsShow(document.getElementById('view-'+v)?v:'overview');});
+"""
+
+
+def esc(v: Any) -> str:
+    """Escape any value for HTML text or attribute context."""
+    return html.escape(str(v), quote=True)
+
+
+def fmt(v: Any) -> str:
+    """A compact human form of a table cell."""
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 1e6 else f"{v:,.0f}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    if isinstance(v, (list, tuple, dict)):
+        return json.dumps(v, default=str)
+    return "" if v is None else str(v)
+
+
+def table_html(rows: list[dict[str, Any]], cols: list[str] | None = None, *, hot: set[int] | None = None,
+               limit: int = MAX_ROWS) -> str:
+    """A sortable table of at most ``limit`` rows; rows whose index is in ``hot`` are highlighted."""
+    cols = cols or (list(rows[0]) if rows else [])
+    head = "".join(f"<th>{esc(c)}</th>" for c in cols)
+    body = "".join(
+        f'<tr{" class=hot" if hot and i in hot else ""}>' + "".join(f"<td>{esc(fmt(r.get(c)))}</td>" for c in cols)
+        + "</tr>" for i, r in enumerate(rows[:limit]))
+    more = (f'<p class="muted">first {limit} of {len(rows)} rows; the full table is in '
+            "<code>rankscope analyze --json</code></p>" if len(rows) > limit else "")
+    return f'<div class="scroll"><table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{more}'
+
+
+def findings_html(result: Result) -> str:
+    """Findings as a list: severity, title, ranks, evidence."""
+    items = []
+    for f in result.findings:
+        ranks = f" (ranks {esc(', '.join(map(str, f.ranks)))})" if f.ranks else ""
+        conf = f" · confidence {f.confidence:.2f}" if f.confidence is not None else ""
+        items.append(f'<li><span class="sev-{esc(f.severity.value)}">{esc(f.severity.value)}</span> '
+                     f"{esc(f.title)}{ranks}{conf}<br><code>{esc(json.dumps(f.evidence, default=str))}</code></li>")
+    return f"<ul>{''.join(items)}</ul>" if items else ""
+
+
+def result_html(name: str, result: Result, *, skip_tables: tuple[str, ...] = ()) -> str:
+    """Generic block of one analysis: findings, summary and tables (or why it was skipped)."""
+    if result.skipped:
+        return f'<h3>{esc(name)}</h3><p class="muted">skipped: {esc(result.skipped)}</p>'
+    parts = [f"<h3>{esc(name)}</h3>", findings_html(result)]
+    if result.summary:
+        parts.append(table_html([{"key": k, "value": fmt(v)} for k, v in result.summary.items()]))
+    for tname, t in result.tables.items():
+        if tname in skip_tables or t is None:
+            continue
+        rows = rows_of(t)
+        parts.append(f"<details><summary>{esc(tname)} ({len(rows)} rows)</summary>"
+                     f"{table_html(rows, columns_of(t) if rows else [])}</details>")
+    return "".join(parts)
+
+
+def build(run: Run, results: dict[str, Result], *, diff: Result | None = None, flame: bool = True,
+          nav_extra: str = "") -> str:
+    """The report page as a string (the web UI serves it as is)."""
+    from rankscope.render import views
+
+    body: dict[str, list[str]] = {v: [] for v in VIEWS}
+    for view, fn in views.SPECIFIC.items():
+        body[view].append(_safe(fn, run, results))
+    for name, res in results.items():
+        view = VIEW_OF.get(name, "more")
+        body[view].append(f"<section>{result_html(name, res, skip_tables=views.DRAWN.get(name, ()))}</section>")
+    if flame:
+        body["flame"].append(_safe(views.flame_view, run, results))
+    if diff is not None:
+        body["diff"].append(_safe(views.diff_view, run, diff))
+    body["problems"].append(views.problems_view(run, results))
+    shown = [v for v in VIEWS if any(body[v]) or v in ("overview", "problems")]
+    nav = "".join(f'<a href="#{v}" data-view="{v}">{esc(VIEWS[v])}</a>' for v in shown)
+    main = "".join(f'<div class="view" id="view-{v}"><h2>{esc(VIEWS[v])}</h2>{"".join(body[v])}</div>'
+                   for v in shown)
+    title = f"rankscope · {esc(run.run_id)}"
+    sub = f"{len(run.ranks)} ranks · {esc(run.path)}" + (f" · compared with {esc(diff.summary.get('baseline', ''))}"
+                                                         if diff is not None else "")
+    return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>{_CSS}</style><script>{_plotly_js()}</script><script>{_JS}</script></head><body>
+<header><h1>{title}</h1><div class="sub">{sub}</div>{nav_extra}</header><nav>{nav}</nav>
+<main>{main}</main>
+<script id="rankscope-data" type="application/json">{_json_blob(run, results)}</script>
+</body></html>"""
+
+
+def render(run: Run, results: dict[str, Result], out: str | Path, *, diff: Result | None = None,
+           flame: bool = True) -> Path:
+    """Write the report and return its path."""
+    p = Path(out)
+    p.write_text(build(run, results, diff=diff, flame=flame), encoding="utf-8")
+    return p
+
+
+def _safe(fn: Any, *args: Any) -> str:
+    """A view that fails shows its error instead of breaking the whole report."""
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - one broken view must not hide the others
+        return f'<section><p class="warn">this view failed: {esc(type(exc).__name__)}: {esc(exc)}</p></section>'
 
 
 def _plotly_js() -> str:
@@ -31,108 +179,10 @@ def _plotly_js() -> str:
     return get_plotlyjs()
 
 
-def _figure_div(fig: Any, div_id: str) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
-                       config={"displaylogo": False, "responsive": True})
-
-
-def breakdown_figure(per_rank: Any, stragglers: set[int]) -> Any:
-    """Stacked bars: per rank, median step time split into compute / exposed comm / data / idle."""
-    import plotly.graph_objects as go
-
-    rows = per_rank.to_pylist()
-    ranks = [f"rank {r['rank']}" + (" ⚠" if r["rank"] in stragglers else "") for r in rows]
-    fig = go.Figure()
-    for col, label, color in (("computing", "compute", "#4c78a8"), ("comm_exposed", "exposed comm", "#e45756"),
-                              ("data_wait", "data wait", "#f58518"), ("free", "idle", "#bab0ac")):
-        fig.add_bar(name=label, x=ranks, y=[r[col] / 1e6 for r in rows], marker_color=color)
-    fig.update_layout(barmode="stack", yaxis_title="ms per step (median)", height=380,
-                      margin=dict(l=50, r=20, t=30, b=40), legend=dict(orientation="h"))
-    return fig
-
-
-def steps_figure(bd: Any) -> Any:
-    """Step time per rank over steps."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    for r in sorted(set(bd.column("rank").to_pylist())):
-        sub = [x for x in bd.to_pylist() if x["rank"] == r]
-        fig.add_scatter(name=f"rank {r}", x=[x["step"] for x in sub], y=[x["wall"] / 1e6 for x in sub],
-                        mode="lines+markers")
-    fig.update_layout(xaxis_title="step", yaxis_title="step time (ms)", height=320,
-                      margin=dict(l=50, r=20, t=30, b=40))
-    return fig
-
-
-def _table(rows: list[dict[str, Any]], cols: list[str]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in cols) + "</tr>"
-                   for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:,.3f}"
-    return str(v)
-
-
-def render(run: Run, results: dict[str, Result], out: str | Path) -> Path:
-    """Write the report and return its path."""
-    sections = [_overview(run, results)]
-    if "breakdown" in results and not results["breakdown"].skipped:
-        sections.append(_steps_section(results))
-    sections.append(_problems(run, results))
-    title = f"rankscope · {html.escape(run.run_id)}"
-    doc = f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style>{_CSS}</style><script>{_plotly_js()}</script></head><body>
-<header><h1>{title}</h1><div class="sub">{len(run.ranks)} ranks · {html.escape(run.path)}</div></header>
-<main>{''.join(sections)}</main>
-<script id="rankscope-data" type="application/json">{_json_blob(run, results)}</script>
-</body></html>"""
-    p = Path(out)
-    p.write_text(doc, encoding="utf-8")
-    return p
-
-
 def _json_blob(run: Run, results: dict[str, Result]) -> str:
+    st = results.get("straggler", Result("straggler"))
     data = {"run_id": run.run_id, "ranks": run.rank_ids, "missing": run.missing,
-            "verdict": results.get("straggler", Result("straggler")).summary.get("verdict")}
+            "verdict": st.summary.get("verdict"),
+            "analyses": {n: (r.skipped or "ok") for n, r in results.items()}}
     # "</" must not close the script element early.
-    return json.dumps(data).replace("</", "<\\/")
-
-
-def _overview(run: Run, results: dict[str, Result]) -> str:
-    st = results.get("straggler")
-    if st is None or st.skipped:
-        why = st.skipped if st else "not run"
-        return f'<section id="overview"><h2>Overview</h2><p class="muted">straggler analysis skipped: {html.escape(why)}</p></section>'
-    verdict = st.summary["verdict"]
-    cls = "warn" if st.findings else "ok"
-    stragglers = {r for f in st.findings for r in f.ranks}
-    fig = _figure_div(breakdown_figure(st.tables["per_rank"], stragglers), "breakdown-chart")
-    ev = "".join(f"<li>{html.escape(f.title)}: <code>{html.escape(json.dumps(f.evidence, default=str))}</code></li>"
-                 for f in st.findings)
-    missing = (f'<p class="warn">missing ranks: {html.escape(", ".join(map(str, run.missing)))}</p>'
-               if run.missing else "")
-    return (f'<section id="overview"><h2>Overview</h2><p class="verdict {cls}">{html.escape(verdict)}</p>'
-            f"{missing}<ul>{ev}</ul>{fig}</section>")
-
-
-def _steps_section(results: dict[str, Result]) -> str:
-    bd = results["breakdown"].tables["breakdown"]
-    rows = [{"rank": r["rank"], "step": r["step"], **{k: r[k] / 1e3 for k in (
-        "wall", "computing", "comm_exposed", "overlapped", "data_wait", "free")}, "complete": r["complete"]}
-        for r in bd.to_pylist()]
-    cols = ["rank", "step", "wall", "computing", "comm_exposed", "overlapped", "data_wait", "free", "complete"]
-    fig = _figure_div(steps_figure(bd), "steps-chart")
-    return (f'<section id="steps"><h2>Steps (µs)</h2>{fig}'
-            f"<details><summary>per rank × step table</summary>{_table(rows, cols)}</details></section>")
-
-
-def _problems(run: Run, results: dict[str, Result]) -> str:
-    items = [html.escape(p) for p in run.problems]
-    items += [f"analysis {html.escape(n)} skipped: {html.escape(r.skipped)}" for n, r in results.items() if r.skipped]
-    body = "".join(f"<li>{i}</li>" for i in items) or "<li>none</li>"
-    return f'<section id="problems"><h2>Problems and skipped analyses</h2><ul>{body}</ul></section>'
+    return json.dumps(data, default=str).replace("</", "<\\/")

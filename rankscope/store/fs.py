@@ -60,8 +60,11 @@ def default_options(url: str) -> dict[str, Any]:
     if url.startswith(("s3://", "s3a://")):
         # s3fs otherwise retries connection failures for a long time inside each call;
         # rankscope's uploader does its own retries with backoff.
+        # skip_instance_cache: our own instance, so lowering its retry count below touches
+        # no s3fs instance the user's code shares.
         return {"config_kwargs": {"connect_timeout": 5, "read_timeout": 60,
-                                  "retries": {"max_attempts": 2, "mode": "standard"}}}
+                                  "retries": {"max_attempts": 2, "mode": "standard"}},
+                "skip_instance_cache": True}
     return {}
 
 
@@ -80,6 +83,8 @@ def open_target(url: str, storage_options: dict[str, Any] | None = None) -> Targ
     except (ValueError, TypeError) as exc:
         raise RankscopeError(f"run URL {url} is not valid: {exc}; use a path or proto://bucket/prefix") from exc
     proto = _protocol(fs)
+    if proto in ("s3", "s3a"):
+        fs.retries = 2  # s3fs class default 5 with sleeps: one call would block ~10 s on a dead store
     if proto in OBJECT_STORES and not root.strip("/"):
         raise RankscopeError(f"run URL {url} names no bucket; use {proto}://BUCKET/PREFIX")
     return Target(url=url, fs=fs, root=root.rstrip("/"), object_store=proto in OBJECT_STORES, options=opts)
@@ -98,7 +103,9 @@ def classify(exc: BaseException) -> str:
     """'credentials', 'config', 'permission', 'missing', or 'unreachable' for a storage exception."""
     for e in _chain(exc):
         name = type(e).__name__
-        code = str(getattr(e, "response", {}).get("Error", {}).get("Code", "")) if hasattr(e, "response") else ""
+        resp = getattr(e, "response", None)
+        err = resp.get("Error") if isinstance(resp, dict) else None
+        code = str(err.get("Code", "")) if isinstance(err, dict) else ""
         if name in _CREDENTIAL_ERRORS or code in _CREDENTIAL_ERRORS:
             return "credentials"
         if "Unable to locate credentials" in str(e):

@@ -169,10 +169,14 @@ class Uploader:
         self._attempts[rel] = n
         delay = min(self.cfg.backoff_max_s, self.cfg.backoff_base_s * 2 ** (n - 1))
         self._not_before[rel] = time.monotonic() + random.uniform(0.5, 1.0) * delay
-        self.last_error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        self.last_error = (f"{type(exc).__name__}: {exc}".splitlines() or [type(exc).__name__])[0][:300]
         if not self._warned:
             self._warned = True
-            self._warn(f"rankscope: cannot upload to {self.target.url} ({classify(exc)}: {self.last_error}); "
+            try:
+                kind = classify(exc)
+            except Exception:  # noqa: BLE001 - a worker thread must survive any error
+                kind = "error"
+            self._warn(f"rankscope: cannot upload to {self.target.url} ({kind}: {self.last_error}); "
                        f"retrying in the background, files stay in spool {self.spool.dir} "
                        f"(finish later with `rankscope upload --resume {self.spool.dir}`)")
 

@@ -42,6 +42,8 @@ class Emitter:
         self.allocated, self.reserved = ident.mem_base, ident.mem_base + (512 << 20)
         self.addr = 0x7F3A00000000 + (ident.rank << 32)
         self.coll_meta = self._coll_meta()
+        self.kinds = [int(x) for x in prog.kind]
+        self._shape_cache: dict[int, Any] = {}
 
     # ---- per-collective static metadata, copied from record_param_comms in real NCCL traces
     def _coll_meta(self) -> list[dict[str, Any]]:
@@ -84,7 +86,7 @@ class Emitter:
     # ---- one step
     def step(self, s: int, st: StepTimes, step_end_ns: int) -> None:
         """Emit every event of profiled step ``s`` (0-based) from its true times."""
-        ts, de = self._local(st)
+        rows, kinds = self._local(st), self.kinds
         step_no = self.cfg.first_step + s
         start = self.clock.ts_us(np.array([st.t[0, 0], step_end_ns]))
         self._cpu(f"ProfilerStep#{step_no}", "user_annotation", self.id.pid, float(start[0]),
@@ -93,16 +95,14 @@ class Emitter:
         for i, ref in enumerate(self.prog.ref):
             tid = self.id.autograd_tid if self.prog.thread[i] == AUTOGRAD else self.id.pid
             if self.prog.kind[i] == COLL:
-                self._coll(k, s, tid, ts[:, i], de[:, i])
+                self._coll(k, s, tid, rows[i])
                 k += 1
             else:
-                self._op(ref, int(self.prog.kind[i]), tid, ts[:, i], de[:, i])
+                self._op(ref, kinds[i], tid, rows[i])
 
-    def _local(self, st: StepTimes) -> tuple[np.ndarray, np.ndarray]:
-        """Rank-clock ts of the nested host spans and device span of every op, vectorized.
-
-        Rows of ``ts``: depth 0..3 starts, depth 0..3 ends, launch start, launch end.
-        Rows of ``de``: device start, device end.
+    def _local(self, st: StepTimes) -> list[list[float]]:
+        """Rank-clock times of every op, vectorized; one row per op:
+        ``[start0..3, dur0..3, launch ts, launch dur, device ts, device dur]`` (us, depth 0..3).
         """
         t, d = st.t[:, 0], st.cpu[:, 0]
         delta = d // 33
@@ -112,33 +112,44 @@ class Emitter:
         le = np.where(self.prog.kind == SYNC, t + d - 4 * delta, ls + d * 30 // 100)
         ts = self.clock.ts_us(np.stack(starts + ends + [ls, le]))
         de = self.clock.ts_us(np.stack([st.ks[:, 0], st.ks[:, 0] + st.kd[:, 0]]))
-        return ts, de
+        durs = np.round(ts[4:8] - ts[:4], 3)
+        rows = np.concatenate([ts[:4], durs, ts[8:9], np.round(ts[9:10] - ts[8:9], 3),
+                               de[:1], np.round(de[1:] - de[:1], 3)])
+        return rows.T.tolist()
 
     def _next_ext(self, n: int = 1) -> int:
         e = self.ext
         self.ext += n
         return e
 
-    def _op(self, tpl: Template, kind: int, tid: int, ts: np.ndarray, de: np.ndarray) -> None:
+    def _op(self, tpl: Template, kind: int, tid: int, row: list[float]) -> None:
         depth = len(tpl.cpu)
         ext = self._next_ext(depth)
+        dims, types = self._shapes(tpl)
         for j, name in enumerate(tpl.cpu):
             args: dict[str, Any] = {"External id": ext + j, "Record function id": 0}
             cat = "user_annotation" if tpl.user_annotation and j == 0 else "cpu_op"
-            if cat == "cpu_op" and tpl.dims:
-                args["Input Dims"], args["Input type"] = [list(x) for x in tpl.dims], list(tpl.types)
-            self._cpu(name, cat, tid, float(ts[j]), round(float(ts[4 + j] - ts[j]), 3), args)
+            if cat == "cpu_op" and dims:
+                args["Input Dims"], args["Input type"] = dims, types
+            self._cpu(name, cat, tid, row[j], row[4 + j], args)
         if tpl.mem_bytes:
-            self._memory(tid, float(ts[depth - 1]) + 0.5, tpl.mem_bytes)
+            self._memory(tid, row[depth - 1] + 0.5, tpl.mem_bytes)
         if kind == DATA:
             return
         corr = self.corr
         self.corr += 1
         rt_name, cbid = RUNTIME.get(kind, ("cudaLaunchKernel", 211))
-        self._cpu(rt_name, "cuda_runtime", tid, float(ts[8]), round(float(ts[9] - ts[8]), 3),
+        self._cpu(rt_name, "cuda_runtime", tid, row[8], row[9],
                   {"External id": ext + depth - 1, "cbid": cbid, "correlation": corr})
-        self._device(tpl, kind, ext + depth - 1, corr, float(de[0]), round(float(de[1] - de[0]), 3))
-        self._flow(tid, float(ts[8]), float(de[0]), self.id.compute_stream, corr)
+        self._device(tpl, kind, ext + depth - 1, corr, row[10], row[11])
+        self._flow(tid, row[8], row[10], self.id.compute_stream, corr)
+
+    def _shapes(self, tpl: Template) -> tuple[list, list]:
+        # shared (never mutated) lists: orjson serializes them each time, we build them once
+        got = self._shape_cache.get(id(tpl))
+        if got is None:
+            got = self._shape_cache[id(tpl)] = ([list(x) for x in tpl.dims], list(tpl.types))
+        return got
 
     def _device(self, tpl: Template, kind: int, ext: int, corr: int, ts: float, dur: float) -> None:
         dev, stream = self.id.device, self.id.compute_stream
@@ -150,13 +161,20 @@ class Emitter:
             cat = "gpu_memset" if kind == MEMSET else "gpu_memcpy"
         else:
             cat = "kernel"
-            blocks = tpl.grid[0] * tpl.grid[1] * tpl.grid[2]
-            args.update({"queued": 0, "registers per thread": 128, "shared memory": 0,
-                         "blocks per SM": round(blocks / 108, 6),
-                         "warps per SM": round(blocks * tpl.block[0] / 32 / 108, 6),
-                         "grid": list(tpl.grid), "block": list(tpl.block), "est. achieved occupancy %": 50})
+            args.update(self._kernel_static(tpl))
         self.gpu.append({"ph": "X", "cat": cat, "name": tpl.device, "pid": dev, "tid": stream, "ts": ts,
                          "dur": dur, "args": args})
+
+    def _kernel_static(self, tpl: Template) -> dict[str, Any]:
+        key = -id(tpl)
+        got = self._shape_cache.get(key)
+        if got is None:
+            blocks = tpl.grid[0] * tpl.grid[1] * tpl.grid[2]
+            got = self._shape_cache[key] = {  # type: ignore[assignment]
+                "queued": 0, "registers per thread": 128, "shared memory": 0,
+                "blocks per SM": round(blocks / 108, 6), "warps per SM": round(blocks * tpl.block[0] / 32 / 108, 6),
+                "grid": list(tpl.grid), "block": list(tpl.block), "est. achieved occupancy %": 50}
+        return got  # type: ignore[return-value]
 
     def _memory(self, tid: int, ts: float, nbytes: int) -> None:
         self.allocated += nbytes
@@ -172,38 +190,38 @@ class Emitter:
         self.ev_idx += 1
         return self.ev_idx - 1
 
-    def _coll(self, k: int, s: int, tid: int, ts: np.ndarray, de: np.ndarray) -> None:
+    def _coll(self, k: int, s: int, tid: int, row: list[float]) -> None:
         m = self.coll_meta[k]
         c: Coll = m["coll"]
         outer, ann = C10D[c.op]
         ext = self._next_ext(3)
         seq = self.seq(k, s)
-        self._cpu(outer, "cpu_op", tid, float(ts[0]), round(float(ts[4] - ts[0]), 3),
+        self._cpu(outer, "cpu_op", tid, row[0], row[4],
                   {"External id": ext, "Record function id": 0, "Input Dims": [[c.nelems], [], [], [], []],
                    "Input type": [c.dtype, "ScriptObject", "ScriptObject", "", "Int"]})
         meta = {**m["meta"], "Seq": seq, "Comms Id": _comms_id(m["pg"], seq), "Is asynchronized op": 1}
-        self._cpu("record_param_comms", "cpu_op", tid, float(ts[1]), round(float(ts[5] - ts[1]), 3),
+        self._cpu("record_param_comms", "cpu_op", tid, row[1], row[5],
                   {"External id": ext + 1, "Record function id": 0, **meta})
-        self._cpu(ann, "user_annotation", tid, float(ts[2]), round(float(ts[6] - ts[2]), 3),
+        self._cpu(ann, "user_annotation", tid, row[2], row[6],
                   {"External id": ext + 2, "Record function id": 0})
         corr = self.corr
         self.corr += 1
-        self._cpu("cudaLaunchKernelExC", "cuda_runtime", tid, float(ts[8]), round(float(ts[9] - ts[8]), 3),
+        self._cpu("cudaLaunchKernelExC", "cuda_runtime", tid, row[8], row[9],
                   {"External id": ext + 1, "cbid": 430, "correlation": corr})
         stream = self.id.nccl_streams[m["pg"]]
-        dur = round(float(de[1] - de[0]), 3)
+        ts, dur = row[10], row[11]
         kname = NCCL_KERNEL[c.op].format(t=NCCL_T[c.dtype])
         self.gpu.append({"ph": "X", "cat": "kernel", "name": kname, "pid": self.id.device, "tid": stream,
-                         "ts": float(de[0]), "dur": dur,
+                         "ts": ts, "dur": dur,
                          "args": {"External id": ext + 1, "queued": 0, "device": self.id.device, "context": 1,
                                   "stream": stream, "correlation": corr, "registers per thread": 96,
                                   "shared memory": 87568, "blocks per SM": 0.074074, "warps per SM": 1.259259,
                                   "grid": [8, 1, 1], "block": [544, 1, 1], "est. achieved occupancy %": 0,
                                   **{key: m["meta"][key] for key in KERNEL_META}}})
         self.gpu.append({"ph": "X", "cat": "gpu_user_annotation", "name": ann, "pid": self.id.device,
-                         "tid": stream, "ts": round(float(de[0]) - 0.001, 3), "dur": round(dur + 0.002, 3),
+                         "tid": stream, "ts": round(ts - 0.001, 3), "dur": round(dur + 0.002, 3),
                          "args": {"External id": ext + 2}})
-        self._flow(tid, float(ts[8]), float(de[0]), stream, corr)
+        self._flow(tid, row[8], ts, stream, corr)
 
 
 KERNEL_META = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype", "In split size",

@@ -195,3 +195,16 @@ def test_bad_configs_raise_one_line(tmp_path: Path, kw: dict) -> None:
     with pytest.raises(RankscopeError) as err:
         _gen(tmp_path / "bad", **kw)
     assert "\n" not in str(err.value)
+
+
+def test_clock_drift_applies_to_timestamps(tmp_path: Path) -> None:
+    out = generate(tmp_path / "drift", ranks=2, steps=3, ops_per_step=20, skews=["1:0.1:2000"])
+    truth = _truth(out)
+    assert truth["clocks"][1]["drift_ppm"] == 2000.0 and truth["clocks"][1]["offset_ns"] == 100_000_000
+    doc = _trace(out, 1)
+    steps = [e for e in doc["traceEvents"] if e["name"].startswith("ProfilerStep#")]
+    for i, e in enumerate(steps):
+        true = truth["steps"]["start_ns"][i][1]
+        local = doc["baseTimeNanoseconds"] + round(e["ts"] * 1000) - truth["t0_epoch_ns"]
+        assert abs(local - (true + 100_000_000 + round(true * 2000e-6))) <= 1
+    assert round(truth["steps"]["start_ns"][-1][1] * 2000e-6) > 10_000  # drift is large enough to matter here

@@ -1,0 +1,145 @@
+"""Advice: rules with explicit thresholds, each a Finding with severity and the numbers behind it.
+
+Every rule reads medians over complete steps per rank (from the "breakdown" table) or the
+matched collectives, compares with a named threshold, and says what to try. The thresholds are
+data (``RULES``) so a report can list them. No rule fires on a healthy, well-overlapped run.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from rankscope.analysis.base import Finding, Result, Severity
+from rankscope.model.run import Run
+
+RULES: dict[str, dict[str, float]] = {
+    "data_loading": {"share": 0.05, "abs_ns": 10_000_000},
+    "exposed_comm": {"share": 0.10},
+    "host_bound": {"share": 0.10},
+    "memory_peak": {"share": 0.90},
+    "small_messages": {"bytes": 1 << 20, "share": 0.5, "per_step": 20},
+    "dp_imbalance": {"ratio": 1.10},
+    "missing_overlap": {"comm_share": 0.10, "overlap": 0.20},
+}
+
+
+def _medians(bd: pl.DataFrame) -> pl.DataFrame:
+    done = bd.filter(pl.col("complete")) if bd.filter(pl.col("complete")).height else bd
+    cols = ["wall", "computing", "communication", "overlapped", "comm_exposed", "data_wait", "free"]
+    return done.group_by("rank").agg(pl.col(c).median() for c in cols).sort("rank")
+
+
+def _share_rule(m: pl.DataFrame, name: str, col: str, title: str, advice: str,
+                abs_ns: float | None = None) -> Finding | None:
+    share = m[col] / m["wall"]
+    hit = m.with_columns(share=share).filter(
+        (pl.col("share") > RULES[name]["share"]) | (pl.lit(abs_ns is not None) & (pl.col(col) > (abs_ns or 0))))
+    if hit.height == 0:
+        return None
+    worst = float(hit["share"].max())
+    sev = Severity.CRITICAL if worst > 3 * RULES[name]["share"] else Severity.WARNING
+    ranks = tuple(int(r) for r in hit["rank"].to_list())
+    return Finding(kind=f"advice.{name}", severity=sev, ranks=ranks,
+                   title=f"{title}: up to {worst:.0%} of the step ({_ranks(ranks)}). {advice}",
+                   evidence={"threshold": RULES[name], "median_ns": {str(r["rank"]): round(r[col]) for r in
+                                                                     hit.iter_rows(named=True)},
+                             "share": {str(r["rank"]): round(r["share"], 4) for r in hit.iter_rows(named=True)}})
+
+
+def breakdown_rules(bd: pl.DataFrame) -> list[Finding]:
+    """Data loading, exposed communication, host-bound gaps, DP imbalance, missing overlap."""
+    m = _medians(bd)
+    out = [
+        _share_rule(m, "data_loading", "data_wait", "data loading stalls the step",
+                    "Use more DataLoader workers, pin_memory, prefetching.", RULES["data_loading"]["abs_ns"]),
+        _share_rule(m, "exposed_comm", "comm_exposed", "communication is exposed (not overlapped)",
+                    "Overlap it with compute (bucket sizes, async collectives) or reduce its volume."),
+        _share_rule(m, "host_bound", "free", "host-bound gaps: the device / step thread sits idle",
+                    "Reduce Python overhead and syncs (CUDA graphs, torch.compile, fewer .item() calls)."),
+    ]
+    comp = m["computing"]
+    if m.height >= 2 and float(comp.median() or 0) > 0:
+        ratio = float(comp.max() / comp.median())
+        if ratio > RULES["dp_imbalance"]["ratio"]:
+            r = int(m["rank"][int(comp.arg_max())])
+            out.append(Finding(kind="advice.dp_imbalance", severity=Severity.WARNING, ranks=(r,),
+                               title=f"compute differs across ranks: rank {r} computes {ratio:.2f}x the median. "
+                                     "Balance the work (shard sizes, sequence lengths) or check that rank.",
+                               evidence={"threshold": RULES["dp_imbalance"], "ratio": round(ratio, 3),
+                                         "computing_ns": dict(zip(map(str, m["rank"]), map(round, comp)))}))
+    comm_share = m["communication"] / m["wall"]
+    overlap = (m["overlapped"] / m["communication"]).fill_nan(0.0)
+    bad = m.with_columns(cs=comm_share, ov=overlap).filter(
+        (pl.col("cs") > RULES["missing_overlap"]["comm_share"]) & (pl.col("ov") < RULES["missing_overlap"]["overlap"]))
+    if bad.height:
+        ranks = tuple(int(r) for r in bad["rank"])
+        out.append(Finding(kind="advice.missing_overlap", severity=Severity.WARNING, ranks=ranks,
+                           title=f"communication barely overlaps compute ({float(bad['ov'].max()):.0%} at best, "
+                                 f"{_ranks(ranks)}). Start gradient all-reduce during backward (DDP buckets, FSDP "
+                                 "prefetch).",
+                           evidence={"threshold": RULES["missing_overlap"],
+                                     "overlap": dict(zip(map(str, ranks), map(float, bad["ov"]))),
+                                     "comm_share": dict(zip(map(str, ranks), map(float, bad["cs"])))}))
+    return [f for f in out if f is not None]
+
+
+def small_messages(inst: pl.DataFrame, n_steps: int) -> Finding | None:
+    """Many collectives below 1 MiB: latency-bound; bucket them."""
+    if inst.height == 0:
+        return None
+    rule = RULES["small_messages"]
+    small = inst.filter(pl.col("bytes") < rule["bytes"])
+    share, per_step = small.height / inst.height, small.height / max(n_steps, 1)
+    if share <= rule["share"] or per_step <= rule["per_step"]:
+        return None
+    return Finding(kind="advice.small_messages", severity=Severity.INFO,
+                   title=f"{share:.0%} of collectives move < 1 MiB ({per_step:.0f} per step): latency-bound. "
+                         "Bucket them (larger DDP bucket_cap_mb, coalescing).",
+                   evidence={"threshold": rule, "share": round(share, 3), "per_step": round(per_step, 1),
+                             "median_bytes": float(small["bytes"].median() or 0)})
+
+
+def memory_rule(peaks: list[dict[str, Any]], totals: dict[int, int]) -> Finding | None:
+    """Peak allocated memory above 90 % of the device's memory on some rank."""
+    hits = [(p, p["peak_allocated"] / totals[p["rank"]]) for p in peaks if totals.get(p["rank"])]
+    hits = [(p, s) for p, s in hits if s > RULES["memory_peak"]["share"]]
+    if not hits:
+        return None
+    ranks = tuple(sorted({int(p["rank"]) for p, _ in hits}))
+    worst = max(s for _, s in hits)
+    return Finding(kind="advice.memory_peak", severity=Severity.CRITICAL if worst > 0.97 else Severity.WARNING,
+                   ranks=ranks, title=f"memory peak at {worst:.0%} of device memory ({_ranks(ranks)}): close to "
+                                      "OOM. Use activation checkpointing, smaller micro-batches or sharding.",
+                   evidence={"threshold": RULES["memory_peak"], "peaks": [p for p, _ in hits]})
+
+
+def _device_totals(run: Run) -> dict[int, int]:
+    out = {}
+    for r, info in run.ranks.items():
+        v = info.meta.get("device_memory_bytes") or (info.meta.get("metadata") or {}).get("device_memory_bytes")
+        if v:
+            out[r] = int(v)
+    return out
+
+
+def run_advice(run: Run, results: dict[str, Result]) -> Result:
+    """Registered analysis "advice": every rule that fires, as findings."""
+    bd = pl.from_arrow(results["breakdown"].tables["breakdown"])
+    findings = breakdown_rules(bd)
+    from rankscope.analysis.clock import alignment_from, matched_collectives
+    from rankscope.analysis.links import instances
+
+    inst = instances(matched_collectives(run), alignment_from(results))
+    n_steps = int(bd["step"].n_unique())
+    findings += [f for f in [small_messages(inst, n_steps)] if f]
+    mem = results.get("memory")
+    if mem is not None and not mem.skipped and "peaks" in mem.tables:
+        f = memory_rule(mem.tables["peaks"].to_pylist(), _device_totals(run))
+        findings += [f] if f else []
+    return Result("advice", findings=findings, summary={"rules": RULES, "fired": [f.kind for f in findings]})
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    return "rank " + str(ranks[0]) if len(ranks) == 1 else f"ranks {','.join(map(str, ranks[:8]))}" + \
+        ("…" if len(ranks) > 8 else "")

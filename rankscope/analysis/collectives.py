@@ -1,0 +1,158 @@
+"""Collectives matched across ranks: who arrived late, who waited, what moved at what bandwidth.
+
+Pattern: the same collective call appears once on every rank of its process group. Calls are
+matched by (process group, sequence number) when the trace carries ``seq`` (record_param_comms
+on NCCL), else by their order within the process group on each rank. Per matched instance:
+
+- arrival skew = latest start − earliest start over the participating ranks;
+- wait of a rank = its duration − the minimum duration over the group (time spent waiting for
+  the others), transfer = the minimum duration (the part every rank had to spend);
+- algbw = bytes / transfer, busbw = algbw × the nccl-tests factor of the op for n ranks
+  (all_reduce 2(n−1)/n; all_gather, reduce_scatter, all_to_all (n−1)/n; others 1).
+
+Times are the device kernel span when the rank has one, else the host span. Counts that differ
+across ranks are reported as findings, never fatal. Only the small ``collectives`` table of each
+rank is read (no events).
+
+Example::
+
+    inst = match_collectives(run)                 # one row per (instance, rank)
+    res = run_collectives(run, {})                # Result with tables["instances"]
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from rankscope.analysis.base import Finding, Result, Severity
+from rankscope.model.run import Run
+
+MATCH_COLUMNS = ["pg_name", "pg_ranks", "instance", "op", "rank", "ts", "end", "dur", "dev_ts", "dev_end",
+                 "bytes"]
+_READ = ["op", "ts", "dur", "dev_ts", "dev_dur", "pg_name", "pg_ranks", "seq", "bytes_in", "bytes_out"]
+
+
+def bus_factor(op: pl.Expr, n: pl.Expr) -> pl.Expr:
+    """nccl-tests bus bandwidth factor per op for n ranks."""
+    nf = n.cast(pl.Float64)
+    return (pl.when(op == "all_reduce").then(2.0 * (nf - 1) / nf)
+            .when(op.is_in(["all_gather", "reduce_scatter", "all_to_all"])).then((nf - 1) / nf)
+            .otherwise(1.0))
+
+
+def _rank_frame(run: Run, rank: int, offset: int) -> pl.DataFrame:
+    t = pl.from_arrow(run.table(rank, "collectives", columns=_READ))
+    assert isinstance(t, pl.DataFrame)
+    if t.height == 0:
+        return pl.DataFrame()
+    dev_end = pl.when(pl.col("dev_ts") >= 0).then(pl.col("dev_ts") + pl.col("dev_dur") - offset).otherwise(-1)
+    return (t.with_columns(pl.col(c).cast(pl.Utf8) for c in ("op", "pg_name", "pg_ranks"))
+            .sort("ts")
+            .with_columns(
+                rank=pl.lit(rank, pl.Int64),
+                order=pl.int_range(pl.len()).over(["pg_name", "pg_ranks"]).cast(pl.Int64),
+                end=pl.col("ts") + pl.col("dur") - offset,
+                dev_end=dev_end,
+                dev_ts=pl.when(pl.col("dev_ts") >= 0).then(pl.col("dev_ts") - offset).otherwise(-1),
+                ts=pl.col("ts") - offset,
+                bytes=pl.max_horizontal("bytes_in", "bytes_out"))
+            .with_columns(instance=pl.when(pl.col("seq") >= 0).then(pl.col("seq")).otherwise(pl.col("order"))))
+
+
+def match_collectives(run: Run, offsets: dict[int, int] | None = None) -> pa.Table:
+    """One row per (collective instance, rank), times in ns on each rank's own clock.
+
+    ``offsets`` (rank -> ns) is subtracted from every time of that rank when given. ``dev_ts`` /
+    ``dev_end`` are -1 when the call has no device kernel.
+    """
+    frames = [f for f in (_rank_frame(run, r, int((offsets or {}).get(r, 0))) for r in run.rank_ids)
+              if f.height]
+    if not frames:
+        return pa.table({c: pa.array([], t) for c, t in zip(MATCH_COLUMNS, _TYPES)})
+    df = pl.concat(frames, how="vertical_relaxed")
+    return df.select(MATCH_COLUMNS).sort(["pg_name", "instance", "rank"]).to_arrow()
+
+
+_TYPES = [pa.string(), pa.string(), pa.int64(), pa.string(), pa.int64(), pa.int64(), pa.int64(), pa.int64(),
+          pa.int64(), pa.int64(), pa.int64()]
+
+
+def per_rank_times(matched: pl.DataFrame) -> pl.DataFrame:
+    """Matched rows with the time used for skew/wait (device span when present) and wait per rank."""
+    dev = pl.col("dev_ts") >= 0
+    key = ["pg_name", "pg_ranks", "instance"]
+    return (matched.with_columns(start=pl.when(dev).then(pl.col("dev_ts")).otherwise(pl.col("ts")),
+                                 stop=pl.when(dev).then(pl.col("dev_end")).otherwise(pl.col("end")))
+            .with_columns(span=pl.col("stop") - pl.col("start"))
+            .with_columns(wait=pl.col("span") - pl.col("span").min().over(key),
+                          arrival_lag=pl.col("start") - pl.col("start").min().over(key)))
+
+
+def instances(per_rank: pl.DataFrame) -> pl.DataFrame:
+    """One row per collective instance with skew, wait, transfer and bandwidths."""
+    key = ["pg_name", "pg_ranks", "instance"]
+    agg = per_rank.group_by(key).agg(
+        op=pl.col("op").mode().first(), ops=pl.col("op").n_unique(), n_ranks=pl.len(),
+        start=pl.col("start").min(), arrival_skew=pl.col("start").max() - pl.col("start").min(),
+        last_rank=pl.col("rank").sort_by("start").last(), first_rank=pl.col("rank").sort_by("start").first(),
+        transfer=pl.col("span").min(), max_wait=pl.col("wait").max(), mean_wait=pl.col("wait").mean(),
+        bytes=pl.col("bytes").max())
+    n_group = pl.col("pg_ranks").str.count_matches(",") + 1
+    algbw = pl.when((pl.col("transfer") > 0) & (pl.col("bytes") > 0)).then(
+        pl.col("bytes") / pl.col("transfer")).otherwise(None)  # bytes/ns == GB/s
+    return (agg.with_columns(group_size=n_group).with_columns(algbw_gbps=algbw)
+            .with_columns(busbw_gbps=pl.col("algbw_gbps") * bus_factor(pl.col("op"), pl.col("group_size")))
+            .sort(["start", "pg_name"]))
+
+
+def mismatches(per_rank: pl.DataFrame, present: list[int]) -> list[Finding]:
+    """Process groups whose ranks recorded different numbers of calls (or different ops)."""
+    out: list[Finding] = []
+    counts = per_rank.group_by(["pg_name", "pg_ranks", "rank"]).agg(n=pl.len())
+    for (pg, ranks), g in counts.group_by(["pg_name", "pg_ranks"], maintain_order=True):
+        members = [int(x) for x in str(ranks).split(",") if x] if ranks else []
+        seen = dict(zip(g["rank"].to_list(), g["n"].to_list()))
+        expect = [r for r in members if r in present] or list(seen)
+        full = {r: int(seen.get(r, 0)) for r in expect}
+        if len(set(full.values())) > 1:
+            top = max(full.values())
+            short = tuple(sorted(r for r, v in full.items() if v < top))
+            out.append(Finding(
+                kind="collective_count_mismatch", severity=Severity.WARNING, ranks=short,
+                title=f"process group {pg}: ranks {list(short)} recorded fewer collectives ({min(full.values())} "
+                      f"vs {top})", evidence={"pg_name": pg, "pg_ranks": ranks, "counts": full}))
+    return out
+
+
+def _offsets(run: Run) -> dict[int, int] | None:
+    offs = {r: i.clock_offset_ns for r, i in run.ranks.items()}
+    return {r: int(v) for r, v in offs.items() if v is not None} or None
+
+
+def run_collectives(run: Run, results: dict[str, Any]) -> Result:
+    """Registered analysis ``collectives``: tables ``instances`` and ``per_rank``."""
+    offsets = _offsets(run)
+    matched = pl.from_arrow(match_collectives(run, offsets))
+    assert isinstance(matched, pl.DataFrame)
+    if matched.height == 0:
+        return Result("collectives", skipped="no collective calls in any rank")
+    pr = per_rank_times(matched)
+    inst = instances(pr)
+    findings = mismatches(pr, run.rank_ids)
+    mixed = inst.filter(pl.col("ops") > 1)
+    if mixed.height:
+        findings.append(Finding(kind="collective_op_mismatch", severity=Severity.WARNING,
+                                title=f"{mixed.height} matched collective instances have different ops across ranks",
+                                evidence={"examples": mixed.head(5).select("pg_name", "instance").to_dicts()}))
+    lag = pr.group_by("rank").agg(pl.col("arrival_lag").median().alias("median_arrival_lag"),
+                                  pl.col("wait").sum().alias("total_wait")).sort("rank")
+    summary = {"instances": inst.height, "clock_offsets_applied": offsets is not None,
+               "arrival_skew_p50_ns": float(np.median(inst["arrival_skew"].to_numpy())),
+               "last_arrivals": {int(r): int(n) for r, n in
+                                 inst.group_by("last_rank").len().sort("last_rank").iter_rows()}}
+    return Result("collectives", tables={"instances": inst.to_arrow(), "per_rank": pr.to_arrow(),
+                                         "arrival_by_rank": lag.to_arrow()},
+                  findings=findings, summary=summary)

@@ -1,0 +1,160 @@
+"""Run-vs-run comparison: what changed between a run and its baseline.
+
+Pattern (the deleted TensorBoard plugin's Diff view, HTA's trace diff): the same job run twice;
+the question is which component of the step time moved, on which rank, and which operators,
+kernels and collectives explain it. Columns follow the X / XBase / XDiff convention
+(``XDiff = X - XBase``). Algorithm, all on columns (polars):
+
+1. steps: each rank's steps are paired by position (the i-th profiled step of the run with the
+   i-th of the baseline, since step numbers may differ), breakdown components joined on
+   (rank, position);
+2. ranks: medians over complete steps of each component, per rank;
+3. operators / kernels: total time per name and rank, divided by the number of steps, then mean,
+   min and max over ranks per run; joined on name, sorted by |meanDiff|;
+4. collectives: count, bytes and total host time per (op, group), mean over ranks.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rankscope.analysis.base import Finding, Result, Severity
+
+COMPONENTS = ["wall", "computing", "comm_exposed", "data_wait", "free"]
+TOP = 50
+
+
+def _bd(results: dict[str, Result]) -> Any:
+    import polars as pl
+
+    r = results.get("breakdown")
+    if r is None or r.skipped:
+        return None
+    t = r.tables["breakdown"]
+    df = t if isinstance(t, pl.DataFrame) else pl.from_arrow(t)
+    return df.sort("rank", "step").with_columns(pos=pl.int_range(pl.len()).over("rank"))
+
+
+def _xdiff(a: Any, b: Any, keys: list[str], cols: list[str]) -> Any:
+    import polars as pl
+
+    j = a.select(keys + cols).join(b.select(keys + cols), on=keys, how="inner", suffix="Base")
+    return j.with_columns([(pl.col(c) - pl.col(f"{c}Base")).alias(f"{c}Diff") for c in cols]).select(
+        keys + [x for c in cols for x in (c, f"{c}Base", f"{c}Diff")])
+
+
+def step_deltas(bd_a: Any, bd_b: Any) -> Any:
+    """Per (rank, position) breakdown deltas; ``step`` and ``stepBase`` name the paired steps."""
+    d = _xdiff(bd_a, bd_b, ["rank", "pos"], ["step"] + COMPONENTS)
+    return d.drop("stepDiff").sort("rank", "pos")
+
+
+def rank_deltas(bd_a: Any, bd_b: Any) -> Any:
+    """Per rank median of each component over complete steps, X / XBase / XDiff."""
+    import polars as pl
+
+    def med(bd: Any) -> Any:
+        done = bd.filter(pl.col("complete")) if bd.filter(pl.col("complete")).height else bd
+        return done.group_by("rank").agg(pl.col(c).median().cast(pl.Float64) for c in COMPONENTS)
+
+    return _xdiff(med(bd_a), med(bd_b), ["rank"], COMPONENTS).sort("rank")
+
+
+def name_stats(run: Any, kinds: tuple[str, ...]) -> Any:
+    """Per name: mean / min / max over ranks of total µs per step, and calls per step."""
+    import polars as pl
+
+    parts = []
+    for r in run.rank_ids:
+        ev = pl.from_arrow(run.table(r, "events", columns=["name", "kind", "dur", "depth"]))
+        n_steps = max(1, run.ranks[r].counts.get("steps", 0) or 1)
+        ev = ev.with_columns(pl.col("name").cast(pl.Utf8), pl.col("kind").cast(pl.Utf8))
+        ev = ev.filter(pl.col("kind").is_in(list(kinds)) & ~pl.col("name").str.starts_with("ProfilerStep#"))
+        parts.append(ev.group_by("name").agg((pl.col("dur").sum() / 1e3 / n_steps).alias("us"),
+                                              (pl.len() / n_steps).alias("calls")).with_columns(rank=pl.lit(r)))
+    if not parts:
+        return pl.DataFrame(schema={"name": pl.Utf8, "mean": pl.Float64, "min": pl.Float64, "max": pl.Float64,
+                                    "calls": pl.Float64})
+    allr = pl.concat(parts)
+    n = len(run.rank_ids)
+    # A name absent on some ranks counts 0 there: mean over all ranks, min 0 when missing.
+    return allr.group_by("name").agg((pl.col("us").sum() / n).alias("mean"),
+                                     pl.when(pl.len() < n).then(0.0).otherwise(pl.col("us").min()).alias("min"),
+                                     pl.col("us").max().alias("max"), (pl.col("calls").sum() / n).alias("calls"))
+
+
+def name_deltas(run: Any, base: Any, kinds: tuple[str, ...]) -> Any:
+    """Operator or kernel deltas (µs per step, mean over ranks), largest |meanDiff| first."""
+    import polars as pl
+
+    a, b = name_stats(run, kinds), name_stats(base, kinds)
+    j = a.join(b, on="name", how="full", coalesce=True, suffix="Base").fill_null(0.0)
+    j = j.with_columns(meanDiff=pl.col("mean") - pl.col("meanBase"), callsDiff=pl.col("calls") - pl.col("callsBase"),
+                       spread=pl.col("max") - pl.col("min"), spreadBase=pl.col("maxBase") - pl.col("minBase"))
+    cols = ["name", "mean", "meanBase", "meanDiff", "min", "max", "spread", "minBase", "maxBase", "spreadBase",
+            "calls", "callsBase", "callsDiff"]
+    return j.select(cols).sort(pl.col("meanDiff").abs(), descending=True).head(TOP)
+
+
+def comm_stats(run: Any) -> Any:
+    """Per (op, group): calls, bytes and host time per rank (means over ranks)."""
+    import polars as pl
+
+    parts = [pl.from_arrow(run.table(r, "collectives", columns=["op", "pg_ranks", "dur", "bytes_in"]))
+             .with_columns(pl.col("op").cast(pl.Utf8), pl.col("pg_ranks").cast(pl.Utf8)) for r in run.rank_ids]
+    n = len(run.rank_ids)
+    return pl.concat(parts).group_by("op", "pg_ranks").agg(
+        (pl.len() / n).alias("calls"), (pl.col("bytes_in").sum() / n).alias("bytes"),
+        (pl.col("dur").sum() / 1e3 / n).alias("time_us"))
+
+
+def comm_deltas(run: Any, base: Any) -> Any:
+    """Collective deltas per (op, group) with X / XBase / XDiff columns."""
+    import polars as pl
+
+    a, b = comm_stats(run), comm_stats(base)
+    j = a.join(b, on=["op", "pg_ranks"], how="full", coalesce=True, suffix="Base").fill_null(0.0)
+    cols = ["calls", "bytes", "time_us"]
+    return j.with_columns([(pl.col(c) - pl.col(f"{c}Base")).alias(f"{c}Diff") for c in cols]).select(
+        ["op", "pg_ranks"] + [x for c in cols for x in (c, f"{c}Base", f"{c}Diff")]).sort("op", "pg_ranks")
+
+
+def run_diff(run: Any, results: dict[str, Result], base: Any, base_results: dict[str, Result]) -> Result:
+    """Compare ``run`` with ``base``; both with their analysis results."""
+    tables: dict[str, Any] = {}
+    summary: dict[str, Any] = {"run": run.run_id, "baseline": base.run_id}
+    bd_a, bd_b = _bd(results), _bd(base_results)
+    if bd_a is not None and bd_b is not None:
+        tables["steps"] = step_deltas(bd_a, bd_b)
+        tables["ranks"] = rank_deltas(bd_a, bd_b)
+        r = tables["ranks"]
+        summary["wall_ms"] = float(r["wall"].median()) / 1e6 if r.height else None
+        summary["wall_base_ms"] = float(r["wallBase"].median()) / 1e6 if r.height else None
+    else:
+        summary["steps"] = "no step breakdown in one of the runs"
+    tables["operators"] = name_deltas(run, base, ("cpu_op", "user_annotation"))
+    tables["kernels"] = name_deltas(run, base, ("kernel", "memcpy", "memset"))
+    tables["collectives"] = comm_deltas(run, base)
+    return Result("diff", tables=tables, summary=summary, findings=_findings(tables, summary))
+
+
+def _findings(tables: dict[str, Any], summary: dict[str, Any]) -> list[Finding]:
+    out: list[Finding] = []
+    a, b = summary.get("wall_ms"), summary.get("wall_base_ms")
+    if a and b:
+        rel = (a - b) / b
+        sev = Severity.WARNING if rel > 0.1 else Severity.INFO
+        out.append(Finding("step_time_change", f"median step time {a:.2f} ms vs {b:.2f} ms ({rel:+.1%})", sev,
+                           evidence={"wall_ms": a, "wall_base_ms": b, "relative": rel}))
+    ranks = tables.get("ranks")
+    if ranks is not None and ranks.height:
+        comp = max(COMPONENTS[1:], key=lambda c: abs(float(ranks[f"{c}Diff"].max() or 0)))
+        row = ranks.sort(f"{comp}Diff", descending=True).row(0, named=True)
+        out.append(Finding("largest_component_change", f"largest change: {comp} on rank {row['rank']} "
+                           f"({row[f'{comp}Diff'] / 1e6:+.2f} ms per step)", Severity.INFO, (int(row["rank"]),),
+                           evidence={"component": comp, "diff_ns": row[f"{comp}Diff"]}))
+    ops = tables.get("operators")
+    if ops is not None and ops.height:
+        row = ops.row(0, named=True)
+        out.append(Finding("largest_operator_change", f"operator {row['name']}: {row['meanDiff']:+.1f} µs per step",
+                           Severity.INFO, evidence={k: row[k] for k in ("name", "mean", "meanBase", "spread")}))
+    return out

@@ -1,0 +1,120 @@
+"""HTA-parity kernel analyses: kernel breakdown, launch statistics and idle-time breakdown.
+
+Pattern (Holistic Trace Analysis's definitions, vectorized):
+
+- kernel breakdown: device time per class (communication, memory = memcpy/memset, computation)
+  per rank and its share; top-N kernels with sum/mean/min/max/std over ranks (``opstats``).
+- launch statistics: each kernel joined to its runtime launch by ``correlation``: CPU launch
+  duration, GPU duration, launch delay (kernel start − launch start); counts of short kernels
+  (GPU duration < CPU launch duration) and of launch delays over ``LAUNCH_DELAY_NS``.
+- idle-time breakdown per stream: each gap before a kernel is "host wait" when the kernel was
+  launched after the previous one ended (the device waited for the host), "kernel wait" when the
+  gap is shorter than ``KERNEL_WAIT_NS`` (back-to-back launch overhead), else "other".
+
+Needs GPU kernels; reads one rank's events at a time.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rankscope.analysis.base import Result
+from rankscope.analysis.classify import DEVICE_KINDS, col, comm_mask, kind_in
+from rankscope.model.run import Run
+
+LAUNCH_DELAY_NS = 100_000
+KERNEL_WAIT_NS = 30_000
+_COLS = ["name", "kind", "ts", "dur", "stream", "is_comm", "external_id", "correlation"]
+
+
+def _launch_ts(runtime: np.ndarray, corr: np.ndarray, ts: np.ndarray, dur: np.ndarray,
+               dev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Launch start and launch CPU duration of each device event (-1 when not found)."""
+    rt = runtime & (corr >= 0)
+    rc, order = corr[rt], np.argsort(corr[rt], kind="stable")
+    rc, rts, rdur = rc[order], ts[rt][order], dur[rt][order]
+    launch = np.full(dev.sum(), -1, np.int64)
+    ldur = np.full(dev.sum(), -1, np.int64)
+    if len(rc):
+        dc = corr[dev]
+        pos = np.clip(np.searchsorted(rc, dc), 0, len(rc) - 1)
+        ok = (rc[pos] == dc) & (dc >= 0)
+        launch[ok], ldur[ok] = rts[pos][ok], rdur[pos][ok]
+    return launch, ldur
+
+
+def rank_kernels(run: Run, rank: int) -> dict[str, Any] | None:
+    """Class totals, launch stats and idle breakdown of one rank (None without device work)."""
+    ev = run.table(rank, "events", columns=_COLS)
+    dev = kind_in(ev, DEVICE_KINDS)
+    if not dev.any():
+        return None
+    ts, dur, corr = col(ev, "ts"), col(ev, "dur"), col(ev, "correlation")
+    comm = comm_mask(ev)[dev]
+    is_kernel = kind_in(ev, ("kernel",))[dev]
+    k_ts, k_dur, stream = ts[dev], dur[dev], col(ev, "stream")[dev]
+    launch, ldur = _launch_ts(kind_in(ev, ("runtime",)), corr, ts, dur, dev)
+    classes = {"computation": int(k_dur[is_kernel & ~comm].sum()), "communication": int(k_dur[comm].sum()),
+               "memory": int(k_dur[~is_kernel & ~comm].sum())}
+    return {"classes": classes, "launch": _launch_row(rank, is_kernel, k_ts, k_dur, launch, ldur),
+            "idle": _idle_row(rank, k_ts, k_dur, stream, launch)}
+
+
+def _launch_row(rank: int, is_kernel: np.ndarray, ts: np.ndarray, dur: np.ndarray, launch: np.ndarray,
+                ldur: np.ndarray) -> dict[str, Any]:
+    ok = is_kernel & (launch >= 0)
+    delay = ts[ok] - launch[ok]
+    pct = (lambda q: float(np.percentile(delay, q)) if len(delay) else 0.0)
+    return {"rank": rank, "kernels": int(is_kernel.sum()), "linked": int(ok.sum()),
+            "launch_cpu_mean": float(ldur[ok].mean()) if ok.any() else 0.0,
+            "launch_delay_p50": pct(50), "launch_delay_p95": pct(95),
+            "launch_delay_max": float(delay.max()) if len(delay) else 0.0,
+            "short_kernels": int((dur[ok] < ldur[ok]).sum()),
+            "long_delays": int((delay > LAUNCH_DELAY_NS).sum())}
+
+
+def _idle_row(rank: int, ts: np.ndarray, dur: np.ndarray, stream: np.ndarray, launch: np.ndarray) -> dict[str, Any]:
+    order = np.lexsort((ts, stream))
+    s, t, e, la = stream[order], ts[order], (ts + dur)[order], launch[order]
+    prev_end = _prev_end(s, e)
+    has_prev = prev_end > np.iinfo(np.int64).min
+    gap = (t - np.where(has_prev, prev_end, t)).clip(0)
+    host = has_prev & (la >= 0) & (la >= prev_end) & (gap > 0)
+    kwait = has_prev & ~host & (gap > 0) & (gap < KERNEL_WAIT_NS)
+    other = has_prev & ~host & ~kwait & (gap > 0)
+    return {"rank": rank, "idle": int(gap.sum()), "host_wait": int(gap[host].sum()),
+            "kernel_wait": int(gap[kwait].sum()), "other": int(gap[other].sum())}
+
+
+def _prev_end(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Running max end of the earlier events on the same stream (int64 min for the first)."""
+    lo = np.iinfo(np.int64).min
+    first = np.r_[True, s[1:] != s[:-1]]
+    shifted = np.r_[lo, e[:-1]]
+    shifted[first] = lo
+    out = np.empty(len(e), np.int64)
+    starts = np.flatnonzero(first)
+    for g0, g1 in zip(starts, np.r_[starts[1:], len(e)]):  # one pass per stream (few), not per event
+        out[g0:g1] = np.maximum.accumulate(shifted[g0:g1])
+    return out
+
+
+def run_kernels(run: Run, results: dict[str, Any]) -> Result:
+    """Registered analysis ``kernels``: class breakdown, launch stats, idle breakdown, top kernels."""
+    rows = [(r, k) for r, k in ((r, rank_kernels(run, r)) for r in run.rank_ids) if k is not None]
+    if not rows:
+        return Result("kernels", skipped="no GPU kernels in any rank (CPU-only trace)")
+    cls = []
+    for r, k in rows:
+        total = sum(k["classes"].values()) or 1
+        cls += [{"rank": r, "class": c, "time": v, "pct": 100.0 * v / total} for c, v in k["classes"].items()]
+    tables = {"kernel_classes": pa.Table.from_pylist(cls),
+              "launch_stats": pa.Table.from_pylist([k["launch"] for _, k in rows]),
+              "idle_breakdown": pa.Table.from_pylist([k["idle"] for _, k in rows])}
+    op = results.get("opstats")
+    if op is not None and not op.skipped and "kernels" in op.tables:
+        tables["top_kernels"] = op.tables["kernels"]
+    return Result("kernels", tables=tables)
+

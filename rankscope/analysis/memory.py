@@ -1,0 +1,73 @@
+"""Device memory over time per rank: allocated and reserved, the peak and the operator at the peak.
+
+Pattern: the ``[memory]`` instant events carry the allocator's running totals after each
+allocation or free. The timeline is downsampled to at most ``MAX_POINTS`` per rank and device
+(keeping each bucket's maximum, so the peak survives); the operator at the peak is the deepest
+CPU operator whose span contains the peak's timestamp. Needs memory events; reads one rank's
+tables at a time.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from rankscope.analysis.base import Result
+from rankscope.analysis.classify import col
+from rankscope.model.run import Run
+
+MAX_POINTS = 500
+
+
+def _timeline(rank: int, dev: int, ts: np.ndarray, alloc: np.ndarray, res: np.ndarray) -> pa.Table:
+    n = len(ts)
+    bucket = (np.arange(n) * MAX_POINTS // max(n, 1)) if n > MAX_POINTS else np.arange(n)
+    first = np.r_[True, bucket[1:] != bucket[:-1]]
+    idx = np.flatnonzero(first)
+    return pa.table({"rank": np.full(len(idx), rank, np.int64), "device": np.full(len(idx), dev, np.int32),
+                     "ts": ts[idx], "allocated": np.maximum.reduceat(alloc, idx),
+                     "reserved": np.maximum.reduceat(res, idx)})
+
+
+def _op_at(run: Run, rank: int, t: int) -> str:
+    ev = run.table(rank, "events", columns=["name", "kind", "ts", "dur", "depth"])
+    ts, end = col(ev, "ts"), col(ev, "ts") + col(ev, "dur")
+    m = (col(ev, "kind") == "cpu_op") & (ts <= t) & (end >= t)
+    if not m.any():
+        return ""
+    i = np.flatnonzero(m)[np.argmax(col(ev, "depth")[m])]
+    return str(col(ev, "name")[i])
+
+
+def rank_memory(run: Run, rank: int) -> tuple[list[pa.Table], list[dict[str, Any]]]:
+    """Downsampled timelines and peak rows (one per device) of one rank."""
+    mem = run.table(rank, "memory")
+    if mem.num_rows == 0:
+        return [], []
+    ts, dev = col(mem, "ts"), col(mem, "device")
+    alloc, res = col(mem, "total_allocated"), col(mem, "total_reserved")
+    lines, peaks = [], []
+    for d in np.unique(dev):  # one pass per device, not per event
+        m = dev == d
+        o = np.argsort(ts[m], kind="stable")
+        t, a, r = ts[m][o], alloc[m][o], res[m][o]
+        lines.append(_timeline(rank, int(d), t, a, r))
+        i = int(np.argmax(a))
+        peaks.append({"rank": rank, "device": int(d), "peak_allocated": int(a[i]), "peak_ts": int(t[i]),
+                      "peak_reserved": int(r.max()), "operator_at_peak": _op_at(run, rank, int(t[i]))})
+    return lines, peaks
+
+
+def run_memory(run: Run, results: dict[str, Any]) -> Result:
+    """Registered analysis ``memory``: tables ``timeline`` and ``peaks``."""
+    lines, peaks = [], []
+    for r in run.rank_ids:
+        ls, ps = rank_memory(run, r)
+        lines += ls
+        peaks += ps
+    if not peaks:
+        return Result("memory", skipped="no [memory] events (profile with profile_memory=True)")
+    top = max(peaks, key=lambda p: p["peak_allocated"])
+    return Result("memory", tables={"timeline": pa.concat_tables(lines), "peaks": pa.Table.from_pylist(peaks)},
+                  summary={"max_peak_allocated": top["peak_allocated"], "max_peak_rank": top["rank"]})

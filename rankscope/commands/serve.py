@@ -1,0 +1,42 @@
+"""Serve a local, read-only web UI over the runs under DIR (default ./rankscope-runs).
+
+Lists the runs, shows each run's report views, and compares two runs (diff view). Binds
+127.0.0.1 by default: the traces stay on this machine. --host 0.0.0.0 exposes them to the
+network, without authentication; rankscope warns when you do that.
+
+examples:
+  rankscope serve rankscope-runs            then open http://127.0.0.1:8765/
+  rankscope serve /data/runs --port 9000
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rankscope.commands.common import console
+from rankscope.errors import RankscopeError
+
+HELP = "serve a read-only web UI over the runs under a directory"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", nargs="?", default="rankscope-runs", metavar="DIR", help="directory of runs")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from rankscope.web.app import create_app
+
+    root = Path(args.dir)
+    if not root.is_dir():
+        raise RankscopeError(f"{root}: no such directory; pass the directory that holds your runs")
+    if args.host not in LOOPBACK:
+        console.print(f"[yellow]warning:[/] serving on {args.host}: anyone who can reach this address can read "
+                      "these traces (no authentication)", highlight=False)
+    console.print(f"serving {root.resolve()} on http://{args.host}:{args.port}/ (Ctrl-C to stop)", highlight=False)
+    uvicorn.run(create_app(root), host=args.host, port=args.port, log_level="warning")
+    return 0

@@ -1,0 +1,67 @@
+"""Write one merged multi-rank timeline: Perfetto protobuf (default) or Chrome trace JSON.
+
+One process per rank (host alias and rank in its name), clock-aligned with the recorded offsets,
+matched collectives linked across ranks by flow events, a memory counter per rank. Open the
+.pftrace file in ui.perfetto.dev (it loads locally in the browser; nothing is uploaded).
+Keep big runs loadable with --steps and --ranks.
+
+examples:
+  rankscope timeline RUN -o merged.pftrace
+  rankscope timeline RUN --format json -o merged.json --steps 3-4 --ranks 0-7
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rankscope.commands.common import add_run_arguments, console
+from rankscope.errors import RankscopeError
+
+HELP = "write a merged multi-rank timeline (Perfetto protobuf or Chrome JSON)"
+
+
+def parse_ints(spec: str | None, what: str) -> list[int] | None:
+    """'0-3,7' -> [0, 1, 2, 3, 7]; None -> None."""
+    if not spec:
+        return None
+    out: list[int] = []
+    try:
+        for part in spec.split(","):
+            a, _, b = part.strip().partition("-")
+            out += list(range(int(a), int(b) + 1)) if b else [int(a)]
+    except ValueError as exc:
+        raise RankscopeError(f"{what} {spec!r}: expected numbers and ranges like 0-3,7") from exc
+    return out
+
+
+def load_run_quiet(path: str, jobs: int, allow_missing: bool):  # type: ignore[no-untyped-def]
+    """Load a run (no analyses), printing read problems as warnings."""
+    from rankscope.model.run import load_run
+
+    with console.status(f"reading {path}"):
+        r = load_run(path, jobs=jobs, allow_missing_ranks=allow_missing)
+    for prob in r.problems:
+        console.print(f"[yellow]warning:[/] {prob}", highlight=False)
+    return r
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_run_arguments(p)
+    p.add_argument("-o", "--output", help="output file (default: RUN/merged.pftrace or RUN/merged.json)")
+    p.add_argument("--format", choices=("perfetto", "json"), default=None,
+                   help="perfetto protobuf (default) or Chrome trace JSON (default from the extension)")
+    p.add_argument("--steps", help="only these steps, e.g. 3-5 or 3,7")
+    p.add_argument("--ranks", help="only these ranks, e.g. 0-7 or 0,15")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankscope.render.timeline import write_timeline
+
+    fmt = args.format or ("json" if args.output and args.output.endswith((".json", ".json.gz")) else "perfetto")
+    base = Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent
+    target = Path(args.output) if args.output else base / ("merged.json" if fmt == "json" else "merged.pftrace")
+    r = load_run_quiet(args.run, args.jobs, args.allow_missing_ranks)
+    path = write_timeline(r, target, fmt=fmt, ranks=parse_ints(args.ranks, "--ranks"),
+                          steps=parse_ints(args.steps, "--steps"))
+    console.print(f"timeline: {path} ({path.stat().st_size / 2**20:.1f} MiB)", highlight=False)
+    return 0

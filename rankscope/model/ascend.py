@@ -1,0 +1,228 @@
+"""Reader for the Ascend PyTorch Profiler (torch_npu) output directory ``*_ascend_pt/``.
+
+Layout, from Ascend's public documentation of the torch_npu profiler::
+
+    <host>_<pid>_<time>_ascend_pt/
+      profiler_info_{rank}.json        config, start/end info and "rank_id" (rank in the name too)
+      profiler_metadata.json           user metadata; "distributed_args" (backend, rank, world_size)
+      ASCEND_PROFILER_OUTPUT/
+        trace_view.json                Chrome trace, bare JSON array; layers are processes named by
+                                       "process_name" metadata events: Python, CANN, Ascend Hardware,
+                                       HCCL, Overlap Analysis, ...; "ts" may be a decimal string (µs)
+        kernel_details.csv             one row per NPU task (used when trace_view.json is absent)
+        communication.json             {"stepN": {"collective"|"p2p": {"hcom_allReduce__12_0_1@<group>":
+                                        {"Communication Time Info": {"Start Timestamp(us)",
+                                        "Elapse Time(ms)", ...}, "Communication Bandwidth Info":
+                                        {"HCCS"|"RDMA"|"SDMA"|...: {"Transit Size(MB)", ...}}}}}}
+        step_trace_time.csv            per-step Computing / Communication / Free (no timestamps)
+        memory_record.csv              Component, Timestamp(us), Total Allocated(MB), Total Reserved(MB), ...
+
+Output: the same per-rank tables as the Kineto reader (``schema.py``), so every analysis runs on
+Ascend runs unchanged. Mapping: Ascend Hardware / HCCL tasks -> ``kernel`` (HCCL ones are
+communication), CANN API -> ``runtime``, Python-layer ops -> ``cpu_op`` unless they carry their own
+category; "Overlap Analysis" is derived data and is left out. Collectives come from
+communication.json (host and device span are both the HCCL op's span); sizes use MB = 10^6 bytes.
+Decimal-string timestamps are read as float64 µs, i.e. to within ~0.25 µs on epoch values.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from rankscope.errors import TraceError
+from rankscope.model import kineto, schema
+from rankscope.model.kineto import Event, RawTrace
+
+OUTPUT = "ASCEND_PROFILER_OUTPUT"
+FILES = ("trace_view.json", "kernel_details.csv", "communication.json", "communication_matrix.json",
+         "step_trace_time.csv", "memory_record.csv", "operator_details.csv", "op_statistic.csv")
+# Layer (process) name -> Kineto category the rest of rankscope understands; None: left out.
+LAYER_CAT: dict[str, str | None] = {
+    "ascend hardware": "kernel", "hccl": "kernel", "cann": "runtime", "python": "cpu_op",
+    "python3": "cpu_op", "overlap analysis": None,
+}
+_INFO_RE = re.compile(r"profiler_info_(\d+)\.json$")
+_HCOM_RE = re.compile(r"^hcom_([A-Za-z]+)_+(\d+)?[^@]*(?:@(.*))?$")
+
+
+def is_ascend_dir(d: Path) -> bool:
+    """A torch_npu profiler output directory (``*_ascend_pt`` or one with ASCEND_PROFILER_OUTPUT)."""
+    return d.is_dir() and ((d / OUTPUT).is_dir() or (d.name.endswith("_ascend_pt") and
+                                                      any(d.glob("profiler_info*.json"))))
+
+
+def find_dirs(root: Path) -> list[Path]:
+    """Every Ascend output directory at or under ``root``."""
+    if is_ascend_dir(root):
+        return [root]
+    return sorted(p.parent for p in root.rglob(OUTPUT) if p.is_dir() and "analysis" not in p.parts)
+
+
+def source_files(d: Path) -> tuple[str, ...]:
+    """The files whose size/mtime/head key the cache of this rank."""
+    own = sorted(d.glob("profiler_info*.json")) + sorted(d.glob("profiler_metadata.json"))
+    out = [d / OUTPUT / f for f in FILES if (d / OUTPUT / f).is_file()]
+    return tuple(str(p) for p in own + out)
+
+
+def identity(d: Path) -> tuple[int | None, str, dict[str, Any]]:
+    """(rank, where it came from, distributed args) from profiler_info / profiler_metadata content."""
+    dist: dict[str, Any] = {}
+    meta_file = d / "profiler_metadata.json"
+    if meta_file.is_file():
+        try:
+            dist = dict(json.loads(meta_file.read_text()).get("distributed_args") or {})
+        except (ValueError, AttributeError, TypeError):
+            dist = {}
+    for f in sorted(d.glob("profiler_info*.json")):
+        try:
+            rank = json.loads(f.read_text()).get("rank_id")
+        except (ValueError, AttributeError):
+            rank = None
+        if isinstance(rank, int) and rank >= 0:
+            return rank, "profiler_info.json", dist
+        m = _INFO_RE.search(f.name)
+        if m:
+            return int(m.group(1)), "profiler_info file name", dist
+    if isinstance(dist.get("rank"), int):
+        return dist["rank"], "profiler_metadata.json", dist
+    return None, "unknown", dist
+
+
+class _AscendTrace(RawTrace):
+    """trace_view.json events with a Kineto category derived from their layer (process)."""
+
+    pid_cat: dict[Any, str | None] = {}
+
+    def chunks(self, size: int | None = None) -> Iterator[list[Event]]:
+        for chunk in super().chunks(size):
+            for e in chunk:  # per event, but only a dict lookup on the Ascend path
+                if e.pid in self.pid_cat and (not e.cat or self.pid_cat[e.pid] == "kernel"):
+                    e.cat = self.pid_cat[e.pid]
+            yield [e for e in chunk if self.pid_cat.get(e.pid, "") is not None]
+
+
+class _Meta(kineto.msgspec.Struct, gc=False):
+    ph: str = ""
+    name: str = ""
+    pid: Any = None
+    args: Any = None
+
+
+def _layers(data: bytes) -> dict[Any, str | None]:
+    """pid -> category from the "process_name" metadata events."""
+    out: dict[Any, str | None] = {}
+    try:
+        metas = kineto.msgspec.json.decode(data, type=list[_Meta])
+    except kineto.msgspec.DecodeError:
+        return out
+    for m in metas:
+        if m.ph == "M" and m.name == "process_name" and isinstance(m.args, dict):
+            layer = str(m.args.get("name", "")).strip().lower()
+            if layer in LAYER_CAT:
+                out[m.pid] = LAYER_CAT[layer]
+    return out
+
+
+def read_trace_view(path: Path) -> RawTrace:
+    """Decode trace_view.json into a RawTrace whose events carry Kineto categories."""
+    data, problems = kineto.read_bytes(path)
+    raw = kineto.decode_bytes(str(path), data, problems)
+    out = _AscendTrace(raw.path, raw.trace, raw.problems, raw.partial, raw.nbytes)
+    out.pid_cat = _layers(data)
+    return out
+
+
+def collectives(path: Path) -> tuple[pa.Table, list[str]]:
+    """The ``collectives`` table from communication.json."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        return schema.empty("collectives"), [f"{path}: not readable JSON ({exc}); no collectives"]
+    rows = [r for step in (doc.values() if isinstance(doc, dict) else []) if isinstance(step, dict)
+            for kind in ("collective", "p2p") for r in _comm_rows(step.get(kind) or {})]
+    if not rows:
+        return schema.empty("collectives"), []
+    cols = {f.name: [r[f.name] for r in rows] for f in schema.COLLECTIVES}
+    return pa.table(cols, schema=schema.COLLECTIVES).sort_by("ts"), []
+
+
+def _comm_rows(ops: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    from rankscope.model.comms import normalize_op
+
+    for name, info in ops.items():
+        t = (info or {}).get("Communication Time Info") or {}
+        start = t.get("Start Timestamp(us)")
+        if not isinstance(start, (int, float)):
+            continue
+        m = _HCOM_RE.match(name)
+        size = sum(float(v.get("Transit Size(MB)", 0) or 0)
+                   for v in ((info.get("Communication Bandwidth Info") or {}).values()) if isinstance(v, dict))
+        ts = int(math.floor(start)) * 1000 + round((start - math.floor(start)) * 1000)
+        dur = int(round(float(t.get("Elapse Time(ms)", 0) or 0) * 1e6))
+        nbytes = int(round(size * 1e6)) if size else -1
+        yield {"op": normalize_op(m.group(1)) if m else "other", "name": name, "ts": ts, "dur": dur,
+               "dev_ts": ts, "dev_dur": dur, "pg_name": (m.group(3) if m else None) or "", "pg_ranks": "",
+               "group_size": 0, "seq": int(m.group(2)) if m and m.group(2) else -1, "nelems_in": -1,
+               "nelems_out": -1, "dtype": "", "bytes_in": nbytes, "bytes_out": nbytes, "external_id": -1}
+
+
+def memory(path: Path) -> pa.Table:
+    """The ``memory`` table from memory_record.csv (PTA rows when present: the framework's view)."""
+    import pyarrow.csv as pcsv
+
+    t = pcsv.read_csv(path).to_pydict()
+    comp = [str(c) for c in t.get("Component", [])]
+    keep = np.array([c == "PTA" for c in comp]) if "PTA" in comp else np.ones(len(comp), dtype=bool)
+    ts = np.asarray(t["Timestamp(us)"], dtype=np.float64)[keep]
+    alloc = (np.asarray(t["Total Allocated(MB)"], dtype=np.float64)[keep] * 2**20).astype(np.int64)
+    resv = (np.asarray(t["Total Reserved(MB)"], dtype=np.float64)[keep] * 2**20).astype(np.int64)
+    dev = [int(m.group(1)) if (m := re.search(r"(\d+)", str(x))) else -1
+           for x in t.get("Device Type", ["-1"] * len(comp))]
+    delta = np.diff(alloc, prepend=alloc[:1]) if len(alloc) else alloc
+    from rankscope.model.tables import to_ns
+
+    return pa.table({"ts": to_ns(ts, 0), "device": np.asarray(dev, np.int32)[keep],
+                     "bytes_delta": delta, "total_allocated": alloc, "total_reserved": resv},
+                    schema=schema.MEMORY).sort_by("ts")
+
+
+def step_ids(path: Path) -> list[int]:
+    """Steps listed in step_trace_time.csv (it has per-step durations but no timestamps)."""
+    import pyarrow.csv as pcsv
+
+    col = pcsv.read_csv(path).to_pydict().get("Step", [])
+    return [int(s) for s in col if str(s).lstrip("-").isdigit()]
+
+
+def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
+    """All per-rank tables of one Ascend output directory, problems, and whether it is partial."""
+    from rankscope.model import tables
+
+    out = d / OUTPUT
+    tv = out / "trace_view.json"
+    if not tv.is_file():
+        raise TraceError(str(d), f"no {OUTPUT}/trace_view.json (was the profiler's analysis step run?)")
+    raw = read_trace_view(tv)
+    tabs, problems = tables.build(raw)
+    problems = [f"{tv}: {p}" for p in raw.problems + problems]
+    if (out / "communication.json").is_file():
+        tabs["collectives"], more = collectives(out / "communication.json")
+        problems += more
+    if (out / "memory_record.csv").is_file():
+        try:
+            tabs["memory"] = memory(out / "memory_record.csv")
+        except (OSError, KeyError, ValueError, pa.ArrowException) as exc:
+            problems.append(f"{out / 'memory_record.csv'}: unreadable ({exc}); no memory table")
+    if (out / "step_trace_time.csv").is_file() and not tabs["steps"].num_rows:
+        ids = step_ids(out / "step_trace_time.csv")
+        if ids:
+            problems.append(f"{tv}: no ProfilerStep spans, so steps {ids} of step_trace_time.csv "
+                            "have no timestamps; per-step analyses are skipped")
+    return tabs, problems, raw.partial

@@ -1,0 +1,183 @@
+"""One merged multi-rank timeline: Perfetto protobuf (default) or Chrome trace JSON.
+
+Layout: one process per rank named ``rank R · HOST`` (pid = R + 1, so that no rank lands on pid 0),
+one thread track per host thread and per device stream, a ``collectives`` track carrying each
+collective call, and a ``memory allocated`` counter. Clock alignment: each rank's timestamps are
+shifted by ``-offset`` where ``offset`` is the rank's clock offset to rank 0 (``RankInfo.clock_offset_ns``:
+how far the rank's clock is ahead of rank 0's), or the ``offsets`` given; the offsets used are
+written into the output (Chrome JSON ``metadata``; Perfetto process names say ``clock −X µs``).
+Matched collectives (the k-th call of the same process group on every rank) are linked by flow
+events, in time order across ranks. ``steps`` and ``ranks`` filters keep the file small.
+
+Example::
+
+    from rankscope.render.timeline import write_timeline
+    write_timeline(run, "merged.pftrace", steps=[3, 4], ranks=[0, 1])
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rankscope.errors import RankscopeError
+
+DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_user_annotation")
+COLL_TRACK, MEM_TRACK, STREAM_BASE = 0, 1, 1 << 30
+
+
+def _window(run: Any, rank: int, steps: set[int] | None) -> tuple[int, int] | None:
+    if not steps:
+        return None
+    st = run.table(rank, "steps").to_pylist()
+    sel = [s for s in st if s["step"] in steps]
+    if not sel:
+        return (0, -1)
+    return min(s["ts"] for s in sel), max(s["end"] for s in sel)
+
+
+def _in_window(df: Any, win: tuple[int, int] | None, end_col: str | None = "dur") -> Any:
+    import polars as pl
+
+    if win is None:
+        return df
+    end = pl.col("ts") + pl.col(end_col) if end_col else pl.col("ts")
+    return df.filter((end >= win[0]) & (pl.col("ts") <= win[1]))
+
+
+def rank_frames(run: Any, rank: int, offset: int, steps: set[int] | None) -> dict[str, Any]:
+    """Slices, collectives and memory of one rank, clock-aligned (ts - offset), inside the selected steps."""
+    import polars as pl
+
+    win = _window(run, rank, steps)
+    ev = pl.from_arrow(run.table(rank, "events", columns=["name", "kind", "ts", "dur", "tid", "stream"]))
+    ev = _in_window(ev.with_columns(pl.col("name").cast(pl.Utf8), pl.col("kind").cast(pl.Utf8)), win)
+    track = pl.when(pl.col("kind").is_in(DEVICE_KINDS)).then(STREAM_BASE + pl.col("stream").clip(0)) \
+        .otherwise(pl.col("tid"))
+    ev = ev.select("name", (pl.col("ts") - offset).alias("ts"), "dur", track.alias("track"))
+    co = pl.from_arrow(run.table(rank, "collectives", columns=["op", "name", "ts", "dur", "pg_ranks", "bytes_in"]))
+    co = _in_window(co.with_columns(pl.col(c).cast(pl.Utf8) for c in ("op", "name", "pg_ranks")), win)
+    co = co.sort("ts").with_columns((pl.col("ts") - offset).alias("ts"),
+                                    k=pl.int_range(pl.len()).over("pg_ranks"), rank=pl.lit(rank))
+    # Calls on one track must not overlap, or begin/end pairs would cross.
+    co = co.with_columns(dur=pl.min_horizontal("dur", pl.col("ts").shift(-1).fill_null(2**62) - pl.col("ts")))
+    mem = pl.from_arrow(run.table(rank, "memory", columns=["ts", "total_allocated"]))
+    mem = _in_window(mem, win, None).with_columns(pl.col("ts") - offset)
+    return {"events": ev, "collectives": co, "memory": mem}
+
+
+def flows(colls: list[Any]) -> Any:
+    """flow id per (rank, pg_ranks, k) for calls matched on at least two ranks; the latest call ends the flow."""
+    import polars as pl
+
+    allc = pl.concat([c.select("rank", "pg_ranks", "k", "ts") for c in colls if c.height]) if any(
+        c.height for c in colls) else pl.DataFrame(schema={"rank": pl.Int32, "pg_ranks": pl.Utf8, "k": pl.Int64,
+                                                           "ts": pl.Int64})
+    allc = allc.with_columns(n=pl.len().over("pg_ranks", "k")).filter(pl.col("n") > 1)
+    allc = allc.with_columns(flow=pl.struct("pg_ranks", "k").rank("dense").cast(pl.Int64),
+                             last=pl.col("ts").rank("ordinal", descending=True).over("pg_ranks", "k") == 1)
+    return allc.select("rank", "pg_ranks", "k", "flow", "last")
+
+
+def collect(run: Any, *, ranks: list[int] | None = None, steps: list[int] | None = None,
+            offsets: dict[int, int] | None = None) -> dict[str, Any]:
+    """Per-rank frames of the selection plus matched flows and the offsets used."""
+    chosen = run.rank_ids if not ranks else [r for r in run.rank_ids if r in set(ranks)]
+    if not chosen:
+        raise RankscopeError(f"--ranks {ranks}: none of these ranks is in {run.path} (ranks: {run.rank_ids})")
+    used = {r: int((offsets or {}).get(r, run.ranks[r].clock_offset_ns or 0)) for r in chosen}
+    frames = {r: rank_frames(run, r, used[r], set(steps) if steps else None) for r in chosen}
+    if steps and all(f["events"].height == 0 for f in frames.values()):
+        raise RankscopeError(f"--steps {steps}: no events in these steps in {run.path}")
+    fl = flows([f["collectives"] for f in frames.values()])
+    for r, f in frames.items():
+        f["collectives"] = f["collectives"].join(fl.drop("rank").filter(fl["rank"] == r) if fl.height else
+                                                 fl.drop("rank"), on=["pg_ranks", "k"], how="left")
+    return {"frames": frames, "offsets": used, "names": {r: _proc_name(run, r, used[r]) for r in chosen}}
+
+
+def _proc_name(run: Any, rank: int, offset: int) -> str:
+    host = run.ranks[rank].host or "?"
+    return f"rank {rank} · {host}" + (f" · clock {-offset / 1e3:+.1f} µs" if offset else "")
+
+
+def write_timeline(run: Any, out: str | Path, *, fmt: str | None = None, ranks: list[int] | None = None,
+                   steps: list[int] | None = None, offsets: dict[int, int] | None = None) -> Path:
+    """Write the merged timeline; ``fmt`` is "perfetto" or "json" (default: from the extension)."""
+    p = Path(out)
+    fmt = fmt or ("json" if p.name.endswith((".json", ".json.gz")) else "perfetto")
+    sel = collect(run, ranks=ranks, steps=steps, offsets=offsets)
+    if fmt == "json":
+        from rankscope.render.timeline_json import chrome_json
+
+        data = chrome_json(sel, run.run_id).encode()
+        if p.name.endswith(".gz"):
+            import gzip
+
+            data = gzip.compress(data, 6)
+    elif fmt == "perfetto":
+        data = perfetto_bytes(sel)
+    else:
+        raise RankscopeError(f"--format {fmt}: unknown timeline format (use perfetto or json)")
+    p.write_bytes(data)
+    return p
+
+
+def perfetto_bytes(sel: dict[str, Any]) -> bytes:
+    """The selection as a Perfetto ``Trace`` protobuf."""
+    import polars as pl
+
+    from rankscope.render import pftrace as pf
+
+    frames = sel["frames"]
+    names = pl.concat([pl.concat([f["events"]["name"], f["collectives"]["name"]]) for f in frames.values()]).unique()
+    names = sorted(names.to_list())
+    iid = pl.DataFrame({"name": names, "iid": np.arange(1, len(names) + 1, dtype=np.int64)})
+    head = [pf.interned_names(names)]
+    rows = []
+    for r, f in frames.items():
+        proc = (r + 1) << 32
+        head.append(pf.process_track(proc, r + 1, sel["names"][r]))
+        ev = f["events"]
+        tracks = sorted(ev["track"].unique().to_list())
+        tmap = {t: proc | (i + 2) for i, t in enumerate(tracks)}
+        for t, u in tmap.items():
+            label = f"stream {t - STREAM_BASE}" if t >= STREAM_BASE else f"thread {t}"
+            tid = int(t) if 0 <= t < (1 << 31) - 4096 else (1 << 31) - 2 - tracks.index(t)
+            head.append(pf.thread_track(u, proc, r + 1, tid, label))
+        head.append(pf.thread_track(proc | 1, proc, r + 1, (1 << 31) - 1, "collectives"))
+        head.append(pf.counter_track(proc | (1 << 31), proc, "memory allocated"))
+        tm = pl.DataFrame({"track": tracks, "uuid": [tmap[t] for t in tracks]},
+                          schema={"track": ev.schema["track"], "uuid": pl.UInt64})
+        ev = ev.join(tm, on="track").with_columns(flow=pl.lit(-1, pl.Int64), last=pl.lit(False))
+        co = f["collectives"].with_columns(uuid=pl.lit(proc | 1, pl.UInt64), flow=pl.col("flow").fill_null(-1),
+                                           last=pl.col("last").fill_null(False))
+        cols = ["name", "ts", "dur", "uuid", "flow", "last"]
+        rows.append(pl.concat([ev.select(cols), co.select(cols)]))
+        mem = f["memory"]
+        rows.append(pl.DataFrame({"name": None, "ts": mem["ts"], "dur": -1, "uuid": proc | (1 << 31),
+                                  "flow": -1, "last": False, "value": mem["total_allocated"]},
+                                 schema_overrides={"name": pl.Utf8, "uuid": pl.UInt64}))
+    allr = pl.concat(rows, how="diagonal_relaxed").join(iid, on="name", how="left").with_columns(pl.col("iid").fill_null(0))
+    return b"".join(head) + _encode_rows(allr)
+
+
+def _encode_rows(df: Any) -> bytes:
+    """Begin/end packets for slices (dur >= 0) and counter packets (dur < 0), in per-track nesting order."""
+    import polars as pl
+
+    from rankscope.render import pftrace as pf
+
+    # A zero-length slice lasts 1 ns, so that its end sorts after its begin.
+    sl = df.filter(pl.col("dur") >= 0).with_columns(pl.col("dur").clip(1))
+    begin = sl.with_columns(typ=pl.lit(pf.TYPE_BEGIN), o1=pl.lit(1), o2=-pl.col("dur"))
+    end = sl.with_columns(typ=pl.lit(pf.TYPE_END), o2=-pl.col("ts"), ts=pl.col("ts") + pl.col("dur"),
+                          o1=pl.lit(0), iid=pl.lit(0, pl.Int64), flow=pl.lit(-1, pl.Int64))
+    cnt = df.filter(pl.col("dur") < 0).with_columns(typ=pl.lit(pf.TYPE_COUNTER), o1=pl.lit(2), o2=pl.lit(0))
+    cols = ["ts", "typ", "uuid", "iid", "flow", "last", "value", "o1", "o2"]
+    allp = pl.concat([x.select([c for c in cols if c in x.columns]) for x in (begin, end, cnt)], how="diagonal_relaxed")
+    allp = allp.with_columns(pl.col("value").fill_null(0)).sort("uuid", "ts", "o1", "o2")
+    return pf.track_events(allp["ts"].to_numpy(), allp["typ"].to_numpy(), allp["uuid"].to_numpy(),
+                           allp["iid"].to_numpy(), allp["flow"].to_numpy(), allp["last"].to_numpy(),
+                           allp["value"].to_numpy())

@@ -1,0 +1,237 @@
+"""The report's specific views: charts for the analyses whose tables are known.
+
+Each view function returns an HTML fragment; ``SPECIFIC`` maps a view name to the function that
+draws its head (the generic blocks of ``html.result_html`` follow). ``DRAWN`` names tables already
+shown here so the generic block does not repeat them.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from rankscope.analysis.base import Result
+from rankscope.model.run import Run
+from rankscope.render import charts
+from rankscope.render.html import esc, findings_html, table_html
+
+DRAWN: dict[str, tuple[str, ...]] = {"breakdown": ("breakdown",), "straggler": ("per_rank",),
+                                     "trajectory": ("trajectory",)}
+_MEM_POINTS = 400
+_MEM_RANKS = 16
+_SRC = ("src", "src_rank", "from", "from_rank", "sender")
+_DST = ("dst", "dst_rank", "to", "to_rank", "receiver", "peer")
+_METRICS = ("bytes", "time", "dur", "bandwidth", "bw", "busbw", "algbw", "count")
+
+
+def _ok(results: dict[str, Result], name: str) -> Result | None:
+    r = results.get(name)
+    return r if r is not None and not r.skipped else None
+
+
+def overview(run: Run, results: dict[str, Result]) -> str:
+    """Verdict with its evidence, cluster step time, per-rank breakdown stacked bars."""
+    st = _ok(results, "straggler")
+    if st is None:
+        why = results["straggler"].skipped if "straggler" in results else "not run"
+        return f'<section id="overview"><p class="muted">straggler analysis skipped: {esc(why)}</p></section>'
+    cls = "warn" if st.findings else "ok"
+    stragglers = {r for f in st.findings for r in f.ranks}
+    per_rank = charts.rows_of(st.tables["per_rank"])
+    walls = sorted(r["wall"] for r in per_rank)
+    cluster = f"<p>cluster step time (median over ranks): <b>{walls[len(walls) // 2] / 1e6:,.2f} ms</b></p>" \
+        if walls else ""
+    missing = (f'<p class="warn">missing ranks: {esc(", ".join(map(str, run.missing)))}</p>' if run.missing else "")
+    fig = charts.figure_div(charts.breakdown_figure(per_rank, stragglers), "breakdown-chart")
+    hot = {i for i, r in enumerate(per_rank) if r["rank"] in stragglers}
+    table = table_html([{k: (v / 1e3 if k != "rank" else v) for k, v in r.items()} for r in per_rank], hot=hot)
+    return (f'<section id="overview"><p class="verdict {cls}">{esc(st.summary.get("verdict", ""))}</p>'
+            f"{missing}{cluster}{findings_html(st)}{fig}<h3>per rank, median over steps (µs)</h3>{table}</section>")
+
+
+def trajectory(run: Run, results: dict[str, Result]) -> str:
+    """Per rank gap / forward+backward / tail; step time per rank; per rank × step table, slowest highlighted."""
+    tr, bd = _ok(results, "trajectory"), _ok(results, "breakdown")
+    parts = []
+    if tr is not None and "per_rank" in tr.tables:
+        rows = charts.rows_of(tr.tables["per_rank"])
+        fig = charts.stacked_figure(rows, "rank", [("iteration_gap", "gap"), ("fwd_bwd", "forward+backward"),
+                                                   ("iteration_tail", "tail")], "ms per step (median)", 1e6)
+        parts.append("<h3>iteration trajectory per rank (median over steps)</h3>"
+                     + charts.figure_div(fig, "trajectory-chart"))
+    src = tr.tables.get("trajectory") if tr is not None else None
+    src = src if src is not None else (bd.tables["breakdown"] if bd is not None else None)
+    if src is None:
+        return "".join(parts)
+    rows = charts.rows_of(src)
+    slowest: dict[int, tuple[int, int]] = {}
+    for i, r in enumerate(rows):
+        if r["step"] not in slowest or r["wall"] > slowest[r["step"]][1]:
+            slowest[r["step"]] = (i, r["wall"])
+    cols = [c for c in charts.columns_of(src) if c not in ("ts", "end", "source")]
+    shown = [{c: (r[c] / 1e3 if c not in ("rank", "step") and isinstance(r[c], (int, float))
+                  and not isinstance(r[c], bool) else r[c]) for c in cols} for r in rows]
+    parts.append(charts.figure_div(charts.steps_figure(rows), "steps-chart"))
+    parts.append("<h3>per rank × step (µs; the slowest rank of each step is highlighted)</h3>"
+                 + table_html(shown, cols, hot={i for i, _ in slowest.values()}, limit=1000))
+    return f'<section id="steps">{"".join(parts)}</section>'
+
+
+def _pick(cols: list[str], names: tuple[str, ...]) -> str | None:
+    return next((c for c in cols if c.lower() in names), None)
+
+
+def communication(run: Run, results: dict[str, Result]) -> str:
+    """Rank × rank heatmaps (bytes, time, bandwidth), wait vs transfer per collective, bandwidth by group."""
+    out = []
+    for name in ("comm_matrix", "comm", "bandwidth"):
+        res = _ok(results, name)
+        for tname, t in (res.tables.items() if res else ()):
+            out += _heatmaps(name, tname, t)
+    coll = _ok(results, "collectives")
+    inst = coll.tables.get("instances") if coll else None
+    if inst is not None and {"max_wait", "transfer", "op", "instance"} <= set(charts.columns_of(inst)):
+        rows = charts.rows_of(inst)[:300]
+        for r in rows:
+            r["call"] = f"{r['op']}#{r['instance']} [{r.get('pg_ranks', '')}]"
+        fig = charts.stacked_figure(rows, "call", [("max_wait", "wait (slowest arrival)"), ("transfer", "transfer")],
+                                    "ms", 1e6, label_prefix="")
+        out.append("<h3>per collective: wait for the last rank vs transfer</h3>" + charts.figure_div(fig, "wait-chart"))
+        if "busbw_gbps" in charts.columns_of(inst):
+            fig = charts.points_figure(rows, "pg_ranks", "busbw_gbps", "bus bandwidth (GB/s)")
+            out.append("<h3>bandwidth by process group</h3>" + charts.figure_div(fig, "busbw-chart"))
+    return f"<section>{''.join(out)}</section>" if out else ""
+
+
+def _heatmaps(name: str, tname: str, t: object) -> list[str]:
+    cols = charts.columns_of(t)
+    src, dst = _pick(cols, _SRC), _pick(cols, _DST)
+    if not (src and dst):
+        return []
+    rows = charts.rows_of(t)
+    ranks = sorted({int(r[src]) for r in rows} | {int(r[dst]) for r in rows})
+    idx = {r: i for i, r in enumerate(ranks)}
+    sums = [c for c in cols if any(m in c.lower() for m in _METRICS) and "bw" not in c.lower()
+            and "bandwidth" not in c.lower()]
+    z = {m: [[0.0] * len(ranks) for _ in ranks] for m in sums}
+    for r in rows:  # summed over ops and groups: one cell per rank pair
+        for m in sums:
+            z[m][idx[int(r[src])]][idx[int(r[dst])]] += float(r[m] or 0)
+    byt, tim = _pick(sums, ("bytes",)), _pick(sums, ("time_ns", "time", "dur"))
+    if byt and tim:
+        z["bandwidth (GB/s)"] = [[b / t if t else 0.0 for b, t in zip(rb, rt)] for rb, rt in zip(z[byt], z[tim])]
+    labels = [str(r) for r in ranks]
+    return [charts.figure_div(charts.heatmap_figure(zz, labels, f"{name}.{tname}: {m}", m), f"heat-{tname}-{i}")
+            for i, (m, zz) in enumerate(z.items()) if m != "count"]
+
+
+def operators(run: Run, results: dict[str, Result]) -> str:
+    """Cross-rank spread of the top operators / kernels for tables with name + min/mean/max columns."""
+    out = []
+    for name in ("opstats", "kernels"):
+        res = _ok(results, name)
+        for tname, t in (res.tables.items() if res else ()):
+            cols = charts.columns_of(t)
+            lo = next((c for c in cols if c.lower().startswith("min")), None)
+            hi = next((c for c in cols if c.lower().startswith("max")), None)
+            mid = next((c for c in cols if c.lower().startswith(("mean", "median", "avg"))), None)
+            key = _pick(cols, ("name", "op", "kernel", "operator"))
+            if not (lo and hi and mid and key):
+                continue
+            rows = [r for r in charts.rows_of(t)[:25] if None not in (r[lo], r[mid], r[hi])]
+            out.append(f"<h3>{esc(name)}.{esc(tname)}: {esc(mid)} across ranks (bars: {esc(lo)} … {esc(hi)})</h3>")
+            out.append(charts.figure_div(charts.spread_figure(rows, key, lo, mid, hi, mid), f"spread-{name}-{tname}"))
+    return f"<section>{''.join(out)}</section>" if out else ""
+
+
+def memory(run: Run, results: dict[str, Result]) -> str:
+    """Allocated memory over time per rank (at most 400 points per rank, 16 ranks), from the memory tables."""
+    mem = _ok(results, "memory")
+    if mem is not None and "timeline" in mem.tables:
+        return _memory_from(mem)
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    for r in run.rank_ids[:_MEM_RANKS]:
+        if run.ranks[r].counts.get("memory", 1) == 0:
+            continue
+        t = run.table(r, "memory", columns=["ts", "total_allocated"])
+        if t.num_rows == 0:
+            continue
+        step = max(1, t.num_rows // _MEM_POINTS)
+        ts = t.column("ts").to_numpy()[::step]
+        alloc = t.column("total_allocated").to_numpy()[::step]
+        series[f"rank {r}"] = (((ts - ts[0]) / 1e6).tolist(), (alloc / 2**20).tolist())
+    if not series:
+        return '<section><p class="muted">no memory events in the traces (profile with profile_memory=True)</p></section>'
+    fig = charts.lines_figure(series, "ms since the rank's first memory event", "allocated (MiB)")
+    return f'<section>{charts.figure_div(fig, "memory-chart")}</section>'
+
+
+def _memory_from(mem: Result) -> str:
+    rows = charts.rows_of(mem.tables["timeline"])
+    by: dict[str, list[dict[str, object]]] = {}
+    for r in rows:
+        by.setdefault(f"rank {r['rank']}" + (f" dev {r['device']}" if r.get("device", -1) != -1 else ""), []).append(r)
+    series = {}
+    for k, rs in list(by.items())[:_MEM_RANKS]:
+        rs = rs[:: max(1, len(rs) // _MEM_POINTS)]
+        t0 = rs[0]["ts"]
+        series[k] = ([(x["ts"] - t0) / 1e6 for x in rs], [(x["allocated"] or 0) / 2**20 for x in rs])
+    fig = charts.lines_figure(series, "ms since the rank's first memory event", "allocated (MiB)")
+    return f'<section>{charts.figure_div(fig, "memory-chart")}</section>'
+
+
+def clock(run: Run, results: dict[str, Result]) -> str:
+    """Each rank's clock offset to rank 0 and its error bound, as recorded in the run."""
+    ck = _ok(results, "clock")
+    if ck is not None and "offsets" in ck.tables:
+        rows = charts.rows_of(ck.tables["offsets"])
+        fig = charts.bars_figure([{**x, "offset_ms": (x["offset_ns"] or 0) / 1e6,
+                                   "residual_ms": (x["residual_ns"] or 0) / 1e6} for x in rows],
+                                 "rank", ["offset_ms", "residual_ms"], "clock offset to the reference rank and "
+                                 "residual skew after alignment", "ms")
+        return f'<section>{charts.figure_div(fig, "clock-chart")}</section>'
+    rows = [{"rank": r, "host": run.ranks[r].host or "", "offset_ms": _ms(run.ranks[r].clock_offset_ns),
+             "error_ms": _ms(run.ranks[r].clock_error_ns)} for r in run.rank_ids]
+    if all(x["offset_ms"] is None for x in rows) and "clock" not in results:
+        return ('<section><p class="muted">no clock offsets recorded: timelines are shown on each rank\'s own '
+                "clock</p></section>")
+    return f"<section><h3>clock offsets to rank 0</h3>{table_html(rows)}</section>"
+
+
+def _ms(ns: int | None) -> float | None:
+    return None if ns is None else ns / 1e6
+
+
+def flame_view(run: Run, results: dict[str, Result]) -> str:
+    """Icicle of host call stacks merged over ranks (inclusive µs)."""
+    from rankscope.render.flame import icicle_nodes
+
+    nodes = icicle_nodes(run)
+    if not nodes["ids"]:
+        return '<section><p class="muted">no nested host events to draw</p></section>'
+    fig = charts.icicle_figure(nodes["ids"], nodes["labels"], nodes["parents"], nodes["values"])
+    return (f'<section><p class="muted">host call stacks summed over {len(run.ranks)} ranks; frames under '
+            f"{nodes['min_share']:.1%} of the total are folded away. Export: <code>rankscope timeline</code> / "
+            f"folded stacks via <code>rankscope.render.flame.write_folded</code></p>"
+            f'{charts.figure_div(fig, "flame-chart")}</section>')
+
+
+def diff_view(run: Run, diff: Result) -> str:
+    """Run-vs-run comparison (see rankscope.render.diff)."""
+    from rankscope.render.diff import html_section
+
+    return html_section(diff)
+
+
+def problems_view(run: Run, results: dict[str, Result]) -> str:
+    """What went wrong while reading, and which analyses were skipped and why."""
+    items = [esc(p) for p in run.problems]
+    if run.missing:
+        items.append(f"missing ranks: {esc(', '.join(map(str, run.missing)))}")
+    items += [f"analysis {esc(n)} skipped: {esc(r.skipped)}" for n, r in results.items() if r.skipped]
+    body = "".join(f"<li>{i}</li>" for i in items) or "<li>none</li>"
+    return f'<section id="problems"><ul>{body}</ul></section>'
+
+
+SPECIFIC: dict[str, Callable[[Run, dict[str, Result]], str]] = {
+    "overview": overview, "trajectory": trajectory, "communication": communication,
+    "operators": operators, "memory": memory, "clock": clock,
+}

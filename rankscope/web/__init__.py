@@ -1,0 +1,1 @@
+"""Read-only local web UI over a directory of runs (``rankscope serve``)."""

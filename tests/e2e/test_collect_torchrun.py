@@ -1,0 +1,115 @@
+"""rankscope.profile on 2 real ranks (torchrun, gloo): local dir, S3 (moto), and faults."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from tests.fixtures_s3 import free_env_without_aws, free_port, moto_server  # noqa: F401
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WORKER = os.path.join(ROOT, "tests", "e2e", "collect_worker.py")
+
+
+def torchrun(run: str, mode: str, tmp_path, env: dict[str, str] | None = None, timeout: int = 90):
+    e = dict(env or os.environ)
+    e.update(PYTHONPATH=ROOT, RS_SPOOL=str(tmp_path / "spool"), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
+           f"--master-port={free_port()}", WORKER, run, mode]
+    return subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=timeout)
+
+
+def _resume(spool: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    code = ("import sys; from rankscope.commands.upload import run, add_arguments; import argparse;"
+            "p=argparse.ArgumentParser(); add_arguments(p); sys.exit(run(p.parse_args(sys.argv[1:])))")
+    return subprocess.run([sys.executable, "-c", code, "--resume", spool], env={**env, "PYTHONPATH": ROOT},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_profile_two_ranks_local(tmp_path):
+    run = tmp_path / "run"
+    hostmap = tmp_path / "private" / "hosts.json"
+    p = torchrun(str(run), "ok", tmp_path, {**os.environ, "RS_HOSTMAP": str(hostmap)})
+    assert p.returncode == 0, p.stderr[-3000:]
+    rj = json.loads((run / "run.json").read_text())
+    assert rj["world_size"] == 2 and rj["ranks_expected"] == [0, 1] and rj["hosts"] == ["node-0"]
+    assert rj["layout"] == {"dp": 2, "tp": 1, "pp": 1}
+    metas = [json.loads((run / f"ranks/{r}/meta.json").read_text()) for r in (0, 1)]
+    for r, m in enumerate(metas):
+        assert (m["rank"], m["world_size"], m["backend"], m["host"]) == (r, 2, "gloo", "node-0")
+        assert [w["steps"] for w in m["windows"]] == [[2, 3], [6, 7]]  # aligned on both ranks
+        assert [a["when"] for a in m["clock"]["anchors"]] == ["start", "end"]
+        assert m["metadata"] == {"mode": "ok"} and m["process_groups"][0]["ranks"] == [0, 1]
+        man = json.loads((run / f"ranks/{r}/MANIFEST.json").read_text())
+        assert {f["path"] for f in man["files"]} == {"meta.json", "window-0000.pt.trace.json.gz",
+                                                     "window-0001.pt.trace.json.gz"}
+        trace = json.load(gzip.open(run / f"ranks/{r}/window-0001.pt.trace.json.gz"))
+        assert trace["distributedInfo"]["rank"] == r
+        names = {e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}
+        assert names == {"ProfilerStep#6", "ProfilerStep#7"}
+    # same host: the estimated offset is small and bounded by its round-trip error
+    off, err = metas[1]["clock"]["offset_to_rank0_ns"], metas[1]["clock"]["offset_error_ns"]
+    assert err is not None and 0 <= err < 50_000_000 and abs(off) <= err + 1_000_000
+    # host names only in the owner-only host map, never in the run
+    assert stat.S_IMODE(os.stat(hostmap).st_mode) == 0o600
+    host = json.loads(hostmap.read_text())["hosts"]["node-0"]
+    for f in run.rglob("*.json"):
+        assert host not in f.read_text()
+
+
+def test_profile_two_ranks_s3(tmp_path, moto_server):
+    env = {**os.environ, **moto_server.env}
+    bucket = moto_server.bucket()
+    p = torchrun(f"s3://{bucket}/exp", "ok", tmp_path, env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    import s3fs
+
+    fs = s3fs.S3FileSystem(endpoint_url=moto_server.endpoint, key="test", secret="test", skip_instance_cache=True)
+    assert fs.exists(f"{bucket}/exp/run.json")
+    for r in (0, 1):
+        man = json.loads(fs.cat_file(f"{bucket}/exp/ranks/{r}/MANIFEST.json"))
+        assert len(man["files"]) == 3
+
+
+def test_storage_unreachable_training_finishes_then_resume(tmp_path, moto_server):
+    dead = {**moto_server.env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}
+    dead["FSSPEC_S3_ENDPOINT_URL"] = dead["AWS_ENDPOINT_URL"]
+    bucket = moto_server.bucket()
+    p = torchrun(f"s3://{bucket}/down", "ok", tmp_path, {**os.environ, **dead})
+    assert p.returncode == 0 and p.stdout.count("TRAINING-DONE") == 2, p.stderr[-3000:]
+    assert p.stderr.count("RankscopeWarning") == 2  # one warning per rank, no more
+    assert (tmp_path / "spool" / "rank-1" / "data" / "ranks" / "1" / "window-0000.pt.trace.json.gz").exists()
+    r = _resume(str(tmp_path / "spool"), {**os.environ, **moto_server.env})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("checksum(s) verified") == 2
+
+
+def test_rank_killed_then_resume_verifies(tmp_path, moto_server):
+    bucket = moto_server.bucket()
+    env = {**os.environ, **moto_server.env}
+    p = torchrun(f"s3://{bucket}/killed", "kill", tmp_path, env)
+    assert p.returncode != 0 and "TRAINING-DONE" not in p.stdout
+    r = _resume(str(tmp_path / "spool"), env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 0: " in r.stdout and "rank 1: " in r.stdout
+
+
+def test_missing_credentials_fail_before_training(tmp_path, moto_server):
+    env = free_env_without_aws()
+    env["FSSPEC_S3_ENDPOINT_URL"] = moto_server.endpoint
+    p = torchrun("s3://somebucket/run", "ok", tmp_path, env)
+    assert p.returncode != 0 and "TRAINING-STARTED" not in p.stdout
+    assert "no valid credentials" in p.stderr
+
+
+def test_invalid_url_clear_error_in_process():
+    from rankscope.collect.profiler import profile
+    from rankscope.errors import RankscopeError
+
+    with pytest.raises(RankscopeError, match="nosuch://"):
+        profile(run="nosuch://x/y").start()

@@ -1,0 +1,95 @@
+"""On-demand trigger on a running (single-process) loop, and gather's copy logic (local fsspec)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from rankscope.collect.trigger import write_request
+from rankscope.commands.gather import gather, open_source
+from rankscope.store.uploader import UploadConfig
+
+FAST = UploadConfig(jitter_s=0.05, backoff_base_s=0.05, exit_timeout_s=5)
+
+
+def test_trigger_starts_capture_within_two_seconds(tmp_path):
+    import torch
+
+    from rankscope.collect.profiler import profile
+
+    run = str(tmp_path / "run")
+    x = torch.randn(16, 16)
+    with profile(run=run, on_demand=True, spool_dir=str(tmp_path / "sp"), upload=FAST) as p:
+        t_req = None
+        for i in range(60):
+            x = x @ x / 16
+            time.sleep(0.05)
+            if i == 5:
+                rid, _ = write_request(run, steps=2, warmup=1)
+                t_req = time.time_ns()
+            p.step()
+    meta = json.loads((tmp_path / "run/ranks/0/meta.json").read_text())
+    (win,) = meta["windows"]
+    assert win["trigger"] == rid and len(win["steps"]) == 2
+    # start of the capture (warm-up step begins) minus request time: < 2 s plus one step
+    assert (win["start_wall_ns"] - t_req) / 1e9 < 2.0 + 0.2 + 0.05
+    assert (tmp_path / "run/ranks/0" / win["file"]).exists()
+
+
+def test_gather_builds_one_run_from_node_copies(tmp_path):
+    node_a, node_b = tmp_path / "a", tmp_path / "b"
+    (node_a / "ranks/0").mkdir(parents=True)
+    (node_a / "ranks/0/meta.json").write_text('{"rank": 0}')
+    (node_a / "run.json").write_text('{"format": "rankscope.run/1"}')
+    (node_a / "ranks/0/.rstmp-x-junk").write_text("partial")
+    spool_file = node_b / "rank-1/data/ranks/1/window-0000.pt.trace.json.gz"
+    spool_file.parent.mkdir(parents=True)
+    spool_file.write_bytes(os.urandom(1000))
+    (node_b / "rank-1/spool.json").write_text("{}")
+    out = tmp_path / "run"
+    counts = gather(str(out), [open_source(f"file://{node_a}"), open_source(f"file://{node_b}")])
+    assert counts == {0: 1, 1: 1}
+    assert (out / "run.json").exists() and not (out / "ranks/0/.rstmp-x-junk").exists()
+    from rankscope.store.fs import open_target
+    from rankscope.store.uploader import verify_rank
+
+    assert verify_rank(open_target(str(out)), 1) == (1, [])
+
+
+def test_gather_over_real_sftp(tmp_path):
+    """Real OpenSSH server on 127.0.0.1 with a generated key (skipped where sshd is not installed)."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    if not os.path.exists(sshd):
+        pytest.skip("openssh-server not installed")
+    from fsspec.implementations.sftp import SFTPFileSystem
+
+    from tests.fixtures_s3 import _wait_port, free_port
+
+    d = tmp_path / "ssh"
+    d.mkdir()
+    for k in ("host", "user"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / k)], check=True)
+    (d / "auth").write_text((d / "user.pub").read_text())
+    port = free_port()
+    (d / "cfg").write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host\nAuthorizedKeysFile {d}/auth\n"
+                           f"PasswordAuthentication no\nStrictModes no\nSubsystem sftp internal-sftp\n"
+                           f"PidFile {d}/pid\n")
+    os.makedirs("/run/sshd", exist_ok=True)
+    proc = subprocess.Popen([sshd, "-D", "-f", str(d / "cfg"), "-E", str(d / "log")])
+    try:
+        _wait_port(port)
+        node = tmp_path / "node"
+        (node / "ranks/2").mkdir(parents=True)
+        (node / "ranks/2/meta.json").write_text('{"rank": 2}')
+        fs = SFTPFileSystem("127.0.0.1", port=port, username=os.environ.get("USER", "root"),
+                            key_filename=str(d / "user"), look_for_keys=False, allow_agent=False)
+        assert gather(str(tmp_path / "run"), [(fs, str(node))]) == {2: 1}
+        assert json.loads((tmp_path / "run/ranks/2/meta.json").read_text()) == {"rank": 2}
+    finally:
+        proc.terminate()
+        proc.wait(10)
