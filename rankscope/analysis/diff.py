@@ -92,7 +92,7 @@ def name_deltas(run: Any, base: Any, kinds: tuple[str, ...]) -> Any:
                        spread=pl.col("max") - pl.col("min"), spreadBase=pl.col("maxBase") - pl.col("minBase"))
     cols = ["name", "mean", "meanBase", "meanDiff", "min", "max", "spread", "minBase", "maxBase", "spreadBase",
             "calls", "callsBase", "callsDiff"]
-    return j.select(cols).sort(pl.col("meanDiff").abs(), descending=True).head(TOP)
+    return j.select(cols).sort(pl.col("meanDiff").abs(), pl.col("name"), descending=[True, False]).head(TOP)
 
 
 def comm_stats(run: Any) -> Any:

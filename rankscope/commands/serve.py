@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
         raise RankscopeError(f"{root}: no such directory; pass the directory that holds your runs")
     if args.host not in LOOPBACK:
         console.print(f"[yellow]warning:[/] serving on {args.host}: anyone who can reach this address can read "
-                      "these traces (no authentication)", highlight=False)
-    console.print(f"serving {root.resolve()} on http://{args.host}:{args.port}/ (Ctrl-C to stop)", highlight=False)
+                      "these traces (no authentication)", highlight=False, soft_wrap=True)
+    console.print(f"serving {root.resolve()} on http://{args.host}:{args.port}/ (Ctrl-C to stop)", highlight=False,
+                  soft_wrap=True)
     uvicorn.run(create_app(root), host=args.host, port=args.port, log_level="warning")
     return 0

@@ -52,6 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="perfetto protobuf (default) or Chrome trace JSON (default from the extension)")
     p.add_argument("--steps", help="only these steps, e.g. 3-5 or 3,7")
     p.add_argument("--ranks", help="only these ranks, e.g. 0-7 or 0,15")
+    p.add_argument("--no-align", action="store_true",
+                   help="use only the clock offsets recorded at collection (default: refine them with matched "
+                        "collectives, as the clock analysis does)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +64,12 @@ def run(args: argparse.Namespace) -> int:
     base = Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent
     target = Path(args.output) if args.output else base / ("merged.json" if fmt == "json" else "merged.pftrace")
     r = load_run_quiet(args.run, args.jobs, args.allow_missing_ranks)
+    offsets = None
+    if not args.no_align:
+        from rankscope.analysis.clock import align
+
+        offsets = align(r).offset_ns
     path = write_timeline(r, target, fmt=fmt, ranks=parse_ints(args.ranks, "--ranks"),
-                          steps=parse_ints(args.steps, "--steps"))
+                          steps=parse_ints(args.steps, "--steps"), offsets=offsets)
     console.print(f"timeline: {path} ({path.stat().st_size / 2**20:.1f} MiB)", highlight=False)
     return 0

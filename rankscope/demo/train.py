@@ -102,10 +102,19 @@ def main(argv: list[str] | None = None) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
-    from rankscope.demo.capture import capture
+    import rankscope
+    from rankscope.store.uploader import UploadConfig
 
-    with capture(args.run_dir, warmup=args.warmup, active=args.steps, metadata={"slow_rank": args.slow_rank,
-                                                                            "slow_kind": args.slow_kind}) as prof:
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with rankscope.profile(
+        run=args.run_dir, run_id=os.path.basename(os.path.normpath(args.run_dir)), activities=activities,
+        schedule=torch.profiler.schedule(wait=0, warmup=args.warmup, active=args.steps, repeat=1),
+        record_shapes=True, profile_memory=True, layout={"dp": world, "tp": 1, "pp": 1},
+        metadata={"demo": {"slow_rank": args.slow_rank, "slow_kind": args.slow_kind, "slowdown": args.slowdown}},
+        upload=UploadConfig(jitter_s=0.1, exit_timeout_s=60),
+    ) as prof:
         it = iter(loader)
         for _ in range(args.warmup + args.steps + 1):
             x, y = next(it)

@@ -7,6 +7,7 @@ chunk of events at a time so the structs of a whole file never exist at once.
 from __future__ import annotations
 
 import math
+import pickle
 from operator import attrgetter
 from typing import Any, Sequence
 
@@ -120,29 +121,41 @@ def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
     Events become structs and then columns one chunk at a time; only the few communication
     events are kept as structs (their args feed the ``collectives`` table)."""
     probs = _Problems()
-    base = raw.trace.baseTimeNanoseconds or 0
     parts: list[pa.Table] = []
-    mems: list[Event] = []
-    comm_evs: dict[int, Event] = {}
+    mems: list[pa.Table] = []
+    kept: list[tuple[int, np.ndarray, bytes]] = []
     ids: dict[str, int] = {}
     offset = 0
     for chunk in raw.chunks():
         xs = [e for e in chunk if e.ph == "X"]
-        mems += [e for e in chunk if e.ph == "i" and e.name == "[memory]"]
+        mems.append(_memory([e for e in chunk if e.ph == "i" and e.name == "[memory]"], 0))
         del chunk
-        cols, xs = _chunk_columns(xs, base, probs, ids)
-        for i in np.flatnonzero(_flag_names(cols["name"], _COMM_MARKERS)).tolist():
-            comm_evs[offset + i] = xs[i]
+        cols, xs = _chunk_columns(xs, 0, probs, ids)
+        comm = np.flatnonzero(_flag_names(cols["name"], _COMM_MARKERS))
+        if len(comm):
+            # Kept as one pickled blob, not as live structs: a few live objects scattered over
+            # every chunk's memory would keep all of it from being reused (heap fragmentation).
+            kept.append((offset, comm, pickle.dumps([xs[i] for i in comm.tolist()], protocol=5)))
         offset += len(xs)
         parts.append(pa.table(cols))
-    events = _finish_events(parts)
-    tables = {"events": events, "memory": _memory(mems, base)}
+        del xs, cols
+    # baseTimeNanoseconds may sit after the events (streamed files): added once at the end.
+    base = raw.trace.baseTimeNanoseconds or 0
+    events = _finish_events(parts, base)
+    del parts
+    memory = pa.concat_tables(mems) if mems else schema.empty("memory")
+    if base and memory.num_rows:
+        memory = memory.set_column(0, "ts", pa.array(memory.column("ts").to_numpy() + base))
+    comm_evs: dict[int, Event] = {}
+    for off, idx, blob in kept:
+        comm_evs.update(zip((idx + off).tolist(), pickle.loads(blob)))
+    tables = {"events": events, "memory": memory}
     tables["collectives"] = _collectives(events, comm_evs, raw)
     tables["steps"] = _steps(events)
     return tables, probs.lines()
 
 
-def _finish_events(parts: list[pa.Table]) -> pa.Table:
+def _finish_events(parts: list[pa.Table], base: int) -> pa.Table:
     """Concatenate chunk tables (one dictionary per column) and add the whole-thread columns."""
     parts = [p for p in parts if p.num_rows]
     if not parts:
@@ -153,6 +166,9 @@ def _finish_events(parts: list[pa.Table]) -> pa.Table:
     hostk = np.array([k in _HOST_KINDS for k in kind.dictionary.to_pylist()] + [False])
     host = hostk[kind.indices.to_numpy(zero_copy_only=False)]
     cols = {n: t.column(n) for n in t.column_names}
+    if base:
+        ts = ts + base
+        cols["ts"] = pa.array(ts)
     cols["depth"] = pa.array(nesting_depth(tid, ts, dur, host))
     cols["is_comm"] = pa.array(_flag_names(t.column("name").combine_chunks(), _COMM_MARKERS))
     return pa.table({f.name: cols[f.name] for f in schema.EVENTS}, schema=schema.EVENTS)

@@ -31,8 +31,10 @@ def test_trigger_starts_capture_within_two_seconds(tmp_path):
     meta = json.loads((tmp_path / "run/ranks/0/meta.json").read_text())
     (win,) = meta["windows"]
     assert win["trigger"] == rid and len(win["steps"]) == 2
-    # start of the capture (warm-up step begins) minus request time: < 2 s plus one step
-    assert (win["start_wall_ns"] - t_req) / 1e9 < 2.0 + 0.2 + 0.05
+    # the rank adopted the request < 2 s after it was written, and capture (warm-up) began at the next step
+    (trig,) = meta["triggers"]
+    assert trig["id"] == rid and (trig["seen_wall_ns"] - t_req) / 1e9 < 2.0
+    assert win["steps"][0] == trig["start_step"] + 1  # one warm-up step first
     assert (tmp_path / "run/ranks/0" / win["file"]).exists()
 
 
@@ -65,7 +67,9 @@ def test_gather_over_real_sftp(tmp_path):
 
     sshd = shutil.which("sshd") or "/usr/sbin/sshd"
     if not os.path.exists(sshd):
-        pytest.skip("openssh-server not installed")
+        if os.environ.get("CI"):  # .ci/run installs it: in CI a missing sshd is a failure, not a skip
+            pytest.fail("openssh-server is not installed; .ci/run should have installed it")
+        pytest.skip("openssh-server not installed (CI installs it)")
     from fsspec.implementations.sftp import SFTPFileSystem
 
     from tests.fixtures_s3 import _wait_port, free_port

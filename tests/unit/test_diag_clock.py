@@ -58,3 +58,19 @@ def test_anchors_only_when_no_collectives():
     empty = _matched({0: 0, 1: 0}, {"0": [0, 1]}).head(0)
     al = align(_run([0, 1], anchors={0: 0, 1: 42}), empty, enabled=True)
     assert al.offset_ns == {0: 0, 1: 42}
+
+
+def test_environment_switch_and_registered_result(monkeypatch):
+    from rankscope.analysis.clock import alignment_from
+    from rankscope.analysis.base import Result
+
+    m = _matched({0: 0, 1: 5_000_000}, {"0": [0, 1]}, outliers=False)
+    monkeypatch.setenv("RANKSCOPE_CLOCK_ALIGN", "0")
+    assert not align(_run([0, 1]), m).enabled
+    monkeypatch.delenv("RANKSCOPE_CLOCK_ALIGN")
+    al = align(_run([0, 1]), m)
+    assert al.enabled and abs(al.offset_ns[1] - 5_000_000) < 20_000
+    frame = al.to_frame()
+    assert frame.columns == ["rank", "offset_ns", "residual_ns", "drift_ppm", "samples", "source"]
+    res = Result("clock", summary={"offsets_ns": {"0": 0, "1": 5}})
+    assert alignment_from({"clock": res}) == {0: 0, 1: 5} and alignment_from({}) == {}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rankscope.model import kineto
+from rankscope.model import tables
 from rankscope.model.run import load_run
 from tests.helpers import write_trace, x
 
@@ -58,13 +58,13 @@ def test_second_load_reads_only_the_cache(tmp_path, monkeypatch):
         write_trace(tmp_path / f"r{r}.json.gz", _events(), rank=r, gz=True)
     first = load_run(tmp_path, jobs=1)
     calls = {"n": 0}
-    real = kineto.decode
+    real = tables.build
 
-    def counting(path):  # type: ignore[no-untyped-def]
-        calls["n"] += 1
-        return real(path)
+    def counting(raw):  # type: ignore[no-untyped-def]
+        calls["n"] += 1  # every decode (whole or streamed) goes through tables.build
+        return real(raw)
 
-    monkeypatch.setattr(kineto, "decode", counting)
+    monkeypatch.setattr(tables, "build", counting)
     again = load_run(tmp_path, jobs=1)
     assert calls["n"] == 0
     assert again.ranks[1].cache == first.ranks[1].cache

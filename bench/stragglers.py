@@ -1,0 +1,183 @@
+"""Straggler / slow-link / clock-alignment accuracy on real demo runs and synthetic clusters.
+
+Real: ``rankscope.demo.launch.launch`` (torchrun, gloo) with a straggler of a random kind
+(compute | data | comm, the kinds the demo can inject) on a random rank, plus healthy runs.
+Synthetic: ``rankscope.synth.generate`` clusters at 64 / 256 ranks with ±0.5 s clock offsets and one
+injected straggler (compute | data | host | comm), a slow link, or nothing.
+
+Scores: rank precision / recall, cause accuracy (on correctly named ranks), false positives on
+healthy runs, slow links found, clock offset error against synth_truth.json.
+
+    .venv/bin/python bench/stragglers.py --real 20 --healthy 5 --ranks 2 --synth-sizes 64,256 --write
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+NAMES = ["breakdown", "clock", "links", "straggler"]
+# demo --slowdown per kind, chosen to add roughly 10-30 % to a healthy rank's own step time here
+# (compute: 1 extra matmul block per forward, int(12 * s); data: 2 ms * s per item, 32 items;
+# comm: 20 ms * s sleep in the DDP comm hook, one bucket per step).
+REAL_SLOWDOWN = {"compute": (0.09, 0.16), "data": (0.015, 0.035), "comm": (0.05, 0.11)}
+SYNTH_FACTOR = {"compute": 1.3, "data": 2.5, "host": 8.0, "comm": 1.5}
+
+
+def diagnose(path: Path) -> dict[str, Any]:
+    from rankscope.analysis.registry import run_all
+    from rankscope.model.run import load_run
+
+    run = load_run(path, jobs=2)
+    res = run_all(run, names=NAMES)
+    st = res["straggler"]
+    found = [(f.ranks[0], f.evidence["cause"], f.confidence) for f in st.findings]
+    links = [f.evidence["pg_name"] for f in res["links"].findings] if not res["links"].skipped else []
+    offsets = {int(k): v for k, v in res["clock"].summary.get("offsets_ns", {}).items()}
+    return {"verdict": st.summary.get("verdict", st.skipped), "found": found, "links": links, "offsets": offsets,
+            "run": run}
+
+
+def real_runs(n: int, healthy: int, ranks: int, out: Path, rng: random.Random) -> list[dict[str, Any]]:
+    from rankscope.demo.launch import launch
+
+    plan = [(rng.choice(sorted(REAL_SLOWDOWN)), rng.randrange(ranks)) for _ in range(n)] + [(None, None)] * healthy
+    rows = []
+    for i, (kind, rank) in enumerate(plan):
+        d = out / f"real{i}"
+        shutil.rmtree(d, ignore_errors=True)
+        slow = rng.uniform(*REAL_SLOWDOWN[kind]) if kind else 0.0
+        t = time.time()
+        launch(d, ranks=ranks, steps=8, warmup=2, slow_rank=rank, slow_kind=kind or "compute", slowdown=slow)
+        r = diagnose(d)
+        rows.append({"kind": kind, "rank": rank, "slowdown": round(slow, 3), "verdict": r["verdict"],
+                     "found": r["found"], "secs": round(time.time() - t, 1)})
+        print(f"real {i}: truth={kind}@{rank} s={slow:.3f} -> {r['verdict']}", flush=True)
+        shutil.rmtree(d, ignore_errors=True)
+    return rows
+
+
+def synth_runs(sizes: list[int], out: Path, seed: int, reps: int) -> list[dict[str, Any]]:
+    from rankscope.synth import generate
+
+    rows = []
+    for size in sizes:
+        rng = random.Random(seed + size)
+        scenarios = ([("straggler", k) for k in SYNTH_FACTOR] + [("link", None), ("healthy", None)]) * reps
+        for j, (what, kind) in enumerate(scenarios):
+            d = out / f"synth{size}-{j}"
+            shutil.rmtree(d, ignore_errors=True)
+            rank = rng.randrange(1, size)
+            kw: dict[str, Any] = {}
+            if what == "straggler":
+                kw["stragglers"] = [f"{rank}:{kind}:{SYNTH_FACTOR[kind]}"]
+            if what == "link":
+                a = rng.randrange(0, size, 2)
+                kw["slow_links"] = [f"{a}-{a + 1}:2.0"]
+            generate(d, ranks=size, steps=4, ops_per_step=40, clock_skew_s=0.5, seed=seed + j, jobs=2, **kw)
+            r = diagnose(d)
+            truth = json.loads((d / "synth_truth.json").read_text())
+            err = [abs(r["offsets"][c["rank"]] - c["offset_to_rank0_ns"]) for c in truth["clocks"]]
+            affected = {g for link in truth["slow_links"] for g in link["affected_groups"]}
+            rows.append({"size": size, "what": what, "kind": kind, "rank": rank if what == "straggler" else None,
+                         "verdict": r["verdict"], "found": r["found"], "links": r["links"],
+                         "link_hit": bool(affected) and bool(set(r["links"]) & affected)
+                         and set(r["links"]) <= affected, "clock_err_max_ns": max(err),
+                         "clock_err_p50_ns": sorted(err)[len(err) // 2]})
+            print(f"synth {size} {what} {kind}@{rank}: {r['verdict'][:90]} links={r['links'][:4]} "
+                  f"clock max err {max(err)} ns", flush=True)
+            shutil.rmtree(d, ignore_errors=True)
+    return rows
+
+
+def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    strag = [r for r in rows if r["kind"] and r.get("what", "straggler") == "straggler"]
+    clean = [r for r in rows if not r["kind"]]
+    named = sum(len(r["found"]) for r in strag)
+    hits = [r for r in strag if any(f[0] == r["rank"] for f in r["found"])]
+    cause_ok = [r for r in hits if any(f[0] == r["rank"] and f[1] == r["kind"] for f in r["found"])]
+    both = len(cause_ok)
+    return {"straggler_runs": len(strag), "recall": len(hits) / max(len(strag), 1),
+            "precision": len(hits) / named if named else 1.0, "cause_accuracy": len(cause_ok) / max(len(hits), 1),
+            "rank_and_cause": f"{both}/{len(strag)}", "clean_runs": len(clean),
+            "false_positives": sum(1 for r in clean if r["found"])}
+
+
+def markdown(args: argparse.Namespace, real: list[dict], synth: list[dict], secs: float) -> str:
+    lines = ["## stragglers", "", f"Command: `.venv/bin/python bench/stragglers.py {' '.join(sys.argv[1:])}`  ",
+             f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared with other jobs), Python "
+             f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}; {secs:.0f} s in all.", ""]
+    if real:
+        s = score(real)
+        lines += [f"Real demo runs ({args.ranks} ranks, torchrun + gloo, 8 profiled steps; kinds the demo injects: "
+                  "compute, data, comm; host is not injectable in the demo):", "",
+                  "| straggler runs | rank recall | rank precision | cause accuracy | rank and cause right | "
+                  "healthy runs | false positives |", "|---|---|---|---|---|---|---|",
+                  f"| {s['straggler_runs']} | {s['recall']:.0%} | {s['precision']:.0%} | {s['cause_accuracy']:.0%} | "
+                  f"{s['rank_and_cause']} | {s['clean_runs']} | {s['false_positives']} |", "",
+                  "| truth | slowdown arg | verdict |", "|---|---|---|"]
+        lines += [f"| {r['kind'] or 'healthy'}@{r['rank']} | {r['slowdown']} | {r['verdict']} |" for r in real]
+        lines.append("")
+    for size in sorted({r["size"] for r in synth}):
+        rs = [dict(r, kind=r["kind"] if r["what"] == "straggler" else None) for r in synth if r["size"] == size]
+        s = score(rs)
+        link = [r for r in rs if r["what"] == "link"]
+        lines += [f"Synthetic {size} ranks (±0.5 s clock offsets; factors {SYNTH_FACTOR}; slow link 2.0x):", "",
+                  "| straggler runs | rank recall | rank precision | cause accuracy | runs without straggler | "
+                  "false positives | slow link found | clock error max / p50 (ns) |", "|---|---|---|---|---|---|---|---|",
+                  f"| {s['straggler_runs']} | {s['recall']:.0%} | {s['precision']:.0%} | {s['cause_accuracy']:.0%} | "
+                  f"{s['clean_runs']} | {s['false_positives']} | {sum(r['link_hit'] for r in link)}/{len(link)} | "
+                  f"{max(r['clock_err_max_ns'] for r in rs)} / {sorted(r['clock_err_p50_ns'] for r in rs)[len(rs) // 2]} |",
+                  ""]
+        lines += [f"- {r['what']} {r['kind'] or ''}@{r['rank']}: {r['verdict'][:120]}" for r in rs]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def write_section(text: str) -> None:
+    path = ROOT / "bench" / "RESULTS.md"
+    old = path.read_text() if path.exists() else "# Benchmark results\n\n"
+    start = old.find("## stragglers")
+    if start < 0:
+        path.write_text(old.rstrip("\n") + "\n\n" + text)
+        return
+    nxt = old.find("\n## ", start + 3)
+    path.write_text(old[:start] + text + (old[nxt + 1:] if nxt >= 0 else ""))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--real", type=int, default=20, help="real runs with a straggler")
+    p.add_argument("--healthy", type=int, default=5, help="real runs without one")
+    p.add_argument("--ranks", type=int, default=2, help="ranks per real run (2 cores here: 2 is honest)")
+    p.add_argument("--synth-sizes", default="64,256")
+    p.add_argument("--synth-reps", type=int, default=2, help="times each synthetic scenario is drawn")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default="/tmp/rankscope-bench-stragglers")
+    p.add_argument("--write", action="store_true", help="write the section into bench/RESULTS.md")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t = time.time()
+    synth = synth_runs([int(x) for x in args.synth_sizes.split(",") if x], out, args.seed, args.synth_reps)
+    real = real_runs(args.real, args.healthy, args.ranks, out, random.Random(args.seed)) \
+        if args.real + args.healthy else []
+    text = markdown(args, real, synth, time.time() - t)
+    (out / "results.json").write_text(json.dumps({"real": real, "synth": synth}, default=str, indent=1))
+    print(text)
+    if args.write:
+        write_section(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Streaming decode of large Kineto files: inflate a few MB, decode the complete events in it, repeat.
+
+Peak memory is then one piece of JSON plus one chunk of structs, not the whole JSON (a 2 GB trace
+stays within a few hundred MB). It relies on one property of JSON: strings cannot hold a raw
+newline, so ``}`` ``,`` newline ``{`` only occurs between two objects of a list, which in a Kineto
+file (one event per block of lines) means between two events. Any surprise (an unexpected
+layout, a damaged stream, an event that does not decode) raises ``StreamFallback`` and the caller
+reads the file whole with the salvaging reader instead (``kineto.decode``).
+"""
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from typing import Iterator
+
+import msgspec
+
+from rankscope.model.kineto import _DECODER, _EVENTS, Event, RawTrace, Trace
+
+PIECE = 4 << 20
+# Files inflating to at least this many bytes are streamed (RANKSCOPE_STREAM_BYTES overrides).
+DEFAULT_STREAM_BYTES = 16 << 20
+_ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BOUNDARY = re.compile(rb"\}\s*,\s*\n\s*\{")
+_END = re.compile(rb"\}\s*\]\s*([,}])")
+_WINDOW = 1 << 20
+
+
+class StreamFallback(Exception):
+    """The file cannot be streamed; read it whole instead."""
+
+
+def stream_threshold() -> int:
+    try:
+        return int(os.environ.get("RANKSCOPE_STREAM_BYTES", DEFAULT_STREAM_BYTES))
+    except ValueError:
+        return DEFAULT_STREAM_BYTES
+
+
+def inflated_size(path: str) -> int:
+    """Size of the JSON: the file size, or for gzip the ISIZE trailer (size mod 4 GiB)."""
+    size = os.stat(path).st_size
+    with open(path, "rb") as fh:
+        if fh.read(2) != b"\x1f\x8b" or size < 18:
+            return size
+        fh.seek(-4, os.SEEK_END)
+        isize = int.from_bytes(fh.read(4), "little")
+    return isize if isize >= size else isize + (1 << 32)  # a >4 GiB file wraps the trailer
+
+
+def pieces(path: str) -> Iterator[bytes]:
+    """The file's (inflated) bytes a few MB at a time."""
+    with open(path, "rb") as fh:
+        first = fh.read(PIECE)
+        if first[:2] != b"\x1f\x8b":
+            while first:
+                yield first
+                first = fh.read(PIECE)
+            return
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        data = first
+        while data:
+            try:
+                while data:  # cap each output piece: trace JSON compresses ~20:1
+                    yield d.decompress(data, PIECE)
+                    data = d.unconsumed_tail
+            except zlib.error as exc:
+                raise StreamFallback(f"gzip stream damaged ({exc})") from exc
+            data = fh.read(PIECE // 16)
+        if not d.eof:
+            raise StreamFallback("gzip stream ends early")
+
+
+def _last(pattern: re.Pattern[bytes], buf: bytes) -> re.Match[bytes] | None:
+    start = max(0, len(buf) - _WINDOW)
+    m = None
+    for m in pattern.finditer(buf, start):
+        pass
+    if m is None and start:
+        for m in pattern.finditer(buf):
+            pass
+    return m
+
+
+def _events(body: bytes) -> list[Event]:
+    try:
+        return _EVENTS.decode(b"[" + body + b"]")
+    except msgspec.DecodeError as exc:
+        raise StreamFallback(f"events did not decode ({exc})") from exc
+
+
+class StreamTrace(RawTrace):
+    """A RawTrace whose events are decoded while the file is read; ``trace`` (distributedInfo,
+    baseTimeNanoseconds, ...) is complete once ``chunks`` has been iterated to the end."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, Trace())
+
+    def chunks(self, size: int | None = None) -> Iterator[list[Event]]:
+        head: bytes | None = None
+        buf = b""
+        for piece in pieces(self.path):
+            buf += piece
+            self.nbytes += len(piece)
+            if head is None:
+                m = _ARRAY_START.search(buf)
+                if m is None:
+                    if len(buf) > 64 * _WINDOW:
+                        raise StreamFallback("no traceEvents list near the start")
+                    continue
+                head, buf = buf[:m.start()], buf[m.end():]
+            cut = _last(_BOUNDARY, buf)
+            if cut is not None:
+                body, buf = buf[:cut.start() + 1], buf[cut.end() - 1:]
+                yield _events(body)
+        yield from self._finish(head, buf)
+
+    def _finish(self, head: bytes | None, buf: bytes) -> Iterator[list[Event]]:
+        if head is None:
+            raise StreamFallback("no traceEvents list")
+        for m in list(_END.finditer(buf))[:8]:
+            try:
+                last = _EVENTS.decode(b"[" + buf[:m.start() + 1] + b"]")
+                self.trace = _DECODER.decode(head + b'"traceEvents": []' + buf[m.start(1):])
+            except msgspec.DecodeError:
+                continue
+            yield last
+            return
+        raise StreamFallback("end of the traceEvents list not found (truncated file?)")

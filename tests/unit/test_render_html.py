@@ -1,0 +1,74 @@
+"""HTML report: escaping of trace names, views, generic rendering of any analysis, size at 64 ranks."""
+from __future__ import annotations
+
+import re
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from rankscope.analysis.base import Finding, Result, Severity
+from rankscope.analysis.registry import run_all
+from rankscope.model.run import load_run
+from rankscope.render.html import VIEWS, build, render, result_html
+from tests.unit.test_render_timeline import EVIL, tiny_run
+
+
+@pytest.fixture(scope="module")
+def evil(tmp_path_factory):
+    run = load_run(tiny_run(tmp_path_factory.mktemp("ev") / "evil", evil=True), jobs=1)
+    return run, run_all(run)
+
+
+def test_operator_name_with_html_is_escaped(evil, tmp_path):
+    run, results = evil
+    page = render(run, results, tmp_path / "r.html").read_text()
+    assert EVIL not in page
+    # in HTML tables it is entity-escaped; inside plotly's JSON "<" is \u003c
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page or "\\u003cscript\\u003ealert(1)" in page
+    benign = load_run(tiny_run(tmp_path / "benign", evil=False), jobs=1)
+    ref = render(benign, run_all(benign), tmp_path / "b.html").read_text()
+    # the same page with a harmless name has exactly as many script tags: nothing was injected
+    assert len(re.findall(r"<script", page)) == len(re.findall(r"<script", ref))
+
+
+def test_every_view_and_skipped_reasons(evil):
+    run, results = evil
+    results = dict(results, hang=Result("hang", skipped="no hang dump in this run"))
+    page = build(run, results)
+    for v in ("overview", "trajectory", "communication", "operators", "memory", "flame", "problems"):
+        assert f'id="view-{v}"' in page, v
+    assert "skipped: no hang dump in this run" in page
+    assert 'id="breakdown-chart"' in page and 'id="steps-chart"' in page and 'id="flame-chart"' in page
+    assert 'id="view-diff"' not in page  # no baseline, no diff view
+
+
+def test_generic_result_polars_and_arrow_tables():
+    res = Result("newthing", tables={"a": pl.DataFrame({"name": ["<b>x</b>", "y"], "v": [1.5, 2.0]}),
+                                     "b": pa.table({"rank": [0, 1], "n": [3, 4]})},
+                 findings=[Finding("k", "something <odd>", Severity.WARNING, (1,), {"x": 1})],
+                 summary={"total": 12345})
+    out = result_html("newthing", res)
+    assert "&lt;b&gt;x&lt;/b&gt;" in out and "<b>x</b>" not in out
+    assert "something &lt;odd&gt;" in out and "(ranks 1)" in out and "12,345" in out
+    assert out.count('class="sortable"') == 3  # summary + two tables
+    assert "skipped: why" in result_html("z", Result("z", skipped="why"))
+
+
+def test_unknown_analysis_goes_to_more_view(evil):
+    run, results = evil
+    page = build(run, dict(results, zzz=Result("zzz", summary={"answer": 42})))
+    more = page.split('id="view-more"')[1].split('class="view"')[0]
+    assert "zzz" in more and "42" in more
+    assert list(VIEWS)[0] == "overview"
+
+
+def test_report_of_64_ranks_stays_small(tmp_path):
+    from rankscope.synth import generate
+
+    root = generate(tmp_path / "s64", ranks=64, steps=10, ops_per_step=60, seed=3)
+    run = load_run(root, jobs=2)
+    page = render(run, run_all(run), tmp_path / "r.html")
+    size = page.stat().st_size
+    assert size < 10 * 2**20, size
+    assert page.read_text().count('class="view"') >= 8
