@@ -48,6 +48,16 @@ def diagnose(path: Path) -> dict[str, Any]:
             "run": run}
 
 
+def _retry(fn: Any, *a: Any) -> Any:
+    """The team edits the ingest code while this runs: retry once after a pause, then give up."""
+    try:
+        return fn(*a)
+    except Exception as exc:  # noqa: BLE001 - reported, then retried once
+        print(f"retrying after {type(exc).__name__}: {exc}", flush=True)
+        time.sleep(20)
+        return fn(*a)
+
+
 def real_runs(n: int, healthy: int, ranks: int, out: Path, rng: random.Random) -> list[dict[str, Any]]:
     from rankscope.demo.launch import launch
 
@@ -59,7 +69,7 @@ def real_runs(n: int, healthy: int, ranks: int, out: Path, rng: random.Random) -
         slow = rng.uniform(*REAL_SLOWDOWN[kind]) if kind else 0.0
         t = time.time()
         launch(d, ranks=ranks, steps=8, warmup=2, slow_rank=rank, slow_kind=kind or "compute", slowdown=slow)
-        r = diagnose(d)
+        r = _retry(diagnose, d)
         rows.append({"kind": kind, "rank": rank, "slowdown": round(slow, 3), "verdict": r["verdict"],
                      "found": r["found"], "secs": round(time.time() - t, 1)})
         print(f"real {i}: truth={kind}@{rank} s={slow:.3f} -> {r['verdict']}", flush=True)
@@ -85,7 +95,7 @@ def synth_runs(sizes: list[int], out: Path, seed: int, reps: int) -> list[dict[s
                 a = rng.randrange(0, size, 2)
                 kw["slow_links"] = [f"{a}-{a + 1}:2.0"]
             generate(d, ranks=size, steps=4, ops_per_step=40, clock_skew_s=0.5, seed=seed + j, jobs=2, **kw)
-            r = diagnose(d)
+            r = _retry(diagnose, d)
             truth = json.loads((d / "synth_truth.json").read_text())
             err = [abs(r["offsets"][c["rank"]] - c["offset_to_rank0_ns"]) for c in truth["clocks"]]
             affected = {g for link in truth["slow_links"] for g in link["affected_groups"]}

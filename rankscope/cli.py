@@ -29,7 +29,14 @@ EPILOG = """examples:
   rankscope demo                       profile a real 4-rank DDP job on this machine and diagnose it
   rankscope demo --slow-rank 2 --slow-kind data
   rankscope analyze RUN                per-rank breakdown and straggler verdict of a run directory
-  rankscope report RUN -o report.html  self-contained HTML report
+  rankscope report RUN -o report.html  self-contained HTML report (--baseline RUN_B adds a diff view)
+  rankscope analyze RUN --export csv   every table as CSV (+ Ascend cluster_*.csv/json files)
+  rankscope timeline RUN -o merged.pftrace   one clock-aligned multi-rank timeline for Perfetto
+  rankscope diff RUN_A RUN_B           what changed between two runs
+  rankscope serve DIR                  local web UI over the runs under DIR (127.0.0.1)
+  rankscope synth OUT --ranks 64       a synthetic cluster of realistic traces (tests, benchmarks)
+  rankscope trigger RUN --steps 3      capture 3 steps of a running job now
+  rankscope upload --resume SPOOL      finish uploads that a killed rank left in its spool
 """
 
 

@@ -30,7 +30,7 @@ def instances(matched: pl.DataFrame, offsets: dict[int, int]) -> pl.DataFrame:
         fin=pl.when(pl.col("dev_end") >= 0).then(pl.col("dev_end")).otherwise(pl.col("end")) - off)
     return (df.sort("arr").group_by("pg_name", "instance").agg(
         op=pl.col("op").first(), bytes=pl.col("bytes").max(), pg_ranks=pl.col("pg_ranks").first().cast(pl.Utf8),
-        n=pl.len(), first=pl.col("arr").min(), last=pl.col("arr").max(),
+        n=pl.len(), members=pl.col("rank").sort(), first=pl.col("arr").min(), last=pl.col("arr").max(),
         second=pl.col("arr").sort().reverse().get(1, null_on_oob=True), last_rank=pl.col("rank").last(),
         end=pl.col("fin").median())
         .with_columns(skew=pl.col("last") - pl.col("first"),
@@ -44,7 +44,7 @@ def slow_groups(inst: pl.DataFrame, min_rel: float = MIN_REL) -> list[dict]:
         return []
     per = (inst.group_by("op", "bytes", "n", "pg_name").agg(
         transfer=pl.col("transfer").median(), skew=pl.col("skew").median(), count=pl.len(),
-        pg_ranks=pl.col("pg_ranks").first()).sort("op", "bytes", "n", "pg_name"))
+        members=pl.col("members").first()).sort("op", "bytes", "n", "pg_name"))
     out = []
     for (op, nbytes, n), peers in per.group_by(["op", "bytes", "n"], maintain_order=True):
         if peers.height < 2:
@@ -53,7 +53,8 @@ def slow_groups(inst: pl.DataFrame, min_rel: float = MIN_REL) -> list[dict]:
         for o in high_outliers(vals, min_rel):
             row = peers.row(o.index, named=True)
             others = np.delete(vals, o.index)
-            out.append({"pg_name": row["pg_name"], "ranks": [int(x) for x in str(row["pg_ranks"]).split(",") if x],
+            # Members as observed (pg_ranks strings are truncated after 30 ranks by the profiler).
+            out.append({"pg_name": row["pg_name"], "ranks": [int(x) for x in row["members"]],
                         "op": op, "bytes": int(nbytes), "group_size": int(n),
                         "transfer_ns": float(row["transfer"]), "peers_median_ns": float(np.median(others)),
                         "ratio": float(row["transfer"] / max(np.median(others), 1.0)), "peers": int(peers.height),

@@ -45,6 +45,10 @@ def _builtin() -> None:
 
     register(Analysis("advice", "rules with thresholds: data loading, exposed comm, host gaps, memory, ...",
                       advice.run_advice, after=("breakdown",)))
+    from rankscope.analysis import capture
+
+    register(Analysis("capture", "captured steps per rank: window mismatch, idle ranks, dropped windows",
+                      capture.run_capture))
 
 
 def run_all(run: Run, names: list[str] | None = None,

@@ -214,6 +214,15 @@ def link_stragglers(results: dict, bd: pl.DataFrame, taken: set[int]) -> list[Fi
     return out
 
 
+def per_step(bd: pl.DataFrame) -> pl.DataFrame:
+    """Per step: the rank with the longest own time and its excess over the other ranks' median."""
+    own = bd.with_columns(own=(pl.col("wall") - pl.col("comm_exposed")).cast(pl.Float64))
+    return (own.sort("own", descending=True).group_by("step").agg(
+        slowest=pl.col("rank").first(), own=pl.col("own").first(),
+        others_median=pl.col("own").slice(1).median(), ranks=pl.len())
+        .with_columns(rel_excess=pl.col("own") / pl.col("others_median") - 1).sort("step"))
+
+
 def run_straggler(run: Run, results: dict) -> Result:
     bd = pl.from_arrow(results["breakdown"].tables["breakdown"])
     pr = per_rank(bd)
@@ -222,6 +231,7 @@ def run_straggler(run: Run, results: dict) -> Result:
     findings = own_time_stragglers(run, results, bd, pr)
     findings += link_stragglers(results, bd, {f.ranks[0] for f in findings})
     verdict = "; ".join(f.title for f in findings) if findings else "no straggler"
-    return Result("straggler", tables={"per_rank": pr.to_arrow()}, findings=findings,
+    return Result("straggler", tables={"per_rank": pr.to_arrow(), "per_step": per_step(bd).to_arrow()},
+                  findings=findings,
                   summary={"verdict": verdict,
                            "time_lost_per_step_ns": sum(f.evidence["time_lost"]["lost_per_step_ns"] for f in findings)})

@@ -9,8 +9,9 @@
             train_step(batch)
             p.step()
 
-The training loop pays only for Kineto's JSON export onto local disk; gzip, checksums and
-the upload happen on background threads (:mod:`rankscope.store.uploader`).
+The training loop pays only for torch's own ``stop_trace``; the Kineto JSON export
+(:mod:`rankscope.collect.export`), gzip, checksums and the upload happen on background
+threads (:mod:`rankscope.store.uploader`).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import warnings
 from typing import Any
 
 from rankscope.collect import meta as M
+from rankscope.collect.export import Exporter, detach_result, warn_failed
 from rankscope.store import layout as L
 from rankscope.store.fs import open_target, probe
 from rankscope.store.spool import RankscopeWarning, Spool
@@ -65,6 +67,7 @@ class Collector:
         sdir = spool_dir or default_spool_dir(self.run_id, ident.rank)
         self.spool = Spool.create(sdir, run, ident.rank, self.run_id, self.cfg.spool_max_bytes)
         self.uploader = Uploader(self.spool, self.target, self.cfg)
+        self.exporter = Exporter(self._staged, self._export_failed)
         if self.unreachable:
             self.uploader._warned = True  # one warning in all, this one
             warnings.warn(f"rankscope: storage {run} unreachable at start ({self.unreachable}); training goes on, "
@@ -86,25 +89,64 @@ class Collector:
         self.spool.add_bytes(L.meta_rel(self.ident.rank), json.dumps(doc, indent=1).encode(), kind="meta")
         self.uploader.kick()
 
-    def add_window(self, prof: Any, steps: list[int], start_wall_ns: int | None, **extra: Any) -> str:
-        """Export ``prof``'s trace to the spool (raw JSON; gzip later) and record the window."""
+    def add_window(self, prof: Any, steps: list[int], start_wall_ns: int | None, *, sync: bool = False,
+                   **extra: Any) -> str:
+        """Record the window and export ``prof``'s trace to the spool (raw JSON; gzip later).
+
+        The export runs on a background thread when the backend allows it
+        (:func:`rankscope.collect.export.detach_result`), else (or with ``sync``) here.
+        """
         index = len(self.windows)
         name = L.window_name(index)
         rel = L.trace_rel(self.ident.rank, name)
         staging = self.spool.staging_path(rel)
         os.makedirs(os.path.dirname(staging), exist_ok=True)
-        prof.export_chrome_trace(staging)
-        self.spool.add_staged(rel)
         self.windows.append({"index": index, "steps": list(steps), "file": name + L.TRACE_SUFFIX,
                              "start_wall_ns": start_wall_ns, "end_wall_ns": time.time_ns(), **extra})
-        self.write_meta()
+        result = None if sync else detach_result(prof)
+        if result is None:
+            prof.export_chrome_trace(staging)
+            self._staged(rel)
+        else:
+            self.exporter.submit(result, staging, rel)
         return rel
+
+    def _staged(self, rel: str) -> None:
+        self.spool.add_staged(rel)
+        self.write_meta()
+
+    def _export_failed(self, rel: str, exc: BaseException) -> None:
+        name = rel.rsplit("/", 1)[-1]
+        for w in self.windows:
+            if w.get("file") == name:
+                w["error"] = f"export failed: {type(exc).__name__}: {exc}"[:300]
+        warn_failed(rel, exc)
+        self.write_meta()
+
+    def window_json(self, index: int = -1) -> bytes:
+        """Raw Kineto JSON of window ``index`` (after its export), from the spool or the run directory."""
+        import gzip
+
+        self.exporter.wait(self.cfg.exit_timeout_s)
+        rel = L.trace_rel(self.ident.rank, L.window_name(self.windows[index]["index"]))
+        # staging -> data (gz) -> run: the order files move in, so a file moving meanwhile is still found
+        for path, gz in ((self.spool.staging_path(rel), False), (self.spool.data_path(rel), True)):
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+                return gzip.decompress(data) if gz else data
+            except FileNotFoundError:
+                continue
+        return gzip.decompress(self.target.fs.cat_file(self.target.path(rel)))
 
     def close(self, timeout_s: float | None = None) -> int:
         """End anchor, final meta.json, bounded wait for uploads; files left in the spool."""
+        t = self.cfg.exit_timeout_s if timeout_s is None else timeout_s
+        t0 = time.monotonic()
+        self.exporter.close(t)
         self.anchors.append(M.anchor("end"))
         self.write_meta()
-        return self.uploader.close(timeout_s)
+        return self.uploader.close(max(0.0, t - (time.monotonic() - t0)))
 
 
 def steps_of_window(prof: Any, first_seen: int) -> list[int]:

@@ -63,6 +63,27 @@ def _run_on_main_thread(fn: Callable[[], None]) -> Any:
     return handle  # caller keeps it alive until it has run
 
 
+def _write_json(path: str, data: bytes) -> None:
+    import gzip
+
+    with open(path, "wb") as f:
+        f.write(gzip.compress(data, 3) if path.endswith(".gz") else data)
+
+
+class _UserView:
+    """What a user's ``on_trace_ready`` receives: the torch profiler, except that
+    ``export_chrome_trace`` copies rankscope's export (torch can save a window only once)."""
+
+    def __init__(self, prof: Any, collector: Collector) -> None:
+        self._prof, self._collector = prof, collector
+
+    def export_chrome_trace(self, path: str, *args: Any, **kw: Any) -> None:
+        _write_json(path, self._collector.window_json(-1))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._prof, name)
+
+
 class profile:  # noqa: N801 - mirrors torch.profiler.profile
     """torch.profiler.profile plus ``run=`` (path or fsspec URL), ``ranks=`` and ``metadata=``.
 
@@ -210,9 +231,11 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         if self.collector is not None and self.collector.extra.get("idle"):
             extra["closed_by"] = "idle_timeout"
         if self.collector is not None:
-            self.collector.add_window(prof, steps, start_ns, **extra)
+            # With a user handler, export here first: a Kineto result can be saved only once, and the
+            # user's handler may read it (key_averages, ...) while a background save would run.
+            self.collector.add_window(prof, steps, start_ns, sync=self._user_ready is not None, **extra)
         if self._user_ready is not None:
-            self._user_ready(prof)
+            self._user_ready(prof if self.collector is None else _UserView(prof, self.collector))
 
     def stop(self) -> None:
         """Stop profiling (closing an open window), write final metadata, bounded wait for uploads."""
@@ -288,8 +311,11 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             self.collector.metadata[key] = decoded
 
     def export_chrome_trace(self, path: str) -> None:
-        """Export the last window's trace (like torch's)."""
-        self._last().export_chrome_trace(path)
+        """Export the last window's trace (like torch's; ``.gz`` paths are gzipped)."""
+        if self.collector is not None and self.collector.windows:
+            _write_json(path, self.collector.window_json(-1))
+        else:
+            self._last().export_chrome_trace(path)
 
     def export_stacks(self, path: str, metric: str = "self_cpu_time_total") -> None:
         """Folded stacks (``frame;frame;frame value`` lines) for flamegraph.pl and speedscope.

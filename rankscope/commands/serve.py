@@ -27,9 +27,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
+    try:
+        import uvicorn
 
-    from rankscope.web.app import create_app
+        from rankscope.web.app import create_app
+    except ImportError as exc:
+        raise RankscopeError(f"rankscope serve needs starlette and uvicorn ({exc.name} is missing): "
+                             "pip install 'rankscope[web]'") from exc
 
     root = Path(args.dir)
     if not root.is_dir():

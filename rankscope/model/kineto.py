@@ -2,19 +2,19 @@
 
 The file is decoded once with msgspec into typed structs that keep only the fields rankscope
 uses (unknown keys are skipped inside the C decoder), then turned into Arrow columns.
-Damaged files are salvaged: a truncated gzip stream or JSON document keeps every complete
-event before the damage, and the rank is marked partial.
+Events are kept as undecoded JSON slices (``msgspec.Raw``) and turned into structs a chunk at
+a time (``RawTrace.chunks``); large files are streamed instead (``stream.py``). Damaged files are
+salvaged: a truncated gzip stream or JSON document keeps every complete event before the damage,
+and the rank is marked partial. Chrome's bare-array form (``[...]``) is read too.
 """
 from __future__ import annotations
 
-import gzip
 import os
+import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
-
-import re
 
 import msgspec
 
@@ -115,6 +115,7 @@ class RawTrace:
     problems: list[str] = field(default_factory=list)
     partial: bool = False
     nbytes: int = 0
+    streamed: bool = False  # events decoded while the file is read (model/stream.py)
 
     def chunks(self, size: int | None = None) -> Iterator[list[Event]]:
         """The events as structs, ``size`` at a time. An event that is not a valid trace event

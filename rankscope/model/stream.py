@@ -1,9 +1,9 @@
 """Streaming decode of large Kineto files: inflate a few MB, decode the complete events in it, repeat.
 
 Peak memory is then one piece of JSON plus one chunk of structs, not the whole JSON (a 2 GB trace
-stays within a few hundred MB). It relies on one property of JSON: strings cannot hold a raw
-newline, so ``}`` ``,`` newline ``{`` only occurs between two objects of a list, which in a Kineto
-file (one event per block of lines) means between two events. Any surprise (an unexpected
+stays within a few hundred MB). It relies on one property of JSON: inside a string a quote is
+always escaped, so ``}`` ``,`` ``{"`` (an unescaped quote) only occurs between two objects of a
+list, which in ``traceEvents`` means between two events (compact or indented layout alike). Any surprise (an unexpected
 layout, a damaged stream, an event that does not decode) raises ``StreamFallback`` and the caller
 reads the file whole with the salvaging reader instead (``kineto.decode``).
 """
@@ -18,11 +18,11 @@ import msgspec
 
 from rankscope.model.kineto import _DECODER, _EVENTS, Event, RawTrace, Trace
 
-PIECE = 4 << 20
+PIECE = 2 << 20
 # Files inflating to at least this many bytes are streamed (RANKSCOPE_STREAM_BYTES overrides).
 DEFAULT_STREAM_BYTES = 16 << 20
 _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
-_BOUNDARY = re.compile(rb"\}\s*,\s*\n\s*\{")
+_BOUNDARY = re.compile(rb'\}\s*,\s*\{\s*"')
 _END = re.compile(rb"\}\s*\]\s*([,}])")
 _WINDOW = 1 << 20
 
@@ -95,7 +95,7 @@ class StreamTrace(RawTrace):
     baseTimeNanoseconds, ...) is complete once ``chunks`` has been iterated to the end."""
 
     def __init__(self, path: str) -> None:
-        super().__init__(path, Trace())
+        super().__init__(path, Trace(), streamed=True)
 
     def chunks(self, size: int | None = None) -> Iterator[list[Event]]:
         head: bytes | None = None
@@ -112,7 +112,7 @@ class StreamTrace(RawTrace):
                 head, buf = buf[:m.start()], buf[m.end():]
             cut = _last(_BOUNDARY, buf)
             if cut is not None:
-                body, buf = buf[:cut.start() + 1], buf[cut.end() - 1:]
+                body, buf = buf[:cut.start() + 1], buf[buf.index(b"{", cut.start() + 1):]
                 yield _events(body)
         yield from self._finish(head, buf)
 

@@ -69,10 +69,6 @@ def _floats(values: Sequence[Any]) -> np.ndarray:
         return np.asarray(out, dtype=np.float64)
 
 
-def _dict_array(values: Sequence[str | None]) -> pa.Array:
-    return pa.array(values, type=pa.string()).dictionary_encode()
-
-
 def _flag_names(names: pa.DictionaryArray, markers: tuple[str, ...]) -> np.ndarray:
     """Vectorized name test over the (small) dictionary, then gathered by index."""
     dic = [str(s).lower() for s in names.dictionary.to_pylist()]
@@ -123,7 +119,7 @@ def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
     probs = _Problems()
     parts: list[pa.Table] = []
     mems: list[pa.Table] = []
-    kept: list[tuple[int, np.ndarray, bytes]] = []
+    kept: list[tuple[int, np.ndarray, Any]] = []
     ids: dict[str, int] = {}
     offset = 0
     for chunk in raw.chunks():
@@ -135,7 +131,8 @@ def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
         if len(comm):
             # Kept as one pickled blob, not as live structs: a few live objects scattered over
             # every chunk's memory would keep all of it from being reused (heap fragmentation).
-            kept.append((offset, comm, pickle.dumps([xs[i] for i in comm.tolist()], protocol=5)))
+            keep = [xs[i] for i in comm.tolist()]
+            kept.append((offset, comm, pickle.dumps(keep, protocol=5) if raw.streamed else keep))
         offset += len(xs)
         parts.append(pa.table(cols))
         del xs, cols
@@ -148,7 +145,7 @@ def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
         memory = memory.set_column(0, "ts", pa.array(memory.column("ts").to_numpy() + base))
     comm_evs: dict[int, Event] = {}
     for off, idx, blob in kept:
-        comm_evs.update(zip((idx + off).tolist(), pickle.loads(blob)))
+        comm_evs.update(zip((idx + off).tolist(), pickle.loads(blob) if isinstance(blob, bytes) else blob))
     tables = {"events": events, "memory": memory}
     tables["collectives"] = _collectives(events, comm_evs, raw)
     tables["steps"] = _steps(events)

@@ -13,9 +13,15 @@ COMPONENTS = (("computing", "compute", "#4c78a8"), ("comm_exposed", "exposed com
 
 
 def figure_div(fig: Any, div_id: str) -> str:
-    """An HTML fragment for ``fig`` (plotly.js is embedded once by the page)."""
-    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
-                       config={"displaylogo": False, "responsive": True})
+    """An HTML fragment for ``fig``: an empty div and the figure's JSON, drawn by the page when its view is
+    first shown (so opening a big report draws only the overview). plotly's JSON escapes ``<``, ``>`` and
+    ``/``, so trace names cannot close the script element."""
+    import html
+
+    h = fig.layout.height or 360
+    i = html.escape(div_id, quote=True)
+    return (f'<div id="{i}" class="rs-fig" style="min-height:{int(h)}px"></div>'
+            f'<script type="application/json" data-fig="{i}">{fig.to_json()}</script>')
 
 
 def rows_of(table: Any) -> list[dict[str, Any]]:

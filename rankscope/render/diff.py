@@ -33,13 +33,15 @@ def terminal_tables(diff: Result, top: int = 15) -> list[Any]:
 
     out = []
     for name, cols in (("ranks", None), ("operators", ["name", "mean", "meanBase", "meanDiff", "spread"]),
-                       ("kernels", ["name", "mean", "meanBase", "meanDiff", "spread"]), ("collectives", None)):
+                       ("kernels", ["name", "mean", "meanBase", "meanDiff", "spread"]),
+                       ("collectives", ["op", "pg_ranks", "calls", "callsDiff", "bytesDiff", "time_us", "time_usBase",
+                                        "time_usDiff"])):
         t = diff.tables.get(name)
         rows = _ms_rows(name, t)[:top] if t is not None else []
         if not rows:
             continue
         cols = cols or columns_of(t)
-        unit = "ms per step" if name == "ranks" else "µs per step"
+        unit = {"ranks": "ms per step", "collectives": "per rank over the capture, µs"}.get(name, "µs per step")
         tab = Table(title=f"{name} ({unit})", title_justify="left")
         for c in cols:
             tab.add_column(c, justify="left" if c in ("name", "op", "pg_ranks") else "right",
@@ -70,7 +72,8 @@ def html_section(diff: Result) -> str:
         t = diff.tables.get(name)
         if t is None:
             continue
-        unit = "ms" if name in _NS_TABLES else "µs per step"
+        unit = "ms" if name in _NS_TABLES else ("per rank over the capture, µs" if name == "collectives"
+                                                else "µs per step, mean over ranks")
         parts.append(f"<section><h3>{esc(name)} ({unit})</h3>{table_html(_ms_rows(name, t))}</section>")
     return "".join(parts)
 

@@ -57,7 +57,10 @@ tr.hot td{background:#fdecea}.sev-critical{color:#b3261e;font-weight:600}.sev-wa
 _JS = """
 function rsShow(v){document.querySelectorAll('.view').forEach(e=>e.classList.toggle('active',e.id==='view-'+v));
 document.querySelectorAll('nav a').forEach(a=>a.classList.toggle('active',a.dataset.view===v));
-document.querySelectorAll('#view-'+v+' .js-plotly-plot').forEach(p=>{try{Plotly.Plots.resize(p)}catch(e){}});}
+rsDraw(document.getElementById('view-'+v));}
+function rsDraw(view){if(!view)return;view.querySelectorAll('script[data-fig]').forEach(s=>{if(s.dataset.done)return;
+s.dataset.done='1';const f=JSON.parse(s.textContent);Plotly.newPlot(s.dataset.fig,f.data,f.layout,
+{displaylogo:false,responsive:true});});}
 function rsSort(th){const t=th.closest('table'),b=t.tBodies[0],i=[...th.parentNode.children].indexOf(th),
 d=th.dataset.dir==='asc'?'desc':'asc';th.dataset.dir=d;const num=s=>{const x=parseFloat(s.replace(/,/g,''));
 return isNaN(x)?null:x};const rows=[...b.rows].sort((r1,r2)=>{const a=r1.cells[i].textContent,c=r2.cells[i].textContent,
@@ -65,8 +68,8 @@ x=num(a),y=num(c);const k=(x!==null&&y!==null)?x-y:a.localeCompare(c);return d==
 document.addEventListener('click',e=>{const a=e.target.closest('nav a');if(a){e.preventDefault();
 history.replaceState(null,'','#'+a.dataset.view);rsShow(a.dataset.view);}
 const th=e.target.closest('th');if(th&&th.closest('table.sortable'))rsSort(th);});
-window.addEventListener('DOMContentLoaded',()=>{const v=location.hash.slice(1);
-rsShow(document.getElementById('view-'+v)?v:'overview');});
+function rsHash(){const v=location.hash.slice(1);rsShow(document.getElementById('view-'+v)?v:'overview');}
+window.addEventListener('DOMContentLoaded',rsHash);window.addEventListener('hashchange',rsHash);
 """
 
 
@@ -106,8 +109,17 @@ def findings_html(result: Result) -> str:
         ranks = f" (ranks {esc(', '.join(map(str, f.ranks)))})" if f.ranks else ""
         conf = f" · confidence {f.confidence:.2f}" if f.confidence is not None else ""
         items.append(f'<li><span class="sev-{esc(f.severity.value)}">{esc(f.severity.value)}</span> '
-                     f"{esc(f.title)}{ranks}{conf}<br><code>{esc(json.dumps(f.evidence, default=str))}</code></li>")
+                     f"{esc(f.title)}{ranks}{conf}{_evidence(f.evidence)}</li>")
     return f"<ul>{''.join(items)}</ul>" if items else ""
+
+
+def _evidence(ev: dict[str, Any]) -> str:
+    """Scalar evidence inline, the rest behind a disclosure."""
+    if not ev:
+        return ""
+    flat = " · ".join(f"{esc(k)} {esc(fmt(v))}" for k, v in ev.items() if isinstance(v, (int, float, str, bool)))
+    return (f'<details class="muted"><summary>evidence{": " + flat if flat else ""}</summary>'
+            f"<code>{esc(json.dumps(ev, default=str))}</code></details>")
 
 
 def result_html(name: str, result: Result, *, skip_tables: tuple[str, ...] = ()) -> str:
@@ -149,7 +161,7 @@ def build(run: Run, results: dict[str, Result], *, diff: Result | None = None, f
     title = f"rankscope · {esc(run.run_id)}"
     sub = f"{len(run.ranks)} ranks · {esc(run.path)}" + (f" · compared with {esc(diff.summary.get('baseline', ''))}"
                                                          if diff is not None else "")
-    return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+    return f"""<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>{title}</title>
 <style>{_CSS}</style><script>{_plotly_js()}</script><script>{_JS}</script></head><body>
 <header><h1>{title}</h1><div class="sub">{sub}</div>{nav_extra}</header><nav>{nav}</nav>
 <main>{main}</main>

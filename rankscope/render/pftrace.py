@@ -142,10 +142,19 @@ def nested(field: int, inner: list[Piece]) -> list[Piece]:
     return [tag, v_varint(lens), as_piece(data, lens)]
 
 
+CHUNK = 65536
+
+
 def track_events(ts: np.ndarray, typ: np.ndarray, track: np.ndarray, name_iid: np.ndarray,
                  flow: np.ndarray, flow_end: np.ndarray, counter: np.ndarray) -> bytes:
     """Encoded ``Trace.packet`` entries, one per row. ``flow`` < 0: no flow; ``name_iid`` 0: none;
-    rows of type COUNTER carry ``counter`` as counter_value."""
+    rows of type COUNTER carry ``counter`` as counter_value. Encoded in chunks to bound memory."""
+    cols = (ts, typ, track, name_iid, flow, flow_end, counter)
+    return b"".join(_track_events(*(c[i:i + CHUNK] for c in cols)) for i in range(0, len(ts), CHUNK))
+
+
+def _track_events(ts: np.ndarray, typ: np.ndarray, track: np.ndarray, name_iid: np.ndarray,
+                  flow: np.ndarray, flow_end: np.ndarray, counter: np.ndarray) -> bytes:
     n = len(ts)
     if n == 0:
         return b""

@@ -105,7 +105,8 @@ def _index(runs: Runs) -> str:
     names = list_runs(runs.root)
     items = "".join(f'<li><a class="run" href="/runs/{html.escape(n)}">{html.escape(n)}</a></li>' for n in names)
     body = f"<ul>{items}</ul>" if names else f"<p>no runs under {html.escape(str(runs.root))}</p>"
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>rankscope runs</title>'
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
+            f'<title>rankscope runs</title>'
             f'<style>body{{font-family:system-ui,sans-serif;margin:24px;color:#1d2330}}</style></head><body>'
             f"<h1>rankscope · runs under {html.escape(str(runs.root))}</h1>{body}"
             f"{runs.switcher(names[0], None) if names else ''}</body></html>")

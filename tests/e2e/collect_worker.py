@@ -1,9 +1,16 @@
-"""Training worker for the collect e2e tests (run under torchrun, gloo, CPU)."""
+"""Training worker for the collect e2e tests (run under torchrun, gloo, CPU).
+
+Modes: ``ok`` (9 steps, two scheduled windows), ``kill`` (SIGKILL after the steps, uploads
+pending), ``idle`` (no DDP; rank 1 stops calling step() inside the second window and the idle
+backstop closes it), ``trigger`` (on-demand only; steps every ~50 ms until the file named by
+``RS_STOP`` exists, ranks agreeing through an all_reduce each step).
+"""
 from __future__ import annotations
 
 import os
 import signal
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -12,21 +19,42 @@ import rankscope
 from rankscope.store.uploader import UploadConfig
 
 
+def _stop_agreed(stop_file: str) -> bool:
+    """True on every rank at the same step once ``stop_file`` exists (seen by any rank)."""
+    flag = torch.tensor([1.0 if os.path.exists(stop_file) else 0.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
 def main() -> None:
     run, mode = sys.argv[1], sys.argv[2]
     dist.init_process_group("gloo")
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 32))
+    rank = dist.get_rank()
+    net = torch.nn.Linear(32, 32)
+    model = net if mode == "idle" else torch.nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     up = UploadConfig(jitter_s=0.1, backoff_base_s=0.1, backoff_max_s=0.5, exit_timeout_s=3)
-    prof = rankscope.profile(run=run, schedule=torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=2),
+    sched = None if mode == "trigger" else torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=2)
+    prof = rankscope.profile(run=run, schedule=sched, on_demand=mode == "trigger",
                              metadata={"mode": mode}, layout={"dp": dist.get_world_size(), "tp": 1, "pp": 1},
-                             spool_dir=os.environ["RS_SPOOL"] + f"/rank-{dist.get_rank()}", upload=up,
-                             host_map=os.environ.get("RS_HOSTMAP"))
+                             spool_dir=os.environ["RS_SPOOL"] + f"/rank-{rank}", upload=up,
+                             host_map=os.environ.get("RS_HOSTMAP"),
+                             idle_timeout_s=1.0 if mode == "idle" else 600.0)
     prof.start()
     print("TRAINING-STARTED", flush=True)
-    for _ in range(9):
+    steps = 4000 if mode == "trigger" else 9
+    for i in range(steps):
+        if mode == "idle" and rank == 1 and i == 6:
+            t_end = time.monotonic() + 2.5  # stuck in Python (a dataloader, a hang): no step() for 2.5 s
+            while time.monotonic() < t_end:
+                time.sleep(0.02)
+            break
         model(torch.randn(8, 32)).sum().backward()
         opt.step()
+        if mode == "trigger":
+            time.sleep(0.05)
+            if _stop_agreed(os.environ["RS_STOP"]):
+                break
         prof.step()
     if mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)

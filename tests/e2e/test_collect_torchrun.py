@@ -60,6 +60,33 @@ def test_profile_two_ranks_local(tmp_path):
     host = json.loads(hostmap.read_text())["hosts"]["node-0"]
     for f in run.rglob("*.json"):
         assert host not in f.read_text()
+    # the analysis sees the same aligned windows
+    from rankscope.analysis.capture import run_capture
+    from rankscope.model.run import load_run
+
+    cap = run_capture(load_run(run, jobs=1), {})
+    assert cap.findings == [] and cap.summary == {"aligned": True, "ranks": 2, "reference_steps": "2-3,6-7"}
+
+
+def test_idle_rank_window_closed_and_reported(tmp_path):
+    """Rank 1 stops calling step() inside its second window: the backstop closes it; capture warns."""
+    run = tmp_path / "run"
+    p = torchrun(str(run), "idle", tmp_path)
+    assert p.returncode == 0 and p.stdout.count("TRAINING-DONE") == 2, p.stderr[-3000:]
+    m0, m1 = (json.loads((run / f"ranks/{r}/meta.json").read_text()) for r in (0, 1))
+    assert [w["steps"] for w in m0["windows"]] == [[2, 3], [6, 7]] and "idle" not in m0
+    assert [w["steps"] for w in m1["windows"]] == [[2, 3], [6]]
+    assert m1["windows"][1]["closed_by"] == "idle_timeout" and m1["idle"]["since_step"] == 6
+    assert m1["idle"]["idle_s"] >= 1.0
+    trace = json.load(gzip.open(run / "ranks/1/window-0001.pt.trace.json.gz"))
+    assert {e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")} == \
+        {"ProfilerStep#6"}
+    from rankscope.analysis.capture import run_capture
+    from rankscope.model.run import load_run
+
+    kinds = {f.kind: f for f in run_capture(load_run(run, jobs=1), {}).findings}
+    assert kinds["capture_mismatch"].ranks == (1,) and "rank 1 lacks step 7" in kinds["capture_mismatch"].title
+    assert kinds["idle_rank"].ranks == (1,)
 
 
 def test_profile_two_ranks_s3(tmp_path, moto_server):

@@ -38,6 +38,29 @@ def test_trigger_starts_capture_within_two_seconds(tmp_path):
     assert (tmp_path / "run/ranks/0" / win["file"]).exists()
 
 
+def test_trigger_two_ranks_through_c10d_store(tmp_path):
+    """`rankscope trigger` (the real CLI) at a running 2-rank torchrun job (gloo): both ranks capture
+    the same steps, agreed through the c10d store, within 2 s plus one step of the request."""
+    from tests.e2e.trigger_job import TriggerJob
+
+    job = TriggerJob(tmp_path)
+    try:
+        job.wait_started()
+        caps = [job.trigger(steps=3, warmup=1), job.trigger(steps=2, warmup=0)]
+    finally:
+        rc = job.stop()
+    assert rc == 0, "".join(job.lines[-30:])
+    for cap, n in zip(caps, (3, 2)):
+        s0, s1 = cap.windows[0]["steps"], cap.windows[1]["steps"]
+        assert s0 == s1 and len(s0) == n and s0 == list(range(s0[0], s0[0] + n))
+        lat = cap.latency_s()
+        assert max(lat.values()) < 2.0 + job.step_time_s(cap) + 0.5, lat  # +0.5 s: 2 shared cores under load
+        assert cap.seen_ns is not None and (cap.seen_ns - cap.created_ns) / 1e9 < 1.5
+    assert caps[1].windows[0]["steps"][0] > caps[0].windows[0]["steps"][-1]
+    meta = json.loads((tmp_path / "run/ranks/1/meta.json").read_text())
+    assert [w["trigger"] for w in meta["windows"]] == [c.id for c in caps]
+
+
 def test_gather_builds_one_run_from_node_copies(tmp_path):
     node_a, node_b = tmp_path / "a", tmp_path / "b"
     (node_a / "ranks/0").mkdir(parents=True)

@@ -55,3 +55,10 @@ def test_synthetic_slow_link(tmp_path):
     truth = json.loads((path / "synth_truth.json").read_text())["slow_links"][0]["affected_groups"]
     assert slow and slow <= set(truth)
     assert res["straggler"].summary["verdict"] == "no straggler"
+
+
+def test_group_members_come_from_observed_ranks_not_truncated_strings():
+    m = _matched({"2": 1.5, "6": 1.5}).with_columns(pl.lit("[0, 1, ...]").alias("pg_ranks"))
+    found = slow_groups(instances(m, {}))
+    assert {g["pg_name"]: g["ranks"] for g in found} == {"2": [2, 3], "6": [1, 3, 5, 7]}
+    assert comm_stragglers(found) == [3]

@@ -73,3 +73,10 @@ def test_rule_needs_consistency_over_steps():
                        "wall": [10.0] * 10, "comm_exposed": [0.0, 2.0, 0.0, 2.0, 2.0, 0.0, 2.0, 0.0, 2.0, 0.0]})
     assert consistency(bd, 0) == 0.4 and consistency(bd, 1) == 0.6
     assert outliers([10.0, 10.5]) == [] and [i for i, *_ in outliers([10.0, 13.0])] == [1]
+
+
+def test_per_step_table_names_the_slowest_rank(tmp_path):
+    res = _diagnose(make(tmp_path, {1: 1.5}))["straggler"]
+    steps = pl.from_arrow(res.tables["per_step"])
+    assert steps.height == 6 and set(steps["slowest"].to_list()) == {1}
+    assert all(abs(x - 4.0 / 15.5) < 1e-3 for x in steps["rel_excess"].to_list())  # own 19.5 vs 15.5 ms

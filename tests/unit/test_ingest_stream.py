@@ -57,3 +57,15 @@ def test_truncated_large_file_falls_back_to_salvage(tmp_path, monkeypatch):
     info = run.ranks[0]
     assert info.partial and 1000 < info.counts["events"] < 3000
     assert any("truncated JSON" in p for p in run.problems)
+
+
+def test_compact_json_is_streamed_in_pieces(tmp_path, monkeypatch):
+    """Compact JSON (no newlines, as `rankscope synth` and some exporters write) is cut between
+    events too, so it streams in many pieces instead of one."""
+    evs = [x(f"op{i}", i, 1, note='a "},{" string') for i in range(5000)]
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"traceEvents": evs, "baseTimeNanoseconds": 7}, separators=(",", ":")))
+    monkeypatch.setattr(stream, "PIECE", 1 << 15)
+    raw = stream.StreamTrace(str(path))
+    sizes = [len(c) for c in raw.chunks()]
+    assert len(sizes) > 10 and sum(sizes) == 5000 and raw.trace.baseTimeNanoseconds == 7

@@ -1,0 +1,138 @@
+"""The report and the web UI in a real browser: Debian's chromium, headless, driven by Playwright.
+
+Every view is opened; every chart in it must have rendered (plotly's SVG is there) with no error in
+the console; runs are switched in the served UI; screenshots are kept under test-artifacts/.
+A report whose operator is named ``<script>alert(1)</script>`` must not run it.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.e2e.test_web_serve import Served, demo_runs
+from tests.unit.test_render_timeline import EVIL, tiny_run
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium), as .ci/run does")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+class Page:
+    """A page that records console errors, uncaught exceptions and dialogs (alert)."""
+
+    def __init__(self, browser: Any) -> None:
+        self.page = browser.new_page(viewport={"width": 1300, "height": 900})
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+
+    def views(self) -> list[str]:
+        return self.page.eval_on_selector_all("nav a", "as => as.map(a => a.dataset.view)")
+
+    def check_all_views(self, shot: str) -> dict[str, int]:
+        """Click every view; each must be the only one shown and its charts rendered. Returns charts per view."""
+        charts = {}
+        for v in self.views():
+            self.page.click(f'nav a[data-view="{v}"]')
+            assert self.page.is_visible(f"#view-{v}")
+            assert self.page.eval_on_selector_all(".view.active", "es => es.length") == 1
+            count = (f"[document.querySelectorAll('#view-{v} .rs-fig').length,"
+                     f" [...document.querySelectorAll('#view-{v} .rs-fig')].filter(d => d.querySelector('.main-svg')).length]")
+            try:  # charts are drawn when their view is first shown
+                self.page.wait_for_function(f"(() => {{const c = {count}; return c[0] === c[1];}})()", timeout=15_000)
+            finally:
+                n, drawn = self.page.evaluate(count)
+            assert n == drawn, f"view {v}: {drawn} of {n} charts rendered"
+            charts[v] = n
+            self.page.screenshot(path=str(ARTIFACTS / f"{shot}-{v}.png"), full_page=False)
+        assert not self.errors, self.errors
+        return charts
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    return demo_runs(tmp_path_factory)
+
+
+def test_report_views_render_without_errors(browser, runs, tmp_path):
+    ARTIFACTS.mkdir(exist_ok=True)
+    out = tmp_path / "report.html"
+    cmd = [sys.executable, "-m", "rankscope.cli", "report", str(runs / "slow1"), "--baseline", str(runs / "healthy"),
+           "-o", str(out), "-j", "1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    p = Page(browser)
+    t0 = time.perf_counter()
+    p.page.goto(out.as_uri())
+    p.page.wait_for_selector("#breakdown-chart .main-svg")
+    load_s = time.perf_counter() - t0
+    charts = p.check_all_views("report")
+    for v in ("overview", "trajectory", "communication", "memory", "flame", "diff"):
+        assert charts.get(v, 0) >= 1, (v, charts)
+    assert load_s < 10, load_s
+    p.page.goto(out.as_uri() + "#diff")
+    assert p.page.is_visible("#view-diff") and p.page.is_visible("#diff-ranks-chart")
+    # sortable tables: clicking a header reorders by that column
+    p.page.click('nav a[data-view="trajectory"]')
+    first = "#view-trajectory table.sortable"
+    p.page.click(f"{first} th:nth-child(3)")
+    p.page.click(f"{first} th:nth-child(3)")
+    walls = p.page.eval_on_selector(first, "t => [...t.tBodies[0].rows].map(r => parseFloat(r.cells[2].textContent.replace(/,/g, '')))")
+    assert walls == sorted(walls, reverse=True) and len(walls) == 6
+    assert not p.errors, p.errors
+
+
+def test_escaped_operator_name_does_not_run(browser, tmp_path):
+    from rankscope.analysis.registry import run_all
+    from rankscope.model.run import load_run
+    from rankscope.render.html import render
+
+    run = load_run(tiny_run(tmp_path / "evil", evil=True), jobs=1)
+    out = render(run, run_all(run), tmp_path / "evil.html")
+    p = Page(browser)
+    p.page.goto(out.as_uri())
+    p.check_all_views("evil")
+    assert p.dialogs == []
+    shown = p.page.eval_on_selector_all("td", f"tds => tds.filter(t => t.textContent === {EVIL!r}).length")
+    assert shown >= 1  # displayed as text
+
+
+def test_served_ui_switch_runs_and_compare(browser, runs):
+    with Served(runs) as s:
+        p = Page(browser)
+        p.page.goto(s.url + "/")
+        p.page.click("a.run >> text=healthy")
+        p.page.wait_for_selector("#breakdown-chart .main-svg", timeout=120_000)
+        assert "healthy" in p.page.title()
+        p.page.select_option("#pick-run", "slow1")
+        p.page.select_option("#pick-baseline", "healthy")
+        p.page.click("#go")
+        p.page.wait_for_selector("#view-diff", state="attached", timeout=120_000)
+        assert "slow1" in p.page.title()
+        charts = p.check_all_views("served")
+        assert charts["diff"] >= 1
+        p.page.click('nav a[data-view="overview"]')
+        p.page.screenshot(path=str(ARTIFACTS / "served-overview-full.png"), full_page=True)
+        assert not p.errors, p.errors

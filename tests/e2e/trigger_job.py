@@ -1,0 +1,109 @@
+"""Drive a 2-rank torchrun job (gloo) in ``trigger`` mode and fire ``rankscope trigger`` at it.
+
+Used by the e2e test and by ``bench/trigger_latency.py``. The job runs on-demand only (records
+nothing until triggered), steps every ~50 ms, and stops when the stop file appears.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WORKER = os.path.join(ROOT, "tests", "e2e", "collect_worker.py")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Capture:
+    """One trigger and what each rank captured for it."""
+
+    id: str
+    created_ns: int
+    windows: dict[int, dict[str, Any]]  # rank -> meta.json window
+    seen_ns: int | None  # rank 0 adopted the request (read the file)
+
+    def latency_s(self) -> dict[int, float]:
+        """Per rank: request written -> first recorded step starts."""
+        return {r: (w["start_wall_ns"] - self.created_ns) / 1e9 for r, w in self.windows.items()}
+
+
+class TriggerJob:
+    """A running 2-rank job; ``trigger()`` runs the real CLI and waits for both ranks' windows."""
+
+    def __init__(self, work: Path, nproc: int = 2) -> None:
+        self.work, self.nproc = work, nproc
+        self.run = work / "run"
+        self.stop_file = work / "STOP"
+        self.lines: list[str] = []
+        env = {**os.environ, "PYTHONPATH": ROOT, "RS_SPOOL": str(work / "spool"), "RS_STOP": str(self.stop_file),
+               "OMP_NUM_THREADS": "1"}
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+               "--master-addr=127.0.0.1", f"--master-port={_free_port()}", WORKER, str(self.run), "trigger"]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def wait_started(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while sum("TRAINING-STARTED" in x for x in self.lines) < self.nproc:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("job did not start:\n" + "".join(self.lines[-40:]))
+            time.sleep(0.05)
+        time.sleep(1.5)  # a few dozen steps: the step-time estimate settles
+
+    def _meta(self, rank: int) -> dict[str, Any]:
+        try:
+            return json.loads((self.run / f"ranks/{rank}/meta.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def trigger(self, steps: int = 3, warmup: int = 1, timeout: float = 30.0) -> Capture:
+        """``rankscope trigger RUN --steps N``, then wait until every rank published the window."""
+        before = set(os.listdir(self.run / "control")) if (self.run / "control").is_dir() else set()
+        subprocess.run([sys.executable, "-m", "rankscope.cli", "trigger", str(self.run), "--steps", str(steps),
+                        "--warmup", str(warmup)], check=True, capture_output=True, env={**os.environ,
+                                                                                         "PYTHONPATH": ROOT})
+        (name,) = set(os.listdir(self.run / "control")) - before
+        req = json.loads((self.run / "control" / name).read_text())
+        deadline = time.monotonic() + timeout
+        while True:
+            metas = {r: self._meta(r) for r in range(self.nproc)}
+            wins = {r: [w for w in m.get("windows", []) if w.get("trigger") == req["id"]] for r, m in metas.items()}
+            if all(wins.values()):
+                seen = [t["seen_wall_ns"] for t in metas[0].get("triggers", []) if t["id"] == req["id"]]
+                return Capture(req["id"], int(req["created_ns"]), {r: w[0] for r, w in wins.items()},
+                               seen[0] if seen else None)
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"no window for trigger {req['id']}:\n" + "".join(self.lines[-40:]))
+            time.sleep(0.1)
+
+    def step_time_s(self, cap: Capture) -> float:
+        """Mean step time inside the captured window (from its wall-clock span)."""
+        w = cap.windows[0]
+        return (w["end_wall_ns"] - w["start_wall_ns"]) / 1e9 / max(1, len(w["steps"]))
+
+    def stop(self, timeout: float = 60.0) -> int:
+        self.stop_file.write_text("stop")
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(10)
