@@ -71,6 +71,7 @@ def real_runs(n: int, healthy: int, ranks: int, out: Path, rng: random.Random) -
         launch(d, ranks=ranks, steps=8, warmup=2, slow_rank=rank, slow_kind=kind or "compute", slowdown=slow)
         r = _retry(diagnose, d)
         rows.append({"kind": kind, "rank": rank, "slowdown": round(slow, 3), "verdict": r["verdict"],
+                     "load1": round(os.getloadavg()[0], 1),
                      "found": r["found"], "secs": round(time.time() - t, 1)})
         print(f"real {i}: truth={kind}@{rank} s={slow:.3f} -> {r['verdict']}", flush=True)
         shutil.rmtree(d, ignore_errors=True)
@@ -135,8 +136,9 @@ def markdown(args: argparse.Namespace, real: list[dict], synth: list[dict], secs
                   "healthy runs | false positives |", "|---|---|---|---|---|---|---|",
                   f"| {s['straggler_runs']} | {s['recall']:.0%} | {s['precision']:.0%} | {s['cause_accuracy']:.0%} | "
                   f"{s['rank_and_cause']} | {s['clean_runs']} | {s['false_positives']} |", "",
-                  "| truth | slowdown arg | verdict |", "|---|---|---|"]
-        lines += [f"| {r['kind'] or 'healthy'}@{r['rank']} | {r['slowdown']} | {r['verdict']} |" for r in real]
+                  "| truth | slowdown arg | machine load (1 min) | verdict |", "|---|---|---|---|"]
+        lines += [f"| {r['kind'] or 'healthy'}@{r['rank']} | {r['slowdown']} | {r.get('load1', '')} | {r['verdict']} |"
+                  for r in real]
         lines.append("")
     for size in sorted({r["size"] for r in synth}):
         rs = [dict(r, kind=r["kind"] if r["what"] == "straggler" else None) for r in synth if r["size"] == size]

@@ -22,7 +22,9 @@ VERBS: dict[str, str] = {
     "timeline": "rankscope.commands.timeline",
     "diff": "rankscope.commands.diff",
     "serve": "rankscope.commands.serve",
-    "upload": "rankscope.commands.upload", "trigger": "rankscope.commands.trigger", "gather": "rankscope.commands.gather",
+    "upload": "rankscope.commands.upload",
+    "trigger": "rankscope.commands.trigger",
+    "gather": "rankscope.commands.gather",
 }
 
 EPILOG = """examples:

@@ -7,7 +7,7 @@ lock while it writes (measured on torch 2.13: the main thread kept running with 
 0.05 ms gaps during a 15 MB save), and it only reads the result object it belongs to: the
 next profiling session builds a new one, and Kineto's trace base time is set once per process.
 So :class:`Exporter` keeps a reference to the window's result object and saves it on one
-background thread, in window order. A result can be saved only once ("Trace is already
+background thread, in window order, at a lower CPU priority than training (nice 10). A result can be saved only once ("Trace is already
 saved"), so nothing else may export it: ``rankscope.profile.export_chrome_trace`` copies the
 spooled file instead.
 
@@ -22,6 +22,7 @@ import warnings
 from typing import Any, Callable
 
 from rankscope.store.spool import RankscopeWarning
+from rankscope.store.uploader import lower_thread_priority
 
 
 def detach_result(prof: Any) -> Any | None:
@@ -40,7 +41,9 @@ def detach_result(prof: Any) -> Any | None:
 class Exporter:
     """One background thread that saves detached Kineto results, then calls ``done(rel)``."""
 
-    def __init__(self, done: Callable[[str], None], failed: Callable[[str, BaseException], None]) -> None:
+    def __init__(self, done: Callable[[str], None], failed: Callable[[str, BaseException], None],
+                 nice: int = 10) -> None:
+        self.nice = nice
         self._q: queue.Queue[tuple[Any, str, str] | None] = queue.Queue()
         self._done, self._failed = done, failed
         self._idle = threading.Event()
@@ -60,6 +63,7 @@ class Exporter:
         self._q.put((result, path, rel))
 
     def _work(self) -> None:
+        lower_thread_priority(self.nice)
         while True:
             job = self._q.get()
             if job is None:

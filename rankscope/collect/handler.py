@@ -67,7 +67,7 @@ class Collector:
         sdir = spool_dir or default_spool_dir(self.run_id, ident.rank)
         self.spool = Spool.create(sdir, run, ident.rank, self.run_id, self.cfg.spool_max_bytes)
         self.uploader = Uploader(self.spool, self.target, self.cfg)
-        self.exporter = Exporter(self._staged, self._export_failed)
+        self.exporter = Exporter(self._staged, self._export_failed, self.cfg.nice)
         if self.unreachable:
             self.uploader._warned = True  # one warning in all, this one
             warnings.warn(f"rankscope: storage {run} unreachable at start ({self.unreachable}); training goes on, "
@@ -167,35 +167,48 @@ def steps_of_window(prof: Any, first_seen: int) -> list[int]:
 
 
 class TraceHandler:
-    """Callable ``on_trace_ready`` handler; see :func:`trace_handler`."""
+    """Callable ``on_trace_ready`` handler; see :func:`trace_handler`.
+
+    Storage is opened and probed at construction (a bad URL or missing credentials raise
+    before training starts, and the probe's I/O stays off the first flush); the rank
+    handshake and run.json/meta.json wait for the first window, when every rank is there.
+    """
 
     def __init__(self, run: str, **options: Any) -> None:
         self.run, self.options = run, options
-        self.collector: Collector | None = None
         self._next_first = 0
+        self._opened = False
+        self.collector: Collector | None = Collector(run, M.identify(), **options)
+        atexit.register(self.close)
 
     def _open(self) -> Collector:
         # All ranks reach their first window at the same step, so the alias/clock handshake
-        # (a few store round trips) can happen here.
+        # (a few store round trips) can happen here. torch.distributed may have been
+        # initialized since construction: identify again.
         ident = M.identify()
         run_id = self.options.get("run_id") or default_run_id(self.run)
         M.handshake(ident, f"{run_id}/handler", list(range(ident.world_size)))
-        self.collector = Collector(self.run, ident, **self.options).open()
-        atexit.register(self.close)
-        return self.collector
+        col = self.collector
+        if col is None or col.ident.rank != ident.rank:  # rank unknown at construction: reopen for the real one
+            col = self.collector = Collector(self.run, ident, **self.options)
+        col.ident = ident
+        if "ranks_expected" not in self.options:
+            col.ranks_expected = list(range(ident.world_size))
+        self._opened = True
+        return col.open()
 
     def __call__(self, prof: Any) -> None:
-        col = self.collector or self._open()
+        col = self.collector if self._opened and self.collector is not None else self._open()
         steps = steps_of_window(prof, self._next_first)
         self._next_first = (steps[-1] + 1) if steps else self._next_first
         col.add_window(prof, steps, None)
 
     def close(self, timeout_s: float | None = None) -> int:
-        """Bounded wait for uploads (also run at exit); files left in the spool."""
+        """Wait (bounded) for exports and uploads (also run at exit); return files left in the spool."""
         atexit.unregister(self.close)
-        if self.collector is None:
-            return 0
         col, self.collector = self.collector, None
+        if col is None or not self._opened:
+            return 0
         return col.close(timeout_s)
 
 

@@ -176,7 +176,7 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             dist = M._dist()
             store = dist.distributed_c10d._get_default_store() if dist else None
             self._watcher = Watcher(self.collector.target, ident.rank, store, f"rankscope/{run_id}/{n}/trigger",
-                                    since_ns=time.time_ns())
+                                    since_ns=time.time_ns()).start(self.step_num)
         self._running = True
         self._last_step = time.monotonic()
         if self.active:
@@ -248,6 +248,8 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         if self._watchdog is not None:
             self._watchdog.join(timeout=2.0)
             self._watchdog = None
+        if self._watcher is not None:
+            self._watcher.close()
         if self.collector is not None:
             self.collector.close()
 

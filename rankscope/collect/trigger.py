@@ -1,16 +1,19 @@
 """On-demand capture: a request file in the run directory starts a window on running ranks.
 
-``rankscope trigger RUN --steps N`` writes ``RUN/control/trigger-<id>.json``. Rank 0 lists
-``RUN/control/`` at most once per ``poll_s`` (1 s) at a step boundary (one LIST per second for
-the whole job, not one per rank), picks a start step a little ahead and publishes the plan
-under one key of the c10d store; the other ranks look at that key at most every
-``store_poll_s`` (0.25 s). The lead of ``margin`` steps covers that polling, so every rank
-starts at the same step. Without torch.distributed every process reads the file itself.
+``rankscope trigger RUN --steps N`` writes ``RUN/control/trigger-<id>.json``. On rank 0 a
+background thread lists ``RUN/control/`` once per ``poll_s`` (1 s; one LIST per second for the
+whole job, not one per rank, and never on the training thread), picks a start step a little
+ahead and publishes the plan under one key of the c10d store; the other ranks' threads look
+at that key every ``store_poll_s`` (0.25 s). At a step boundary the training thread only
+takes a plan a thread found (no I/O). The lead in steps covers the other ranks' polling, so
+every rank starts at the same step. Without torch.distributed every process reads the file
+itself (no alignment between processes then).
 """
 from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -50,28 +53,74 @@ def request_doc(request_id: str, steps: int, warmup: int = 1, ranks: list[int] |
 
 
 class Watcher:
-    """Checks for trigger requests at step boundaries; cheap when there is nothing to do."""
+    """Looks for trigger requests on a background thread; the training thread only picks up plans.
+
+    Rank 0 (or every process without a c10d store) lists ``RUN/control/`` every ``poll_s``;
+    the other ranks check one store key every ``store_poll_s``. No storage or store I/O
+    happens on the training thread: :meth:`poll` at a step boundary only takes a plan the
+    thread found. Rank 0 picks the start step from the step in progress: the next step when
+    enough of the current one is left for the other ranks to see the plan (1.5 x
+    ``store_poll_s``), else as many steps later as that time needs. Latency from request to
+    the start of the warm-up: at most ``poll_s`` plus about one step.
+    """
 
     def __init__(self, target: Any, rank: int, store: Any | None, key: str, since_ns: int,
                  poll_s: float = 1.0, store_poll_s: float = 0.25) -> None:
         self.target, self.rank, self.store, self.key = target, rank, store, key
         self.since_ns, self.poll_s, self.store_poll_s = since_ns, poll_s, store_poll_s
         self.seen: set[str] = set()
-        self._next = 0.0
+        self._found: list[Plan] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._cur, self._step_start, self._step_time = 0, time.monotonic(), 1.0
+
+    @property
+    def reads_file(self) -> bool:
+        return self.store is None or self.rank == 0
+
+    def start(self, step: int = 0) -> Watcher:
+        """Start the background thread; ``step`` is the step now in progress."""
+        self._cur, self._step_start = step, time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="rankscope-trigger", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+            self._thread = None
 
     def poll(self, step: int, step_time_s: float) -> Plan | None:
-        """Call at the end of ``step``; returns a new plan to follow (start > step) or None."""
-        now = time.monotonic()
-        reads_file = self.store is None or self.rank == 0
-        if now < self._next:
-            return None
-        self._next = now + (self.poll_s if reads_file else self.store_poll_s)
-        try:
-            return self._from_file(step, step_time_s) if reads_file else self._from_store()
-        except Exception:  # noqa: BLE001 - a broken request must never stop training
-            return None
+        """Call at the end of ``step`` (training thread, no I/O); a plan to follow or None."""
+        self._cur, self._step_start, self._step_time = step + 1, time.monotonic(), step_time_s
+        with self._lock:
+            return self._found.pop(0) if self._found else None
 
-    def _from_file(self, step: int, step_time_s: float) -> Plan | None:
+    def _run(self) -> None:
+        period = self.poll_s if self.reads_file else self.store_poll_s
+        while not self._stop.wait(period):
+            try:
+                plan = self._from_file() if self.reads_file else self._from_store()
+            except Exception:  # noqa: BLE001 - a broken request or a dead store must never stop training
+                plan = None
+            if plan is not None:
+                with self._lock:
+                    self._found.append(plan)
+
+    def start_step(self) -> int:
+        """First step of a plan found now: the next one if the other ranks have time to see it."""
+        cur = self._cur
+        if self.store is None:
+            return cur + 1
+        need = 1.5 * self.store_poll_s  # the other ranks' threads look every store_poll_s
+        left = self._step_time - (time.monotonic() - self._step_start)
+        if left >= need:
+            return cur + 1
+        return cur + 1 + min(50, math.ceil((need - max(left, 0.0)) / max(self._step_time, 1e-3)))
+
+    def _from_file(self) -> Plan | None:
         fs, cdir = self.target.fs, self.target.path(L.CONTROL_DIR)
         fs.invalidate_cache(cdir)
         try:
@@ -86,11 +135,9 @@ class Watcher:
             if req.get("id") in self.seen or int(req.get("created_ns", 0)) < self.since_ns:
                 continue
             self.seen.add(req["id"])
-            # Enough steps ahead that ranks polling the store every store_poll_s see it in time.
-            margin = 1 + min(50, math.ceil(2 * self.store_poll_s / max(step_time_s, 1e-3)))
             ranks = tuple(req["ranks"]) if req.get("ranks") is not None else None
-            plan = Plan(req["id"], step + 1 + (margin if self.store is not None else 0), int(req.get("warmup", 1)),
-                        int(req["steps"]), ranks, int(req["created_ns"]))
+            plan = Plan(req["id"], self.start_step(), int(req.get("warmup", 1)), int(req["steps"]), ranks,
+                        int(req["created_ns"]))
             if self.store is not None:
                 self.store.set(self.key, json.dumps(asdict(plan)))
             return plan

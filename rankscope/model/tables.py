@@ -48,18 +48,24 @@ def _int_or(v: Any, fill: int) -> int:
         return fill
 
 
+def _fast(values: Sequence[Any], typ: pa.DataType, fill: Any) -> np.ndarray:
+    """Python values -> numpy through Arrow's C converter (None -> ``fill``); raises on odd values."""
+    arr = pa.array(values, type=typ)
+    return (pc.fill_null(arr, fill) if arr.null_count else arr).to_numpy(zero_copy_only=False)
+
+
 def _opt(values: Sequence[Any], fill: int = -1) -> np.ndarray:
     """Optional ints -> int64 with ``fill`` for missing; odd values (strings, floats) coerced."""
     try:
-        return np.asarray([fill if v is None else v for v in values], dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
+        return _fast(values, pa.int64(), fill)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
         return np.asarray([_int_or(v, fill) for v in values], dtype=np.int64)
 
 
 def _floats(values: Sequence[Any]) -> np.ndarray:
     try:
-        return np.asarray([math.nan if v is None else v for v in values], dtype=np.float64)
-    except (TypeError, ValueError):
+        return _fast(values, pa.float64(), math.nan)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
         out = []
         for v in values:
             try:
@@ -124,6 +130,9 @@ def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
     offset = 0
     for chunk in raw.chunks():
         xs = [e for e in chunk if e.ph == "X"]
+        phs = _get(chunk, "ph")
+        probs.count("begin/end ('B'/'E') events are not supported and were left out",
+                    phs.count("B") + phs.count("E"))
         mems.append(_memory([e for e in chunk if e.ph == "i" and e.name == "[memory]"], 0))
         del chunk
         cols, xs = _chunk_columns(xs, 0, probs, ids)

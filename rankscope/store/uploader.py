@@ -40,6 +40,24 @@ class UploadConfig:
     exit_timeout_s: float = 30.0
     spool_max_bytes: int = 2 << 30
     gzip_level: int = 3
+    nice: int = 10  # background threads run at this nice value (Linux: per thread), below training
+
+
+def lower_thread_priority(nice: int) -> None:
+    """Raise the calling thread's nice value (Linux: per thread), so training threads win the CPU.
+
+    Exports, gzip and checksums are CPU work; on a host whose cores are all busy with training
+    they must not slow the training threads. No-op where per-thread priorities do not exist.
+    """
+    import os
+
+    if nice <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), min(19, nice)))
+    except OSError:
+        pass
 
 
 def publish_file(target: Target, local_path: str, rel: str, size: int) -> None:
@@ -112,6 +130,7 @@ class Uploader:
         return None, soonest
 
     def _work(self) -> None:
+        lower_thread_priority(self.cfg.nice)
         while True:
             with self._cond:
                 while True:

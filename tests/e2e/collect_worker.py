@@ -2,7 +2,7 @@
 
 Modes: ``ok`` (9 steps, two scheduled windows), ``kill`` (SIGKILL after the steps, uploads
 pending), ``idle`` (no DDP; rank 1 stops calling step() inside the second window and the idle
-backstop closes it), ``trigger`` (on-demand only; steps every ~50 ms until the file named by
+backstop closes it), ``trigger`` (on-demand only; steps every ~50 ms, or ``RS_STEP_S``, until the file named by
 ``RS_STOP`` exists, ranks agreeing through an all_reduce each step).
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ def main() -> None:
         model(torch.randn(8, 32)).sum().backward()
         opt.step()
         if mode == "trigger":
-            time.sleep(0.05)
+            time.sleep(float(os.environ.get("RS_STEP_S", "0.05")))
             if _stop_agreed(os.environ["RS_STOP"]):
                 break
         prof.step()

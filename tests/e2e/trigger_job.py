@@ -44,13 +44,13 @@ class Capture:
 class TriggerJob:
     """A running 2-rank job; ``trigger()`` runs the real CLI and waits for both ranks' windows."""
 
-    def __init__(self, work: Path, nproc: int = 2) -> None:
+    def __init__(self, work: Path, nproc: int = 2, step_s: float = 0.05) -> None:
         self.work, self.nproc = work, nproc
         self.run = work / "run"
         self.stop_file = work / "STOP"
         self.lines: list[str] = []
         env = {**os.environ, "PYTHONPATH": ROOT, "RS_SPOOL": str(work / "spool"), "RS_STOP": str(self.stop_file),
-               "OMP_NUM_THREADS": "1"}
+               "OMP_NUM_THREADS": "1", "RS_STEP_S": str(step_s)}
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
                "--master-addr=127.0.0.1", f"--master-port={_free_port()}", WORKER, str(self.run), "trigger"]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -67,7 +67,7 @@ class TriggerJob:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("job did not start:\n" + "".join(self.lines[-40:]))
             time.sleep(0.05)
-        time.sleep(1.5)  # a few dozen steps: the step-time estimate settles
+        time.sleep(1.5)  # some steps: the step-time estimate (moving average) settles
 
     def _meta(self, rank: int) -> dict[str, Any]:
         try:

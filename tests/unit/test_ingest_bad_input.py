@@ -90,7 +90,9 @@ def test_events_missing_fields_and_bad_durations(tmp_path):
            {"ph": "X", "name": "no_dur", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 7},
            {"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 8, "dur": 1},
            x("negative", 9, -4), x("nan_str", 10, "nan"),
-           x("odd_cat", 11, 2, cat="SomethingNew")]
+           x("odd_cat", 11, 2, cat="SomethingNew"),
+           {"ph": "B", "name": "begin", "pid": 1, "tid": 1, "ts": 12},
+           {"ph": "E", "name": "begin", "pid": 1, "tid": 1, "ts": 13}]
     text = json.dumps(_doc(events=evs)).replace('"dur": "nan"', '"dur": NaN')
     d, bad = _bad_rank1(tmp_path, text.encode())
     run = load_run(d, jobs=1)
@@ -99,6 +101,7 @@ def test_events_missing_fields_and_bad_durations(tmp_path):
     assert "3 events with missing, negative or NaN 'dur'" in p
     assert "1 events without a name" in p
     assert "unknown event categories kept as 'other': somethingnew" in p
+    assert "2 begin/end ('B'/'E') events are not supported and were left out" in p  # never a silent drop
     ev = run.table(1, "events").to_pydict()
     assert len(ev["name"]) == 7 and min(ev["dur"]) == 0
     assert ev["kind"][ev["name"].index("odd_cat")] == "other"
