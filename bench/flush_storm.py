@@ -90,7 +90,8 @@ def rank_main(rank: int, args: argparse.Namespace, barrier, out) -> None:
     res["direct"], res["direct_stop"] = one_flush(direct, args.events, barrier)
     h = rankscope.trace_handler(os.path.join(args.mnt, "rs"), run_id="storm",
                                 spool_dir=os.path.join(args.spool, f"rank-{rank}"),
-                                upload=UploadConfig(concurrency=1, jitter_s=args.jitter, exit_timeout_s=600))
+                                upload=UploadConfig(concurrency=1, jitter_s=args.jitter, exit_timeout_s=600,
+                                                    nice=args.nice))
     res["rankscope"], res["rankscope_stop"] = one_flush(h, args.events, barrier)
     t0 = time.perf_counter()
     res["left"] = h.close(600)
@@ -129,6 +130,7 @@ def main() -> None:
     ap.add_argument("--mbps", type=float, default=20.0, help="shared storage bandwidth, MB/s")
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--jitter", type=float, default=2.0, help="rankscope upload start jitter, s")
+    ap.add_argument("--nice", type=int, default=10, help="nice value of rankscope's background threads")
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     args = ap.parse_args()
     args.events = int(args.mb * 1e6 / 260)  # ~260 bytes of Kineto JSON per record_function event
@@ -155,6 +157,8 @@ def main() -> None:
     finally:
         subprocess.run(["fusermount", "-u", args.mnt], check=False)
         fuse.wait(10)
+    for r in sorted(rows, key=lambda r: r["rank"]):
+        print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}))
     report(args, rows, ok, work)
     shutil.rmtree(work, ignore_errors=True)
 
@@ -169,7 +173,7 @@ def report(args: argparse.Namespace, rows: list[dict], ok: dict[str, int], work:
     lines = [
         "## flush_storm", "",
         f"Command: `.venv/bin/python bench/flush_storm.py --ranks {args.ranks} --mb {args.mb:g} --mbps {args.mbps:g} "
-        f"--latency-ms {args.latency_ms:g} --jitter {args.jitter:g}`  ",
+        f"--latency-ms {args.latency_ms:g} --jitter {args.jitter:g} --nice {args.nice}`  ",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
         f"{time.strftime('%Y-%m-%d')}  ",
         f"Storage: FUSE passthrough (bench/throttlefs.py), {args.mbps:g} MB/s shared by all writers, "

@@ -25,15 +25,15 @@ import numpy as np
 import pyarrow as pa
 
 from rankscope.analysis.base import Result
-from rankscope.analysis.classify import DEVICE_KINDS, HOST_KINDS, col, comm_mask, dict_test, is_recv, kind_in
+from rankscope.analysis.classify import DEVICE_KINDS, HOST_KINDS, col, dict_test, is_recv
 from rankscope.analysis.intervals import Intervals, coverage, merge, per_window
+from rankscope.analysis.rankdata import RankData, data_of
 from rankscope.model.run import Run
 
 COLUMNS = ["rank", "step", "ts", "end", "wall", "computing", "communication", "overlapped",
            "comm_exposed", "data_wait", "free", "complete", "source"]
 EXTRA = ["comm_exposed_no_recv", "bubble", "preparing", "host_idle", "iteration_gap", "fwd_bwd",
          "iteration_tail"]
-_EVENT_COLS = ["name", "kind", "ts", "dur", "tid", "is_comm", "external_id", "correlation"]
 ASCEND = ["Step", "Type", "Index", "Computing", "Communication(Not Overlapped)", "Overlapped",
           "Communication", "Free", "Stage", "Bubble", "Communication(Not Overlapped and Exclude Receive)",
           "Preparing", "Data Wait", "Host Idle"]
@@ -47,16 +47,18 @@ def _is_step(names: np.ndarray) -> np.ndarray:
     return np.char.startswith(names.astype(str), "ProfilerStep#")
 
 
-def interval_sets(ev: pa.Table, step_tids: np.ndarray) -> tuple[dict[str, Intervals], str]:
+def interval_sets(ev: pa.Table, step_tids: np.ndarray, rd: RankData | None = None
+                  ) -> tuple[dict[str, Intervals], str]:
     """Compute / comm / recv / data / host interval sets of one rank and which side they come from."""
-    ts, dur = col(ev, "ts"), col(ev, "dur")
+    d = rd or _Adhoc(ev)
+    ts, dur = d.col("ts"), d.col("dur")
     end = ts + dur
-    comm = comm_mask(ev)
-    host = kind_in(ev, HOST_KINDS)
-    data = host & dict_test(ev, "name", _is_data)
-    device = kind_in(ev, DEVICE_KINDS)
-    on_step = np.isin(col(ev, "tid"), step_tids) if len(step_tids) else np.ones(len(ts), bool)
-    is_step = dict_test(ev, "name", _is_step)
+    comm = d.comm()
+    host = d.kind_in(HOST_KINDS)
+    data = host & d.memo("is_data", lambda: dict_test(ev, "name", _is_data))
+    device = d.kind_in(DEVICE_KINDS)
+    on_step = np.isin(d.col("tid"), step_tids) if len(step_tids) else np.ones(len(ts), bool)
+    is_step = d.memo("is_step", lambda: dict_test(ev, "name", _is_step))
     host_busy = host & on_step & ~is_step
     if device.any():
         sets = {"compute": device & ~comm, "comm": device & comm, "data": data}
@@ -67,6 +69,13 @@ def interval_sets(ev: pa.Table, step_tids: np.ndarray) -> tuple[dict[str, Interv
     sets["recv"] = sets["comm"] & dict_test(ev, "name", is_recv)
     sets["host"] = host_busy
     return {k: (ts[m], end[m]) for k, m in sets.items()}, source
+
+
+class _Adhoc(RankData):
+    """RankData over an events table given directly (``interval_sets`` called without a rank)."""
+
+    def __init__(self, ev: pa.Table) -> None:
+        self._tables, self._memo = {"events": ev}, {}
 
 
 def _first_last(iv: Intervals, ws: np.ndarray, we: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -84,23 +93,25 @@ def _first_last(iv: Intervals, ws: np.ndarray, we: np.ndarray) -> tuple[np.ndarr
     return np.where(none, ws, first), np.where(none, ws, np.maximum(last, first))
 
 
-def _windows(run: Run, rank: int, ev: pa.Table) -> tuple[pa.Table, bool]:
-    steps = run.table(rank, "steps")
+def _windows(d: RankData) -> tuple[pa.Table, bool]:
+    steps, ev = d.table("steps"), d.events
     if steps.num_rows or ev.num_rows == 0:
         return steps, False
-    ts, end = col(ev, "ts"), col(ev, "ts") + col(ev, "dur")
+    ts, end = d.col("ts"), d.col("ts") + d.col("dur")
     lo, hi = int(ts.min()), int(end.max())
     return pa.table({"step": [-1], "ts": [lo], "end": [hi], "host_end": [hi], "complete": [True]}), True
 
 
-def rank_breakdown(run: Run, rank: int) -> tuple[pa.Table | None, bool]:
+def rank_breakdown(run: Run, rank: int, data: RankData | None = None) -> tuple[pa.Table | None, bool]:
     """The breakdown rows of one rank, and whether its whole window was used as one step."""
-    ev = run.table(rank, "events", columns=_EVENT_COLS)
-    steps, whole = _windows(run, rank, ev)
+    d = data_of(run, rank, data)
+    ev = d.events
+    steps, whole = _windows(d)
     if steps.num_rows == 0:
         return None, False
-    step_tids = np.unique(col(ev, "tid")[dict_test(ev, "name", _is_step)])
-    sets, source = interval_sets(ev, step_tids)
+    is_step = d.memo("is_step", lambda: dict_test(ev, "name", _is_step))
+    step_tids = np.unique(d.col("tid")[is_step])
+    sets, source = interval_sets(ev, step_tids, d)
     ws, we = col(steps, "ts").astype(np.int64), col(steps, "end").astype(np.int64)
     n = len(ws)
     w, length, cov = coverage(sets, ws, we)
@@ -143,11 +154,20 @@ def ascend_table(bd: pa.Table) -> pa.Table:
     })
 
 
+def rank_part(d: RankData) -> tuple[pa.Table | None, bool]:
+    """Per-rank step of the shared pass (``registry.per_rank_pass``)."""
+    return rank_breakdown(d.run, d.rank, d)
+
+
 def run_breakdown(run: Run, results: dict[str, Result]) -> Result:
     """Breakdown of every rank (one rank's events in memory at a time)."""
+    return combine(run, [(r, rank_breakdown(run, r)) for r in run.rank_ids], results)
+
+
+def combine(run: Run, per_rank: list[tuple[int, tuple[pa.Table | None, bool]]], results: dict[str, Result]) -> Result:
+    """The ``breakdown`` result from the per-rank parts."""
     parts, whole = [], []
-    for r in run.rank_ids:
-        t, w = rank_breakdown(run, r)
+    for r, (t, w) in per_rank:
         if t is not None:
             parts.append(t)
         if w:

@@ -43,21 +43,32 @@ def bus_factor(op: pl.Expr, n: pl.Expr) -> pl.Expr:
             .otherwise(1.0))
 
 
-def _rank_frame(run: Run, rank: int, offset: int) -> pl.DataFrame:
-    t = pl.from_arrow(run.table(rank, "collectives", columns=_READ))
-    assert isinstance(t, pl.DataFrame)
-    if t.height == 0:
-        return pl.DataFrame()
-    dev_end = pl.when(pl.col("dev_ts") >= 0).then(pl.col("dev_ts") + pl.col("dev_dur") - offset).otherwise(-1)
-    return (t.with_columns(pl.col(c).cast(pl.Utf8) for c in ("op", "pg_name", "pg_ranks"))
-            .sort("ts")
+def _rank_table(run: Run, rank: int, offset: int) -> pa.Table | None:
+    """One rank's collectives with the string columns decoded and its rank / clock offset added."""
+    t = run.table(rank, "collectives", columns=_READ)
+    if t.num_rows == 0:
+        return None
+    for c in ("op", "pg_name", "pg_ranks"):
+        i = t.schema.get_field_index(c)
+        t = t.set_column(i, c, t.column(c).cast(pa.string()))
+    n = t.num_rows
+    return t.append_column("rank", pa.array(np.full(n, rank, np.int64))).append_column(
+        "offset", pa.array(np.full(n, offset, np.int64)))
+
+
+def _frame(t: pa.Table) -> pl.DataFrame:
+    """All ranks' calls at once: per-rank order within each process group, times minus offsets."""
+    df = pl.from_arrow(t)
+    assert isinstance(df, pl.DataFrame)
+    off = pl.col("offset")
+    dev = pl.col("dev_ts") >= 0
+    return (df.sort(["rank", "ts"])
             .with_columns(
-                rank=pl.lit(rank, pl.Int64),
-                order=pl.int_range(pl.len()).over(["pg_name", "pg_ranks"]).cast(pl.Int64),
-                end=pl.col("ts") + pl.col("dur") - offset,
-                dev_end=dev_end,
-                dev_ts=pl.when(pl.col("dev_ts") >= 0).then(pl.col("dev_ts") - offset).otherwise(-1),
-                ts=pl.col("ts") - offset,
+                order=pl.int_range(pl.len()).over(["rank", "pg_name", "pg_ranks"]).cast(pl.Int64),
+                end=pl.col("ts") + pl.col("dur") - off,
+                dev_end=pl.when(dev).then(pl.col("dev_ts") + pl.col("dev_dur") - off).otherwise(-1),
+                dev_ts=pl.when(dev).then(pl.col("dev_ts") - off).otherwise(-1),
+                ts=pl.col("ts") - off,
                 bytes=pl.max_horizontal("bytes_in", "bytes_out"))
             .with_columns(instance=pl.when(pl.col("seq") >= 0).then(pl.col("seq")).otherwise(pl.col("order"))))
 
@@ -66,14 +77,23 @@ def match_collectives(run: Run, offsets: dict[int, int] | None = None) -> pa.Tab
     """One row per (collective instance, rank), times in ns on each rank's own clock.
 
     ``offsets`` (rank -> ns) is subtracted from every time of that rank when given. ``dev_ts`` /
-    ``dev_end`` are -1 when the call has no device kernel.
+    ``dev_end`` are -1 when the call has no device kernel. Several analyses (clock, links,
+    straggler, advice, collectives) ask for the same matching: the last result is kept on the run
+    (the collectives of all ranks, which matching must hold at once anyway).
     """
-    frames = [f for f in (_rank_frame(run, r, int((offsets or {}).get(r, 0))) for r in run.rank_ids)
-              if f.height]
-    if not frames:
-        return pa.table({c: pa.array([], t) for c, t in zip(MATCH_COLUMNS, _TYPES)})
-    df = pl.concat(frames, how="vertical_relaxed")
-    return df.select(MATCH_COLUMNS).sort(["pg_name", "instance", "rank"]).to_arrow()
+    key = (tuple(run.rank_ids), tuple(sorted((offsets or {}).items())))
+    memo = run.__dict__.get("_matched_collectives")
+    if memo is not None and memo[0] == key:
+        return memo[1]
+    parts = [t for t in (_rank_table(run, r, int((offsets or {}).get(r, 0))) for r in run.rank_ids)
+             if t is not None]
+    if not parts:
+        out = pa.table({c: pa.array([], t) for c, t in zip(MATCH_COLUMNS, _TYPES)})
+    else:
+        df = _frame(pa.concat_tables(parts, promote_options="permissive"))
+        out = df.select(MATCH_COLUMNS).sort(["pg_name", "instance", "rank"]).to_arrow()
+    run.__dict__["_matched_collectives"] = (key, out)
+    return out
 
 
 _TYPES = [pa.string(), pa.string(), pa.int64(), pa.string(), pa.int64(), pa.int64(), pa.int64(), pa.int64(),

@@ -21,11 +21,12 @@ import numpy as np
 import pyarrow as pa
 
 from rankscope.analysis.base import Result
-from rankscope.analysis.classify import DEVICE_KINDS, col, comm_mask, kind_in
+from rankscope.analysis.classify import DEVICE_KINDS, col
 from rankscope.analysis.intervals import coverage, merge, per_window
+from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
-_COLS = ["name", "kind", "ts", "dur", "is_comm", "external_id", "correlation"]
+_COLS = ["kind", "ts", "dur", "is_comm", "external_id", "correlation"]
 
 
 def _union(ts: np.ndarray, end: np.ndarray) -> int:
@@ -33,18 +34,17 @@ def _union(ts: np.ndarray, end: np.ndarray) -> int:
     return int((e - s).sum())
 
 
-def _window(run: Run, rank: int) -> dict[str, np.ndarray] | None:
+def _window(run: Run, rank: int, data: RankData | None = None) -> dict[str, np.ndarray] | None:
     """Device activity of one rank inside HTA's window: ts, end, kernel, comm masks."""
-    ev = run.table(rank, "events", columns=_COLS)
-    ts, dur = col(ev, "ts"), col(ev, "dur")
-    dev = kind_in(ev, DEVICE_KINDS)
-    steps = col(run.table(rank, "steps", columns=["ts"]), "ts")
+    d = data if data is not None else RankData(run, rank, _COLS)
+    ts, dur = d.col("ts"), d.col("dur")
+    dev = d.kind_in(DEVICE_KINDS).copy()
+    steps = col(d.table("steps"), "ts")
     if len(steps) > 1:
         dev &= (ts >= steps[0]) & (ts < steps[-1])
     if not dev.any():
         return None
-    comm = comm_mask(ev)
-    return {"ts": ts[dev], "end": (ts + dur)[dev], "kernel": kind_in(ev, ("kernel",))[dev], "comm": comm[dev]}
+    return {"ts": ts[dev], "end": (ts + dur)[dev], "kernel": d.kind_in(("kernel",))[dev], "comm": d.comm()[dev]}
 
 
 def _temporal(rank: int, w: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -80,13 +80,20 @@ def overlap(run: Run, rank: int) -> dict[str, Any] | None:
     return None if w is None else _overlap(rank, w)
 
 
+def rank_part(d: RankData) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Per-rank step of the shared pass: (temporal row, overlap row), None without device work."""
+    w = _window(d.run, d.rank, d)
+    return None if w is None else (_temporal(d.rank, w), _overlap(d.rank, w))
+
+
 def run_hta_temporal(run: Run, results: dict) -> Result:
-    temp, ov = [], []
-    for r in run.rank_ids:
-        w = _window(run, r)
-        if w is not None:
-            temp.append(_temporal(r, w))
-            ov.append(_overlap(r, w))
+    return combine(run, [(r, rank_part(RankData(run, r, _COLS))) for r in run.rank_ids], results)
+
+
+def combine(run: Run, parts: list[tuple[int, Any]], results: dict) -> Result:
+    """The ``hta_temporal`` result from the per-rank parts."""
+    temp = [p[0] for _, p in parts if p is not None]
+    ov = [p[1] for _, p in parts if p is not None]
     if not temp:
         return Result("hta_temporal", skipped="no GPU kernels in any rank (CPU-only trace)")
     return Result("hta_temporal", tables={"hta_temporal": pa.Table.from_pylist(temp),

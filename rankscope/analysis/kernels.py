@@ -21,7 +21,8 @@ import numpy as np
 import pyarrow as pa
 
 from rankscope.analysis.base import Result
-from rankscope.analysis.classify import DEVICE_KINDS, col, comm_mask, kind_in
+from rankscope.analysis.classify import DEVICE_KINDS
+from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
 LAUNCH_DELAY_NS = 100_000
@@ -45,17 +46,17 @@ def _launch_ts(runtime: np.ndarray, corr: np.ndarray, ts: np.ndarray, dur: np.nd
     return launch, ldur
 
 
-def rank_kernels(run: Run, rank: int) -> dict[str, Any] | None:
+def rank_kernels(run: Run, rank: int, data: RankData | None = None) -> dict[str, Any] | None:
     """Class totals, launch stats and idle breakdown of one rank (None without device work)."""
-    ev = run.table(rank, "events", columns=_COLS)
-    dev = kind_in(ev, DEVICE_KINDS)
+    d = data if data is not None else RankData(run, rank, _COLS)
+    dev = d.kind_in(DEVICE_KINDS)
     if not dev.any():
         return None
-    ts, dur, corr = col(ev, "ts"), col(ev, "dur"), col(ev, "correlation")
-    comm = comm_mask(ev)[dev]
-    is_kernel = kind_in(ev, ("kernel",))[dev]
-    k_ts, k_dur, stream = ts[dev], dur[dev], col(ev, "stream")[dev]
-    launch, ldur = _launch_ts(kind_in(ev, ("runtime",)), corr, ts, dur, dev)
+    ts, dur, corr = d.col("ts"), d.col("dur"), d.col("correlation")
+    comm = d.comm()[dev]
+    is_kernel = d.kind_in(("kernel",))[dev]
+    k_ts, k_dur, stream = ts[dev], dur[dev], d.col("stream")[dev]
+    launch, ldur = _launch_ts(d.kind_in(("runtime",)), corr, ts, dur, dev)
     classes = {"computation": int(k_dur[is_kernel & ~comm].sum()), "communication": int(k_dur[comm].sum()),
                "memory": int(k_dur[~is_kernel & ~comm].sum())}
     return {"classes": classes, "launch": _launch_row(rank, is_kernel, k_ts, k_dur, launch, ldur),
@@ -101,9 +102,19 @@ def _prev_end(s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return out
 
 
+def rank_part(d: RankData) -> dict[str, Any] | None:
+    """Per-rank step of the shared pass (``registry.per_rank_pass``)."""
+    return rank_kernels(d.run, d.rank, d)
+
+
 def run_kernels(run: Run, results: dict[str, Any]) -> Result:
     """Registered analysis ``kernels``: class breakdown, launch stats, idle breakdown, top kernels."""
-    rows = [(r, k) for r, k in ((r, rank_kernels(run, r)) for r in run.rank_ids) if k is not None]
+    return combine(run, [(r, rank_kernels(run, r)) for r in run.rank_ids], results)
+
+
+def combine(run: Run, parts: list[tuple[int, dict[str, Any] | None]], results: dict[str, Any]) -> Result:
+    """The ``kernels`` result from the per-rank parts."""
+    rows = [(r, k) for r, k in parts if k is not None]
     if not rows:
         return Result("kernels", skipped="no GPU kernels in any rank (CPU-only trace)")
     cls = []

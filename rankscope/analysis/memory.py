@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from rankscope.analysis.base import Result
 from rankscope.analysis.classify import col
+from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
 MAX_POINTS = 500
@@ -30,40 +31,52 @@ def _timeline(rank: int, dev: int, ts: np.ndarray, alloc: np.ndarray, res: np.nd
                      "reserved": np.maximum.reduceat(res, idx)})
 
 
-def _op_at(run: Run, rank: int, t: int) -> str:
-    ev = run.table(rank, "events", columns=["name", "kind", "ts", "dur", "depth"])
-    ts, end = col(ev, "ts"), col(ev, "ts") + col(ev, "dur")
-    m = (col(ev, "kind") == "cpu_op") & (ts <= t) & (end >= t)
+def _op_at(d: RankData, t: int) -> str:
+    """Name of the deepest CPU operator whose span contains ``t`` (only that one name is decoded)."""
+    ts = d.col("ts")
+    end = ts + d.col("dur")
+    m = d.kind_in(("cpu_op",)) & (ts <= t) & (end >= t)
     if not m.any():
         return ""
-    i = np.flatnonzero(m)[np.argmax(col(ev, "depth")[m])]
-    return str(col(ev, "name")[i])
+    i = int(np.flatnonzero(m)[np.argmax(d.col("depth")[m])])
+    return str(d.events.column("name")[i].as_py() or "")
 
 
-def rank_memory(run: Run, rank: int) -> tuple[list[pa.Table], list[dict[str, Any]]]:
+def rank_memory(run: Run, rank: int, data: RankData | None = None) -> tuple[list[pa.Table], list[dict[str, Any]]]:
     """Downsampled timelines and peak rows (one per device) of one rank."""
-    mem = run.table(rank, "memory")
+    d = data if data is not None else RankData(run, rank, ["name", "kind", "ts", "dur", "depth"])
+    mem = d.table("memory")
     if mem.num_rows == 0:
         return [], []
     ts, dev = col(mem, "ts"), col(mem, "device")
     alloc, res = col(mem, "total_allocated"), col(mem, "total_reserved")
     lines, peaks = [], []
-    for d in np.unique(dev):  # one pass per device, not per event
-        m = dev == d
+    for dv in np.unique(dev):  # one pass per device, not per event
+        m = dev == dv
         o = np.argsort(ts[m], kind="stable")
         t, a, r = ts[m][o], alloc[m][o], res[m][o]
-        lines.append(_timeline(rank, int(d), t, a, r))
+        lines.append(_timeline(rank, int(dv), t, a, r))
         i = int(np.argmax(a))
-        peaks.append({"rank": rank, "device": int(d), "peak_allocated": int(a[i]), "peak_ts": int(t[i]),
-                      "peak_reserved": int(r.max()), "operator_at_peak": _op_at(run, rank, int(t[i]))})
+        peaks.append({"rank": rank, "device": int(dv), "peak_allocated": int(a[i]), "peak_ts": int(t[i]),
+                      "peak_reserved": int(r.max()), "operator_at_peak": _op_at(d, int(t[i]))})
     return lines, peaks
+
+
+def rank_part(d: RankData) -> tuple[list[pa.Table], list[dict[str, Any]]]:
+    """Per-rank step of the shared pass (``registry.per_rank_pass``)."""
+    return rank_memory(d.run, d.rank, d)
 
 
 def run_memory(run: Run, results: dict[str, Any]) -> Result:
     """Registered analysis ``memory``: tables ``timeline`` and ``peaks``."""
+    return combine(run, [(r, rank_memory(run, r)) for r in run.rank_ids], results)
+
+
+def combine(run: Run, parts: list[tuple[int, tuple[list[pa.Table], list[dict[str, Any]]]]],
+            results: dict[str, Any]) -> Result:
+    """The ``memory`` result from the per-rank parts."""
     lines, peaks = [], []
-    for r in run.rank_ids:
-        ls, ps = rank_memory(run, r)
+    for _, (ls, ps) in parts:
         lines += ls
         peaks += ps
     if not peaks:

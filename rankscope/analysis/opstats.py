@@ -10,25 +10,54 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from rankscope.analysis.base import Result
+from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
 TOP_N = 50
 STATS = ["mean", "std", "min", "q1", "median", "q3", "max", "sum"]
 
 
-def per_rank_totals(run: Run, rank: int, kinds: tuple[str, ...], by_shape: bool = False) -> pl.DataFrame:
-    """One rank's (name[, input_dims]) -> calls, total ns for events of ``kinds``."""
-    cols = ["name", "kind", "dur"] + (["input_dims"] if by_shape else [])
-    ev = pl.from_arrow(run.table(rank, "events", columns=cols))
-    assert isinstance(ev, pl.DataFrame)
+def per_rank_totals(run: Run, rank: int, kinds: tuple[str, ...], by_shape: bool = False,
+                    data: RankData | None = None) -> pl.DataFrame:
+    """One rank's (name[, input_dims]) -> calls, total ns for events of ``kinds``.
+
+    Grouped on the dictionary indices (numpy); only the distinct names are decoded to strings."""
+    d = data if data is not None else RankData(run, rank, ["name", "kind", "dur", "input_dims"])
+    ev = d.events
+    mask = d.kind_in(kinds)
     keys = ["name"] + (["input_dims"] if by_shape else [])
-    return (ev.filter(pl.col("kind").cast(pl.Utf8).is_in(list(kinds)))
-            .with_columns(pl.col(k).cast(pl.Utf8) for k in keys)
-            .group_by(keys).agg(calls=pl.len(), total=pl.col("dur").sum())
-            .with_columns(rank=pl.lit(rank, pl.Int64)))
+    codes, dics = [], []
+    for k in keys:
+        idx, dic = d.memo(("dict", k), lambda k=k: _indices(ev.column(k)))
+        codes.append(idx[mask])
+        dics.append(dic)
+    key = codes[0].astype(np.int64)
+    if by_shape:
+        key = key * len(dics[1]) + codes[1]
+    uniq, inv = np.unique(key, return_inverse=True)
+    dur = d.col("dur")[mask]
+    total = np.zeros(len(uniq), np.int64)
+    np.add.at(total, inv, dur)
+    cols = {"name": dics[0].take(uniq // len(dics[1]) if by_shape else uniq)}
+    if by_shape:
+        cols["input_dims"] = dics[1].take(uniq % len(dics[1]))
+    return pl.DataFrame({**{k: pl.Series(k, v.to_numpy(zero_copy_only=False), pl.Utf8) for k, v in cols.items()},
+                         "calls": pl.Series("calls", np.bincount(inv, minlength=len(uniq)), pl.UInt32),
+                         "total": total, "rank": pl.Series("rank", np.full(len(uniq), rank), pl.Int64)})
+
+
+def _indices(c: Any) -> tuple[np.ndarray, pa.Array]:
+    """Row -> dictionary index, and the dictionary with a trailing "" (the index of nulls)."""
+    c = c.combine_chunks() if hasattr(c, "combine_chunks") else c
+    if not pa.types.is_dictionary(c.type):
+        c = c.dictionary_encode()
+    dic = pa.concat_arrays([c.dictionary.cast(pa.string()), pa.array([""], pa.string())])
+    return c.indices.fill_null(len(dic) - 1).to_numpy(zero_copy_only=False), dic
 
 
 def cross_rank(per_rank: pl.DataFrame, keys: list[str], top_n: int = TOP_N) -> pl.DataFrame:
@@ -44,10 +73,22 @@ def cross_rank(per_rank: pl.DataFrame, keys: list[str], top_n: int = TOP_N) -> p
         .sort("sum", descending=True).head(top_n))
 
 
+def rank_part(d: RankData) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per-rank step of the shared pass: (CPU operator totals by shape, kernel totals)."""
+    return (per_rank_totals(d.run, d.rank, ("cpu_op",), by_shape=True, data=d),
+            per_rank_totals(d.run, d.rank, ("kernel",), data=d))
+
+
 def run_opstats(run: Run, results: dict[str, Any]) -> Result:
     """Registered analysis ``opstats``: tables ``operators``, ``operators_by_shape``, ``kernels``."""
-    ops = [per_rank_totals(run, r, ("cpu_op",), by_shape=True) for r in run.rank_ids]
-    ker = [per_rank_totals(run, r, ("kernel",)) for r in run.rank_ids]
+    return combine(run, [(r, rank_part(RankData(run, r, ["name", "kind", "dur", "input_dims"])))
+                         for r in run.rank_ids], results)
+
+
+def combine(run: Run, parts: list[tuple[int, tuple[pl.DataFrame, pl.DataFrame]]], results: dict[str, Any]) -> Result:
+    """The ``opstats`` result from the per-rank parts."""
+    ops = [p[0] for _, p in parts]
+    ker = [p[1] for _, p in parts]
     op_all = pl.concat([o for o in ops if o.height]) if any(o.height for o in ops) else pl.DataFrame()
     ker_all = pl.concat([k for k in ker if k.height]) if any(k.height for k in ker) else pl.DataFrame()
     if op_all.height == 0 and ker_all.height == 0:

@@ -1,7 +1,7 @@
 """The registry of analyses (data, not if/elif chains) and the runner over it."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from rankscope.analysis.base import Analysis, Result
 from rankscope.model.run import Run
@@ -51,12 +51,49 @@ def _builtin() -> None:
                       capture.run_capture))
 
 
+def _shared() -> dict[str, tuple[Callable[[Any], Any], Callable[..., Result]]]:
+    """Analyses with a per-rank step over one shared read of a rank's events: name ->
+    (step(RankData) -> per-rank part, combine(run, [(rank, part)], results) -> Result)."""
+    from rankscope.analysis import breakdown, hta_compat, kernels, memory, opstats
+
+    return {"breakdown": (breakdown.rank_part, breakdown.combine),
+            "hta_temporal": (hta_compat.rank_part, hta_compat.combine),
+            "opstats": (opstats.rank_part, opstats.combine),
+            "kernels": (kernels.rank_part, kernels.combine),
+            "memory": (memory.rank_part, memory.combine)}
+
+
+def per_rank_pass(run: Run, names: list[str]) -> dict[str, list[tuple[int, Any]]]:
+    """One walk over the ranks: each rank's events are read once (``RankData``) and given to the
+    per-rank step of every analysis in ``names``; only one rank's events are in memory at a time."""
+    from rankscope.analysis.rankdata import RankData
+
+    steps = {n: _shared()[n][0] for n in names}
+    parts: dict[str, list[tuple[int, Any]]] = {n: [] for n in names}
+    for r in run.rank_ids:
+        data = RankData(run, r)
+        for n, step in steps.items():
+            parts[n].append((r, step(data)))
+        del data
+    return parts
+
+
 def run_all(run: Run, names: list[str] | None = None,
             progress: Callable[[str], None] | None = None) -> dict[str, Result]:
-    """Run the analyses in registry order; one whose inputs are missing is skipped with a reason."""
+    """Run the analyses in registry order; one whose inputs are missing is skipped with a reason.
+
+    The per-rank work of the analyses in ``_shared()`` runs first, in one pass over the ranks
+    (progress is told "per-rank pass"); each of them then only combines its per-rank parts."""
     if not REGISTRY:
         _builtin()
     results: dict[str, Result] = {}
+    shared = _shared()
+    todo = [n for n in REGISTRY if n in shared and (not names or n in names)]
+    parts: dict[str, list[tuple[int, Any]]] = {}
+    if todo:
+        if progress:
+            progress("per-rank pass")
+        parts = per_rank_pass(run, todo)
     for name, a in REGISTRY.items():
         if names and name not in names:
             continue
@@ -66,5 +103,5 @@ def run_all(run: Run, names: list[str] | None = None,
         if missing:
             results[name] = Result(name, skipped=f"needs {', '.join(missing)}, which did not run")
             continue
-        results[name] = a.run(run, results)
+        results[name] = shared[name][1](run, parts.pop(name), results) if name in parts else a.run(run, results)
     return results

@@ -16,6 +16,7 @@ result (torch_npu, the CUPTI-monitor path, a profiler built without Kineto).
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import warnings
@@ -39,12 +40,16 @@ def detach_result(prof: Any) -> Any | None:
 
 
 class Exporter:
-    """One background thread that saves detached Kineto results, then calls ``done(rel)``."""
+    """One background thread running export jobs in order (saves of detached results, spool writes).
+
+    Nothing here touches the disk on the training thread: under a heavy write load, even a
+    small local write can stall for a long time in the kernel's dirty-page throttling.
+    """
 
     def __init__(self, done: Callable[[str], None], failed: Callable[[str, BaseException], None],
                  nice: int = 10) -> None:
         self.nice = nice
-        self._q: queue.Queue[tuple[Any, str, str] | None] = queue.Queue()
+        self._q: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._done, self._failed = done, failed
         self._idle = threading.Event()
         self._idle.set()
@@ -52,15 +57,30 @@ class Exporter:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def submit(self, result: Any, path: str, rel: str) -> None:
-        """Queue ``result.save(path)``; returns at once."""
+    def call(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on the export thread after the jobs already queued; returns at once."""
         with self._lock:
             self._pending += 1
             self._idle.clear()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name="rankscope-export", daemon=True)
                 self._thread.start()
-        self._q.put((result, path, rel))
+        self._q.put(fn)
+
+    def submit(self, result: Any, path: str, rel: str) -> None:
+        """Queue ``result.save(path)`` then ``done(rel)``; returns at once."""
+        box = [result]
+
+        def job() -> None:
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                box.pop().save(path)  # the (large) result is freed here, not on the training thread
+            except BaseException as exc:  # noqa: BLE001 - reported, never raised into a daemon thread
+                self._failed(rel, exc)
+                return
+            self._done(rel)
+
+        self.call(job)
 
     def _work(self) -> None:
         lower_thread_priority(self.nice)
@@ -68,13 +88,11 @@ class Exporter:
             job = self._q.get()
             if job is None:
                 return
-            result, path, rel = job
             try:
-                result.save(path)
-                del result  # free the (large) result here, not on the training thread
-                self._done(rel)
-            except BaseException as exc:  # noqa: BLE001 - never raise into a daemon thread's void
-                self._failed(rel, exc)
+                job()
+            except BaseException as exc:  # noqa: BLE001 - a failed job must not end the thread
+                warnings.warn(f"rankscope: background export job failed ({type(exc).__name__}: {exc})",
+                              RankscopeWarning, stacklevel=1)
             finally:
                 with self._lock:
                     self._pending -= 1
@@ -82,11 +100,11 @@ class Exporter:
                         self._idle.set()
 
     def wait(self, timeout_s: float | None = None) -> bool:
-        """Block until every queued export is written; False on timeout."""
+        """Block until every queued job has run; False on timeout."""
         return self._idle.wait(timeout_s)
 
     def close(self, timeout_s: float | None = None) -> bool:
-        """Wait (bounded) for queued exports, then end the thread."""
+        """Wait (bounded) for queued jobs, then end the thread."""
         ok = self.wait(timeout_s)
         if self._thread is not None:
             self._q.put(None)

@@ -100,11 +100,12 @@ class Collector:
         name = L.window_name(index)
         rel = L.trace_rel(self.ident.rank, name)
         staging = self.spool.staging_path(rel)
-        os.makedirs(os.path.dirname(staging), exist_ok=True)
         self.windows.append({"index": index, "steps": list(steps), "file": name + L.TRACE_SUFFIX,
                              "start_wall_ns": start_wall_ns, "end_wall_ns": time.time_ns(), **extra})
         result = None if sync else detach_result(prof)
         if result is None:
+            self.exporter.wait(self.cfg.exit_timeout_s)  # keep windows in order
+            os.makedirs(os.path.dirname(staging), exist_ok=True)
             prof.export_chrome_trace(staging)
             self._staged(rel)
         else:
@@ -195,7 +196,8 @@ class TraceHandler:
         if "ranks_expected" not in self.options:
             col.ranks_expected = list(range(ident.world_size))
         self._opened = True
-        return col.open()
+        col.exporter.call(col.open)  # run.json, meta.json, uploader start: off the training thread too
+        return col
 
     def __call__(self, prof: Any) -> None:
         col = self.collector if self._opened and self.collector is not None else self._open()

@@ -29,7 +29,7 @@ def summary_json(run, results) -> dict:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    r, results = load_and_analyze(args.run, args.jobs, args.allow_missing_ranks)
+    r, results = load_and_analyze(args.run, args.jobs, args.allow_missing_ranks, args.clock_align)
     if getattr(args, "export", None):
         _export(args, r, results)
     if args.json:

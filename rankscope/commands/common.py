@@ -18,6 +18,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="worker processes for ingest (default: all cores)")
     p.add_argument("--allow-missing-ranks", action="store_true",
                    help="analyze the ranks that are there when some are missing or duplicated")
+    p.add_argument("--no-clock-align", dest="clock_align", action="store_false",
+                   help="trust every rank's own clock (no offsets from anchors or matched collectives)")
 
 
 def progress() -> Progress:
@@ -25,9 +27,13 @@ def progress() -> Progress:
                     TimeElapsedColumn(), console=console, transient=True)
 
 
-def load_and_analyze(path: str, jobs: int, allow_missing: bool) -> tuple[Any, dict[str, Any]]:
+def load_and_analyze(path: str, jobs: int, allow_missing: bool, clock_align: bool = True
+                     ) -> tuple[Any, dict[str, Any]]:
     from rankscope.analysis.registry import run_all
     from rankscope.model.run import load_run
+
+    if not clock_align:  # read by rankscope.analysis.clock.align; the CLI process owns its environment
+        os.environ["RANKSCOPE_CLOCK_ALIGN"] = "0"
 
     with progress() as prog:
         task = prog.add_task("reading ranks", total=None)

@@ -9,6 +9,7 @@ Inject a straggler to see the diagnosis at work:
   rankscope demo --slow-rank 1 --slow-kind compute   (extra work in forward on rank 1)
   rankscope demo --slow-rank 2 --slow-kind data      (slower data loading on rank 2)
   rankscope demo --slow-rank 3 --slow-kind comm      (delay before the gradient all-reduce)
+  rankscope demo --slow-rank 1 --slow-kind host      (Python busy-work between operators)
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=8, help="profiled steps (default 8)")
     p.add_argument("--warmup", type=int, default=2, help="warm-up steps before the capture (default 2)")
     p.add_argument("--slow-rank", type=int, default=None, metavar="R", help="make rank R a straggler")
-    p.add_argument("--slow-kind", choices=["compute", "data", "comm"], default="compute",
+    p.add_argument("--slow-kind", choices=["compute", "data", "comm", "host"], default="compute",
                    help="what makes the slow rank slow (default compute)")
     p.add_argument("--slowdown", type=float, default=1.0, help="strength of the injected slowdown (default 1.0)")
     p.add_argument("--out", default="rankscope-runs", help="parent directory of the run (default ./rankscope-runs)")

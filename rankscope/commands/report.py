@@ -21,12 +21,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rankscope.render.html import render
 
-    r, results = load_and_analyze(args.run, args.jobs, args.allow_missing_ranks)
+    r, results = load_and_analyze(args.run, args.jobs, args.allow_missing_ranks, args.clock_align)
     diff = None
     if getattr(args, "baseline", None):
         from rankscope.analysis.diff import run_diff
 
-        b, rb = load_and_analyze(args.baseline, args.jobs, args.allow_missing_ranks)
+        b, rb = load_and_analyze(args.baseline, args.jobs, args.allow_missing_ranks, args.clock_align)
         diff = run_diff(r, results, b, rb)
     target = Path(args.output) if args.output else (Path(args.run) / "report.html" if Path(args.run).is_dir()
                                                      else Path(args.run).with_suffix(".report.html"))

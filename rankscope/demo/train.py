@@ -5,7 +5,9 @@ dataset, SGD with momentum. Optionally one rank is made a straggler:
 
 - ``compute``: extra matrix work inside forward on that rank;
 - ``data``: slower ``__getitem__`` in that rank's dataset;
-- ``comm``: a delay in that rank's DDP communication hook, before the gradient all-reduce.
+- ``comm``: a delay in that rank's DDP communication hook, before the gradient all-reduce;
+- ``host``: Python busy-work on the host between the training step's operators (the kind of
+  pause a slow input pipeline in Python, a logger or the garbage collector causes).
 """
 from __future__ import annotations
 
@@ -67,6 +69,14 @@ def delayed_allreduce_hook(delay_s: float):
     return hook
 
 
+def host_busy(seconds: float) -> None:
+    """Spin in Python (not sleep): the host is busy while no operator runs."""
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--run-dir", required=True, help="run directory or fsspec URL")
@@ -76,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--slow-rank", type=int, default=-1)
-    p.add_argument("--slow-kind", choices=["compute", "data", "comm"], default="compute")
+    p.add_argument("--slow-kind", choices=["compute", "data", "comm", "host"], default="compute")
     p.add_argument("--slowdown", type=float, default=1.0, help="strength of the injected slowdown")
     return p.parse_args(argv)
 
@@ -119,6 +129,8 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(args.warmup + args.steps + 1):
             x, y = next(it)
             opt.zero_grad(set_to_none=True)
+            if kind == "host":
+                host_busy(0.02 * args.slowdown)
             loss = loss_fn(model(x), y)
             loss.backward()
             opt.step()

@@ -99,6 +99,7 @@ class _AscendTrace(RawTrace):
     """trace_view.json events with a Kineto category derived from their layer (process)."""
 
     pid_cat: dict[Any, str | None] = {}
+    typed = False  # events are rewritten in place below: plain Event structs
 
     def chunks(self, size: int | None = None) -> Iterator[list[Event]]:
         for chunk in super().chunks(size):

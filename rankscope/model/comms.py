@@ -7,6 +7,7 @@ kernels are linked through the runtime launch that happened inside the call's ho
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Any, Mapping
@@ -16,11 +17,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rankscope.model import schema
-from rankscope.model.kineto import Args, Event, RawTrace
+from rankscope.model.kineto import Args, RawTrace
 
 _OP_RE = re.compile(r"^(?:nccl|gloo|hccl|rccl|c10d)(?:[:_]+)(.*)$", re.I)
 
 
+@functools.lru_cache(maxsize=4096)
 def normalize_op(name: str) -> str:
     """'allreduce', 'nccl:all_reduce', 'gloo:all_reduce' -> 'all_reduce'."""
     m = _OP_RE.match(name)
@@ -60,7 +62,7 @@ def _pg_ranks(v: Any) -> str:
     return ",".join(re.findall(r"-?\d+", str(v or "")))
 
 
-def _rows(events: pa.Table, xs: Mapping[int, Event], raw: RawTrace) -> list[dict[str, Any]]:
+def _rows(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace) -> list[dict[str, Any]]:
     """One row per collective call: nested comm ops on one thread (c10d::X > record_param_comms >
     nccl:X) form a single call; metadata comes from the record_param_comms inside it. Gloo runs
     collectives on its own threads as ``gloo:*`` spans: when those exist they are the calls."""
@@ -108,15 +110,15 @@ def _dict_mask(col: Any, values: tuple[str, ...]) -> np.ndarray:
     return hit[arr.indices.to_numpy(zero_copy_only=False)]
 
 
-def _group_row(g: list[int], names: Any, xs: Mapping[int, Event], ts: int, dur: int,
+def _group_row(g: list[int], names: Any, xs: Mapping[int, Args | None], ts: int, dur: int,
                default_pg: tuple[str, str, int]) -> dict[str, Any]:
     meta = next((i for i in g if names[i] == "record_param_comms"), g[0])
-    row = _row(meta, str(names[g[0]]), xs[meta].args, ts, dur, default_pg)
+    row = _row(meta, str(names[g[0]]), xs[meta], ts, dur, default_pg)
     if row["op"] == "other":
         row["op"] = next((o for o in (normalize_op(str(names[i])) for i in g) if o != "other"), "other")
     if row["bytes_in"] < 0:  # sizes may sit on another member of the group (Input Dims)
         for i in g:
-            n, dt = _nelems(xs[i].args)
+            n, dt = _nelems(xs[i])
             width = schema.DTYPE_BYTES.get(str(dt).lower(), 0)
             if n >= 0 and width:
                 row.update(nelems_in=n, nelems_out=n, dtype=dt, bytes_in=n * width, bytes_out=n * width)
@@ -183,8 +185,8 @@ def _device_spans(events: pa.Table, ts: np.ndarray, end: np.ndarray) -> tuple[np
     return dev_ts, dev_dur
 
 
-def collectives(events: pa.Table, xs: Mapping[int, Event], raw: RawTrace) -> pa.Table:
-    """The ``collectives`` table of one rank."""
+def collectives(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace) -> pa.Table:
+    """The ``collectives`` table of one rank; ``xs``: event row -> args of the communication events."""
     if events.num_rows == 0:
         return schema.empty("collectives")
     cand = pc.fill_null(events.column("is_comm"), False)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 
 from rankscope.errors import RankscopeError, TraceError
 from rankscope.model.info import RankInfo
-from rankscope.model.ingest import RankTask, ingest
+from rankscope.model.ingest import RankTask, ingest, system_pool
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 Progress = Callable[[int, int], None]
@@ -47,7 +47,12 @@ class Run:
         info = self.ranks[rank]
         if info.cache is None:
             raise RankscopeError(f"rank {rank} of {self.path} has no cached tables")
-        return pq.read_table(Path(info.cache) / f"{name}.parquet", columns=columns)
+        # ParquetFile.read: half the fixed cost of read_table (no dataset discovery), which counts
+        # when analyses open the small per-rank tables of hundreds of ranks. The system allocator
+        # hands the buffers back when the table is dropped (Arrow's default pool keeps ~20 MB of
+        # them per rank-sized table: peak RSS, no speed difference measured).
+        with system_pool(), pq.ParquetFile(Path(info.cache) / f"{name}.parquet") as f:
+            return f.read(columns=columns)
 
     def to_json(self) -> dict[str, Any]:
         return {"format_version": self.format_version, "path": self.path, "run_id": self.run_id,

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import msgspec
 
-from rankscope.model.kineto import _DECODER, _EVENTS, Event, RawTrace, Trace
+from rankscope.model.kineto import _DECODER, Event, RawTrace, Trace, decode_events
 
 PIECE = 2 << 20
 # Files inflating to at least this many bytes are streamed (RANKSCOPE_STREAM_BYTES overrides).
@@ -25,6 +25,7 @@ _ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb'\}\s*,\s*\{\s*"')
 _END = re.compile(rb"\}\s*\]\s*([,}])")
 _WINDOW = 1 << 20
+_TAIL = 1 << 16
 
 
 class StreamFallback(Exception):
@@ -73,19 +74,21 @@ def pieces(path: str) -> Iterator[bytes]:
 
 
 def _last(pattern: re.Pattern[bytes], buf: bytes) -> re.Match[bytes] | None:
-    start = max(0, len(buf) - _WINDOW)
-    m = None
-    for m in pattern.finditer(buf, start):
-        pass
-    if m is None and start:
-        for m in pattern.finditer(buf):
+    """The last match, looking at a growing tail of ``buf`` (64 KiB first, not every match)."""
+    size = _TAIL
+    while True:
+        start = max(0, len(buf) - size)
+        m = None
+        for m in pattern.finditer(buf, start):
             pass
-    return m
+        if m is not None or start == 0:
+            return m
+        size *= 16
 
 
 def _events(body: bytes) -> list[Event]:
     try:
-        return _EVENTS.decode(b"[" + body + b"]")
+        return decode_events(b"[" + body + b"]")
     except msgspec.DecodeError as exc:
         raise StreamFallback(f"events did not decode ({exc})") from exc
 
@@ -121,7 +124,7 @@ class StreamTrace(RawTrace):
             raise StreamFallback("no traceEvents list")
         for m in list(_END.finditer(buf))[:8]:
             try:
-                last = _EVENTS.decode(b"[" + buf[:m.start() + 1] + b"]")
+                last = decode_events(b"[" + buf[:m.start() + 1] + b"]")
                 self.trace = _DECODER.decode(head + b'"traceEvents": []' + buf[m.start(1):])
             except msgspec.DecodeError:
                 continue

@@ -7,10 +7,10 @@ chunk of events at a time so the structs of a whole file never exist at once.
 from __future__ import annotations
 
 import math
-import pickle
 from operator import attrgetter
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,6 +19,8 @@ from rankscope.model import schema
 from rankscope.model.kineto import Args, Event, RawTrace
 
 _NOARGS = Args()
+_ARGS_ENC = msgspec.json.Encoder()
+_ARGS_DEC = msgspec.json.Decoder(list[Optional[Args]])
 
 _HOST_KINDS = ("cpu_op", "user_annotation", "python_function")
 _COMM_MARKERS = ("nccl", "rccl", "hccl", "hcom_", "gloo", "record_param_comms", "c10d::")
@@ -138,10 +140,11 @@ def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
         cols, xs = _chunk_columns(xs, 0, probs, ids)
         comm = np.flatnonzero(_flag_names(cols["name"], _COMM_MARKERS))
         if len(comm):
-            # Kept as one pickled blob, not as live structs: a few live objects scattered over
-            # every chunk's memory would keep all of it from being reused (heap fragmentation).
-            keep = [xs[i] for i in comm.tolist()]
-            kept.append((offset, comm, pickle.dumps(keep, protocol=5) if raw.streamed else keep))
+            # Only the args of communication events are kept, re-encoded as one JSON blob: live
+            # structs scattered over every chunk's memory would keep all of it from being reused
+            # (heap fragmentation), and their Raw fields would pin the chunk's JSON buffer.
+            keep = [xs[i].args for i in comm.tolist()]
+            kept.append((offset, comm, _ARGS_ENC.encode(keep) if raw.streamed else keep))
         offset += len(xs)
         parts.append(pa.table(cols))
         del xs, cols
@@ -152,11 +155,11 @@ def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
     memory = pa.concat_tables(mems) if mems else schema.empty("memory")
     if base and memory.num_rows:
         memory = memory.set_column(0, "ts", pa.array(memory.column("ts").to_numpy() + base))
-    comm_evs: dict[int, Event] = {}
+    comm_args: dict[int, Args | None] = {}
     for off, idx, blob in kept:
-        comm_evs.update(zip((idx + off).tolist(), pickle.loads(blob) if isinstance(blob, bytes) else blob))
+        comm_args.update(zip((idx + off).tolist(), _ARGS_DEC.decode(blob) if isinstance(blob, bytes) else blob))
     tables = {"events": events, "memory": memory}
-    tables["collectives"] = _collectives(events, comm_evs, raw)
+    tables["collectives"] = _collectives(events, comm_args, raw)
     tables["steps"] = _steps(events)
     return tables, probs.lines()
 

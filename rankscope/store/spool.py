@@ -171,9 +171,9 @@ class Spool:
                 os.remove(tmp)
                 return None
             os.replace(tmp, dst)
-            os.remove(src)
             e.state, e.size, e.sha256 = PENDING, size, digest
-            self._save()
+            self._save()  # journal first: a kill before it leaves a STAGED entry that is simply redone
+            os.remove(src)
             return e
 
     # ---- state ---------------------------------------------------------------------------
@@ -189,11 +189,11 @@ class Spool:
             if e is None or e.state != PENDING or e.sha256 != sha256:
                 return False
             e.state = UPLOADED
+            self._save()  # journal first: a kill before the removal leaves only a stray local copy
             try:
                 os.remove(self.data_path(rel))
             except FileNotFoundError:
                 pass
-            self._save()
             return True
 
     def waiting_bytes(self) -> int:

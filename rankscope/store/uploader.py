@@ -284,6 +284,23 @@ def _remove_leftover_tmp(target: Target, rank: int) -> None:
             target.fs.rm_file(name)
 
 
+def _reconcile(sp: Spool, target: Target) -> None:
+    """Fix journal rows whose local file is gone (a process killed between two steps of a move)."""
+    import os
+
+    for e in sp.waiting():
+        if e.state == STAGED and not os.path.exists(sp.staging_path(e.rel)):
+            e.state = "dropped"  # a staged export whose file vanished cannot be recovered
+        elif e.state == PENDING and not os.path.exists(sp.data_path(e.rel)):
+            try:  # uploaded, then killed before the journal said so?
+                done = target.fs.size(target.path(e.rel)) == e.size
+            except Exception:  # noqa: BLE001 - not there (or unreadable): nothing left to upload
+                done = False
+            e.state = "uploaded" if done else "dropped"
+    with sp.lock:
+        sp._save()
+
+
 def resume(spool_dir: str, storage_options: dict | None = None, timeout_s: float | None = None,
            config: UploadConfig | None = None, verify: bool = True) -> ResumeResult:
     """Finish the uploads a (possibly killed) rank left in ``spool_dir``, then verify checksums."""
@@ -292,10 +309,8 @@ def resume(spool_dir: str, storage_options: dict | None = None, timeout_s: float
     from rankscope.store.fs import open_target
 
     sp = Spool.open(spool_dir)
-    for e in sp.waiting():  # a staged export whose file vanished cannot be recovered
-        if e.state == STAGED and not os.path.exists(sp.staging_path(e.rel)):
-            e.state = "dropped"
     target = open_target(sp.url, storage_options)
+    _reconcile(sp, target)
     cfg = config or UploadConfig(jitter_s=0.0, backoff_base_s=0.2, backoff_max_s=5.0)
     msgs: list[str] = []
     up = Uploader(sp, target, cfg, on_warning=msgs.append)

@@ -27,8 +27,8 @@ def torchrun(run: str, mode: str, tmp_path, env: dict[str, str] | None = None, t
 def _resume(spool: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     code = ("import sys; from rankscope.commands.upload import run, add_arguments; import argparse;"
             "p=argparse.ArgumentParser(); add_arguments(p); sys.exit(run(p.parse_args(sys.argv[1:])))")
-    return subprocess.run([sys.executable, "-c", code, "--resume", spool], env={**env, "PYTHONPATH": ROOT},
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", code, "--resume", spool, "--timeout", "30"],
+                          env={**env, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=90)
 
 
 def test_profile_two_ranks_local(tmp_path):
@@ -121,9 +121,19 @@ def test_rank_killed_then_resume_verifies(tmp_path, moto_server):
     env = {**os.environ, **moto_server.env}
     p = torchrun(f"s3://{bucket}/killed", "kill", tmp_path, env)
     assert p.returncode != 0 and "TRAINING-DONE" not in p.stdout
+    from rankscope.store.spool import Spool
+
+    waiting = [e.rel for r in (0, 1) for e in Spool.open(str(tmp_path / f"spool/rank-{r}")).waiting()]
+    assert waiting, "the kill came after every upload finished: nothing to resume"
     r = _resume(str(tmp_path / "spool"), env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "rank 0: " in r.stdout and "rank 1: " in r.stdout
+    import s3fs
+
+    fs = s3fs.S3FileSystem(endpoint_url=moto_server.endpoint, key="test", secret="test", skip_instance_cache=True)
+    for rk in (0, 1):  # every staged window made it, listed in the final MANIFEST
+        man = json.loads(fs.cat_file(f"{bucket}/killed/ranks/{rk}/MANIFEST.json"))
+        assert {"meta.json", "window-0000.pt.trace.json.gz"} <= {f["path"] for f in man["files"]}
 
 
 def test_missing_credentials_fail_before_training(tmp_path, moto_server):

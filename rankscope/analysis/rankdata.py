@@ -1,0 +1,74 @@
+"""One rank's tables, read once and shared by the per-rank parts of several analyses.
+
+``registry.run_all`` walks the ranks once: for each rank it reads the events Parquet a single
+time (only the columns the per-rank analyses need) into a ``RankData`` and hands it to every
+per-rank step (breakdown, hta_temporal, kernels, opstats, memory), which keep only small
+per-rank aggregates. The object is dropped before the next rank is read, so at most one rank's
+event table is in memory. Derived arrays (numpy columns, kind masks, the communication mask)
+are computed once per rank and shared too.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from rankscope.analysis.classify import comm_mask, kind_in
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from rankscope.model.run import Run
+
+# Union of the event columns the per-rank analyses read (never cat, pid, device).
+EVENT_COLUMNS = ["name", "kind", "ts", "dur", "tid", "stream", "is_comm", "external_id", "correlation",
+                 "depth", "input_dims"]
+
+
+class RankData:
+    """Lazily read, memoized tables and derived arrays of one rank."""
+
+    def __init__(self, run: "Run", rank: int, columns: list[str] | None = None) -> None:
+        self.run, self.rank = run, rank
+        self._columns = columns or EVENT_COLUMNS
+        self._tables: dict[str, Any] = {}
+        self._memo: dict[Any, Any] = {}
+
+    @property
+    def events(self) -> "pa.Table":
+        """The rank's events (the shared columns), one contiguous chunk per column."""
+        if "events" not in self._tables:
+            t = self.run.table(self.rank, "events", columns=self._columns)
+            self._tables["events"] = t.combine_chunks() if t.num_rows and t.column(0).num_chunks > 1 else t
+        return self._tables["events"]
+
+    def table(self, name: str) -> "pa.Table":
+        """Another table of the rank (steps, memory, collectives), read once."""
+        if name == "events":
+            return self.events
+        if name not in self._tables:
+            self._tables[name] = self.run.table(self.rank, name)
+        return self._tables[name]
+
+    def memo(self, key: Any, make: Callable[[], Any]) -> Any:
+        """``make()`` computed once per rank under ``key``."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+    def col(self, name: str) -> np.ndarray:
+        """A numeric event column as numpy (read once)."""
+        return self.memo(("col", name), lambda: np.asarray(self.events.column(name).to_numpy()))
+
+    def kind_in(self, kinds: tuple[str, ...]) -> np.ndarray:
+        """Rows whose kind is one of ``kinds`` (tested over the kind dictionary)."""
+        return self.memo(("kind", kinds), lambda: kind_in(self.events, kinds))
+
+    def comm(self) -> np.ndarray:
+        """Communication rows (``classify.comm_mask``)."""
+        return self.memo("comm", lambda: comm_mask(self.events))
+
+
+def data_of(run: "Run", rank: int, data: RankData | None) -> RankData:
+    """``data`` when given (the shared pass), else a private one for a standalone call."""
+    return data if data is not None and data.rank == rank else RankData(run, rank)
