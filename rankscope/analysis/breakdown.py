@@ -138,8 +138,55 @@ def rank_breakdown(run: Run, rank: int, data: RankData | None = None) -> tuple[p
     }), whole
 
 
-def ascend_table(bd: pa.Table) -> pa.Table:
-    """Ascend ``step_trace_time`` columns (µs) from the breakdown; Free includes data wait."""
+def stage_groups(run: Run) -> list[list[int]] | None:
+    """Ranks of each pipeline stage when the run's layout names ``pp`` > 1 (run.json or a rank's
+    meta.json ``layout``). Stage k holds ranks [k·W/pp, (k+1)·W/pp): pipeline parallelism as the
+    outermost dimension of the rank order (Megatron's default)."""
+    metas = [run.manifest] + [i.meta for i in run.ranks.values()]
+    layout = next((m["layout"] for m in metas if isinstance(m.get("layout"), dict)), None)
+    try:
+        pp = int((layout or {}).get("pp") or 0)
+    except (TypeError, ValueError):
+        return None
+    world = run.world_size or (max(run.rank_ids) + 1 if run.rank_ids else 0)
+    if pp <= 1 or world % pp:
+        return None
+    per = world // pp
+    return [list(range(k * per, (k + 1) * per)) for k in range(pp)]
+
+
+def _stage_rows(t: pa.Table, stages: list[list[int]]) -> pa.Table:
+    """msprof-analyze's "stage" rows: per (step, stage), the maximum of every column over the
+    stage's rank rows; Index is the stage's ranks as "(0,1,2,3)"."""
+    rank, step = col(t, "Index"), col(t, "Step")
+    stage_of = np.full(int(rank.max()) + 1, -1)
+    for k, g in enumerate(stages):
+        stage_of[[r for r in g if r <= rank.max()]] = k
+    k = stage_of[rank]
+    keep = k >= 0
+    key = np.unique(np.stack([step[keep], k[keep]], axis=1), axis=0, return_inverse=True)
+    (pairs, inv) = key[0], key[1].reshape(-1)
+    nums = {c: np.full(len(pairs), -np.inf) for c in ASCEND[3:]}
+    for c in nums:
+        np.maximum.at(nums[c], inv, col(t, c)[keep])
+    label = ["(" + ",".join(map(str, stages[s])) + ")" for s in pairs[:, 1]]
+    return pa.table({"Step": pairs[:, 0], "Type": ["stage"] * len(pairs), "Index": label, **nums})
+
+
+def ascend_table(bd: pa.Table, stages: list[list[int]] | None = None) -> pa.Table:
+    """Ascend ``step_trace_time`` columns (µs) from the breakdown; Free includes data wait.
+
+    With ``stages`` (``stage_groups``) "stage" rows follow the "rank" rows and Index becomes a
+    string column ("3" for a rank, "(0,1,2,3)" for a stage), as in cluster_step_trace_time.csv."""
+    t = _rank_rows(bd)
+    if not stages or t.num_rows == 0:
+        return t
+    st = _stage_rows(t, stages)
+    t = t.set_column(2, "Index", pa.array([str(i) for i in col(t, "Index")]))
+    return pa.concat_tables([t, st.select(t.column_names).cast(t.schema)])
+
+
+def _rank_rows(bd: pa.Table) -> pa.Table:
     def us(name: str) -> np.ndarray:
         return col(bd, name).astype(np.float64) / 1000.0
 
@@ -181,5 +228,8 @@ def combine(run: Run, per_rank: list[tuple[int, tuple[pa.Table | None, bool]]], 
     if whole:
         summary["note"] = (f"ranks {whole} have no ProfilerStep#N markers: the whole captured window "
                            "is reported as one step (step -1)")
-    return Result("breakdown", tables={"breakdown": table, "step_trace_time": ascend_table(table)},
+    stages = stage_groups(run)
+    if stages:
+        summary["pipeline_stages"] = stages
+    return Result("breakdown", tables={"breakdown": table, "step_trace_time": ascend_table(table, stages)},
                   summary=summary)

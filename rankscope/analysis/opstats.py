@@ -19,6 +19,7 @@ from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
 TOP_N = 50
+_COLS = ["name", "kind", "dur", "input_dims", "external_id", "depth"]
 STATS = ["mean", "std", "min", "q1", "median", "q3", "max", "sum"]
 
 
@@ -27,13 +28,15 @@ def per_rank_totals(run: Run, rank: int, kinds: tuple[str, ...], by_shape: bool 
     """One rank's (name[, input_dims]) -> calls, total ns for events of ``kinds``.
 
     Grouped on the dictionary indices (numpy); only the distinct names are decoded to strings."""
-    d = data if data is not None else RankData(run, rank, ["name", "kind", "dur", "input_dims"])
+    d = data if data is not None else RankData(run, rank, _COLS)
     ev = d.events
     mask = d.kind_in(kinds)
     keys = ["name"] + (["input_dims"] if by_shape else [])
     codes, dics = [], []
     for k in keys:
         idx, dic = d.memo(("dict", k), lambda k=k: _indices(ev.column(k)))
+        if k == "input_dims" and "kernel" in kinds:
+            idx = d.memo("launch_dims", lambda idx=idx, dic=dic: _launch_dims(d, idx, len(dic) - 1))
         codes.append(idx[mask])
         dics.append(dic)
     key = codes[0].astype(np.int64)
@@ -49,6 +52,25 @@ def per_rank_totals(run: Run, rank: int, kinds: tuple[str, ...], by_shape: bool 
     return pl.DataFrame({**{k: pl.Series(k, v.to_numpy(zero_copy_only=False), pl.Utf8) for k, v in cols.items()},
                          "calls": pl.Series("calls", np.bincount(inv, minlength=len(uniq)), pl.UInt32),
                          "total": total, "rank": pl.Series("rank", np.full(len(uniq), rank), pl.Int64)})
+
+
+def _launch_dims(d: RankData, dims: np.ndarray, empty: int) -> np.ndarray:
+    """Per row, the input shapes of the CPU operator that launched it: a kernel carries no shapes,
+    its External id names the operator (the deepest one when several share the id). Rows without
+    one get the trailing "" index."""
+    ext, depth = d.col("external_id"), d.col("depth")
+    ops = np.flatnonzero(d.kind_in(("cpu_op",)) & (ext >= 0))
+    out = np.full(len(ext), empty, dtype=dims.dtype)
+    if not len(ops):
+        return out
+    order = ops[np.lexsort((depth[ops], ext[ops]))]
+    e = ext[order]
+    last = np.r_[e[1:] != e[:-1], True]
+    e, di = e[last], dims[order][last]
+    pos = np.clip(np.searchsorted(e, ext), 0, len(e) - 1)
+    hit = (e[pos] == ext) & (ext >= 0)
+    out[hit] = di[pos[hit]]
+    return out
 
 
 def _indices(c: Any) -> tuple[np.ndarray, pa.Array]:
@@ -74,15 +96,15 @@ def cross_rank(per_rank: pl.DataFrame, keys: list[str], top_n: int = TOP_N) -> p
 
 
 def rank_part(d: RankData) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Per-rank step of the shared pass: (CPU operator totals by shape, kernel totals)."""
+    """Per-rank step of the shared pass: (CPU operator totals by shape, kernel totals by the
+    input shapes of their launching operator)."""
     return (per_rank_totals(d.run, d.rank, ("cpu_op",), by_shape=True, data=d),
-            per_rank_totals(d.run, d.rank, ("kernel",), data=d))
+            per_rank_totals(d.run, d.rank, ("kernel",), by_shape=True, data=d))
 
 
 def run_opstats(run: Run, results: dict[str, Any]) -> Result:
     """Registered analysis ``opstats``: tables ``operators``, ``operators_by_shape``, ``kernels``."""
-    return combine(run, [(r, rank_part(RankData(run, r, ["name", "kind", "dur", "input_dims"])))
-                         for r in run.rank_ids], results)
+    return combine(run, [(r, rank_part(RankData(run, r, _COLS))) for r in run.rank_ids], results)
 
 
 def combine(run: Run, parts: list[tuple[int, tuple[pl.DataFrame, pl.DataFrame]]], results: dict[str, Any]) -> Result:
@@ -99,5 +121,7 @@ def combine(run: Run, parts: list[tuple[int, tuple[pl.DataFrame, pl.DataFrame]]]
         tables["operators"] = cross_rank(by_name, ["name"]).to_arrow()
         tables["operators_by_shape"] = cross_rank(op_all, ["name", "input_dims"]).to_arrow()
     if ker_all.height:
-        tables["kernels"] = cross_rank(ker_all, ["name"]).to_arrow()
+        by_name = ker_all.group_by(["rank", "name"]).agg(pl.col("calls").sum(), pl.col("total").sum())
+        tables["kernels"] = cross_rank(by_name, ["name"]).to_arrow()
+        tables["kernels_by_shape"] = cross_rank(ker_all, ["name", "input_dims"]).to_arrow()
     return Result("opstats", tables=tables, summary={"top_n": TOP_N, "ranks": len(run.rank_ids)})

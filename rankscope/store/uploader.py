@@ -285,11 +285,18 @@ def _remove_leftover_tmp(target: Target, rank: int) -> None:
 
 
 def _reconcile(sp: Spool, target: Target) -> None:
-    """Fix journal rows whose local file is gone (a process killed between two steps of a move)."""
+    """Make the journal agree with the spool's files (a process killed between two steps of a move)."""
     import os
 
+    from rankscope.store.spool import sha256_file
+
     for e in sp.waiting():
-        if e.state == STAGED and not os.path.exists(sp.staging_path(e.rel)):
+        if e.state == PENDING and os.path.exists(sp.data_path(e.rel)):
+            # Small files (meta.json, ...) are replaced in place: a kill between writing the new
+            # version and the journal leaves the journal describing the old one. Files are always
+            # complete (atomic rename), so the file on disk is the truth.
+            e.size, e.sha256 = sha256_file(sp.data_path(e.rel))
+        elif e.state == STAGED and not os.path.exists(sp.staging_path(e.rel)):
             e.state = "dropped"  # a staged export whose file vanished cannot be recovered
         elif e.state == PENDING and not os.path.exists(sp.data_path(e.rel)):
             try:  # uploaded, then killed before the journal said so?

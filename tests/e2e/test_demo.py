@@ -4,39 +4,49 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from rankscope.analysis.registry import run_all
 from rankscope.model.run import load_run
 
 pytestmark = pytest.mark.slow
 
 
-def _demo(tmp_path, *extra):
+def _demo(out: Path, *extra: str) -> tuple[str, Path]:
     cmd = [sys.executable, "-m", "rankscope.cli", "demo", "--ranks", "2", "--steps", "6", "--warmup", "2",
-           "--out", str(tmp_path), "--run-id", "r", *extra]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout, tmp_path / "r"
+           "--out", str(out), "--run-id", "r", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout, out / "r"
 
 
-def test_demo_healthy(tmp_path):
-    stdout, run_dir = _demo(tmp_path)
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    return _demo(tmp_path_factory.mktemp("healthy"))
+
+
+def test_demo_healthy_run_has_every_rank_and_step(healthy):
+    stdout, run_dir = healthy
     run = load_run(run_dir, jobs=1)
     assert run.rank_ids == [0, 1] and run.missing == []
     for r in (0, 1):
         assert [s["step"] for s in run.table(r, "steps").to_pylist()] == [2, 3, 4, 5, 6, 7]
     report = (run_dir / "report.html").read_text()
     assert "rank 0" in report and "rank 1" in report
-    assert "no straggler" in stdout
     meta = json.loads((run_dir / "ranks" / "1" / "meta.json").read_text())
     assert meta["rank"] == 1 and meta["world_size"] == 2
+    assert "report:" in stdout and "step time" in stdout
 
 
-def test_demo_breakdown_sums_to_step_time(tmp_path):
-    from rankscope.analysis.registry import run_all
+def test_demo_healthy_verdict_is_no_straggler(healthy):
+    stdout, _ = healthy
+    assert "no straggler" in stdout
 
-    _, run_dir = _demo(tmp_path)
+
+def test_demo_breakdown_sums_to_step_time(healthy):
+    _, run_dir = healthy
     bd = run_all(load_run(run_dir, jobs=1))["breakdown"].tables["breakdown"].to_pylist()
     assert len(bd) == 12
     for r in bd:
@@ -44,7 +54,12 @@ def test_demo_breakdown_sums_to_step_time(tmp_path):
         assert abs(parts - r["wall"]) <= 0.01 * r["wall"]
 
 
-@pytest.mark.parametrize("kind", ["compute", "data", "comm"])
+@pytest.mark.parametrize("kind", ["compute", "data", "comm", "host"])
 def test_demo_slow_rank_named_with_cause(tmp_path, kind):
-    stdout, _ = _demo(tmp_path, "--slow-rank", "1", "--slow-kind", kind)
+    stdout, run_dir = _demo(tmp_path, "--slow-rank", "1", "--slow-kind", kind)
     assert f"rank 1 is slow: {kind}" in stdout
+    # the slow rank's breakdown shows where its extra time went
+    st = run_all(load_run(run_dir, jobs=1))["straggler"]
+    excess = st.findings[0].evidence["excess_ns"]
+    component = {"compute": "compute", "comm": "compute", "data": "data", "host": "host"}[kind]
+    assert excess[component] == max(excess.values())
