@@ -1,10 +1,11 @@
 """Flush storm: N ranks flush an S MB trace at the same step to slow shared storage.
 
 Shared storage is a throttled FUSE mount (bench/throttlefs.py): one pipe of ``--mbps`` MB/s
-shared by all writers plus ``--latency-ms`` per open/create/rename/mkdir. In one run each
-rank process profiles the same workload twice: once with torch's ``tensorboard_trace_handler``
-writing straight to the mount, once with ``rankscope.trace_handler`` (local spool, background
-upload to the mount). Blocked time = duration of the ``prof.step()`` call that flushes.
+shared by all writers plus ``--latency-ms`` per open/create/rename/mkdir. One run has two
+phases, each with its own N fresh rank processes profiling the same workload: torch's
+``tensorboard_trace_handler`` writing straight to the mount, and ``rankscope.trace_handler``
+(local spool, background export and upload to the mount; its phase ends when the uploads do).
+Blocked time = duration of the ``prof.step()`` call that flushes.
 Afterwards every file is verified (direct: parses and has every event; rankscope: MANIFEST
 sha256 of every file, then parse).
 
@@ -75,7 +76,10 @@ def one_flush(handler, n_events: int, barrier) -> tuple[float, float]:
         return time.perf_counter() - t0, TIMES["stop"]
 
 
-def rank_main(rank: int, args: argparse.Namespace, barrier, out) -> None:
+def rank_main(rank: int, args: argparse.Namespace, which: str, barrier, out) -> None:
+    """One rank process, one flush with one handler (a fresh process per handler: torch's
+    stop_trace in a process's second profiling session ran ~3x slower here, whichever handler
+    came second)."""
     os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(args.ranks)
     sys.path.insert(0, ROOT)
     import torch
@@ -86,16 +90,18 @@ def rank_main(rank: int, args: argparse.Namespace, barrier, out) -> None:
     torch.set_num_threads(1)
     instrument()
     res: dict = {"rank": rank}
-    direct = torch.profiler.tensorboard_trace_handler(os.path.join(args.mnt, "direct"), worker_name=f"rank{rank}")
-    res["direct"], res["direct_stop"] = one_flush(direct, args.events, barrier)
-    h = rankscope.trace_handler(os.path.join(args.mnt, "rs"), run_id="storm",
-                                spool_dir=os.path.join(args.spool, f"rank-{rank}"),
-                                upload=UploadConfig(concurrency=1, jitter_s=args.jitter, exit_timeout_s=600,
-                                                    nice=args.nice))
-    res["rankscope"], res["rankscope_stop"] = one_flush(h, args.events, barrier)
-    t0 = time.perf_counter()
-    res["left"] = h.close(600)
-    res["upload_s"] = time.perf_counter() - t0
+    if which == "direct":
+        h = torch.profiler.tensorboard_trace_handler(os.path.join(args.mnt, "direct"), worker_name=f"rank{rank}")
+        res["direct"], res["direct_stop"] = one_flush(h, args.events, barrier)
+    else:
+        h = rankscope.trace_handler(os.path.join(args.mnt, "rs"), run_id="storm",
+                                    spool_dir=os.path.join(args.spool, f"rank-{rank}"),
+                                    upload=UploadConfig(concurrency=1, jitter_s=args.jitter, exit_timeout_s=600,
+                                                        nice=args.nice))
+        res["rankscope"], res["rankscope_stop"] = one_flush(h, args.events, barrier)
+        t0 = time.perf_counter()
+        res["left"] = h.close(600)
+        res["upload_s"] = time.perf_counter() - t0
     out.put(res)
 
 
@@ -130,6 +136,8 @@ def main() -> None:
     ap.add_argument("--mbps", type=float, default=20.0, help="shared storage bandwidth, MB/s")
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--jitter", type=float, default=2.0, help="rankscope upload start jitter, s")
+    ap.add_argument("--order", choices=["direct-first", "rankscope-first"], default="direct-first",
+                    help="which handler's phase runs first (each phase has its own rank processes)")
     ap.add_argument("--nice", type=int, default=10, help="nice value of rankscope's background threads")
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     args = ap.parse_args()
@@ -146,13 +154,19 @@ def main() -> None:
                 break
             time.sleep(0.1)
         ctx = mp.get_context("spawn")
-        barrier, out = ctx.Barrier(args.ranks), ctx.Queue()
-        procs = [ctx.Process(target=rank_main, args=(r, args, barrier, out)) for r in range(args.ranks)]
-        for p in procs:
-            p.start()
-        rows = [out.get(timeout=900) for _ in procs]
-        for p in procs:
-            p.join()
+        merged: dict[int, dict] = {}
+        for which in (["direct", "rankscope"] if args.order == "direct-first" else ["rankscope", "direct"]):
+            barrier, out = ctx.Barrier(args.ranks), ctx.Queue()
+            procs = [ctx.Process(target=rank_main, args=(r, args, which, barrier, out)) for r in range(args.ranks)]
+            for p in procs:
+                p.start()
+            for res in (out.get(timeout=900) for _ in procs):
+                merged.setdefault(res["rank"], {}).update(res)
+            for p in procs:
+                p.join()
+            os.sync()  # the next phase starts with the page cache written back
+            time.sleep(2.0)
+        rows = list(merged.values())
         ok = verify(args)
     finally:
         subprocess.run(["fusermount", "-u", args.mnt], check=False)
@@ -173,7 +187,7 @@ def report(args: argparse.Namespace, rows: list[dict], ok: dict[str, int], work:
     lines = [
         "## flush_storm", "",
         f"Command: `.venv/bin/python bench/flush_storm.py --ranks {args.ranks} --mb {args.mb:g} --mbps {args.mbps:g} "
-        f"--latency-ms {args.latency_ms:g} --jitter {args.jitter:g} --nice {args.nice}`  ",
+        f"--latency-ms {args.latency_ms:g} --jitter {args.jitter:g} --nice {args.nice} --order {args.order}`  ",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
         f"{time.strftime('%Y-%m-%d')}  ",
         f"Storage: FUSE passthrough (bench/throttlefs.py), {args.mbps:g} MB/s shared by all writers, "

@@ -127,19 +127,18 @@ def flat_view(path: Path) -> Path:
 def bench_one(name: str, path: Path, repeats: int, hta_py: Path | None) -> dict[str, object]:
     row: dict[str, object] = {"input": name, "json_mb": round(json_mb(path), 1),
                               "ranks": sum(1 for _ in trace_files(path))}
-    for what in ("floor", "rankscope", "cached", "hta"):
-        if what == "hta" and hta_py is None:
-            continue
-        imps, secs, rss = [], [], []
-        for _ in range(repeats):
+    tools = [w for w in ("floor", "rankscope", "cached", "hta") if w != "hta" or hta_py is not None]
+    got: dict[str, tuple[list[float], list[float], list[float]]] = {w: ([], [], []) for w in tools}
+    for _ in range(repeats):  # round-robin, so that every tool sees the same load on a shared machine
+        for what in tools:
             if what == "rankscope":
                 clear_cache(path)
             py = str(hta_py) if what == "hta" else sys.executable
             src = flat_view(path) if what == "hta" and (path / "ranks").is_dir() else path
-            i, s, m = run_child(py, "rankscope" if what == "cached" else what, src)
-            imps.append(i)
-            secs.append(s)
-            rss.append(m)
+            for acc, v in zip(got[what], run_child(py, "rankscope" if what == "cached" else what, src)):
+                acc.append(v)
+    for what in tools:
+        imps, secs, rss = got[what]
         row[f"{what}_s"] = round(statistics.median(secs), 3)
         row[f"{what}_import_s"] = round(statistics.median(imps), 3)
         row[f"{what}_rss_mb"] = round(statistics.median(rss), 1)

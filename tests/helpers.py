@@ -25,3 +25,62 @@ def write_trace(path: Path, events: list[dict[str, Any]], rank: int | None = 0, 
     else:
         path.write_bytes(data)
     return path
+
+
+# ---- a tiny 2-rank run directory (render, timeline, flame, diff and report tests) ----
+
+EVIL = "<script>alert(1)</script>"
+OFFSET_NS = 5_000_000  # rank 1's clock runs 5 ms ahead of rank 0's
+
+
+def _tiny_rank_events(shift_us: float, mm_us: float, evil: bool) -> list[dict[str, Any]]:
+    evs: list[dict[str, Any]] = []
+    for i, step in enumerate((1, 2)):
+        # with mm_us=300: step 1000 µs ⊃ fwd 500 ⊃ (mm 300, relu 50); all_reduce 200; steps 1100 µs apart
+        t = 1000.0 + i * (mm_us + 800) + shift_us
+        evs += [x(f"ProfilerStep#{step}", t, mm_us + 700, cat="user_annotation"),
+                x("fwd", t + 10, mm_us + 200, cat="user_annotation"),
+                x("aten::mm", t + 20, mm_us),
+                x(EVIL if evil else "aten::relu", t + mm_us + 100, 50),
+                x("gloo:all_reduce", t + mm_us + 300, 200, cat="user_annotation",
+                  **{"Input Dims": [[1000]], "Input type": ["float"]})]
+        evs += [{"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
+                 "ts": t + 30 + k, "args": {"Total Allocated": 1024 * (k + 1), "Total Reserved": 0, "Bytes": 1024,
+                                            "Device Id": -1, "Device Type": 0}} for k in range(3)]
+    return evs
+
+
+def tiny_run(root: Path, *, mm_us: float = 300, evil: bool = False, offset_ns: int | None = OFFSET_NS) -> Path:
+    """A 2-rank run directory: 2 steps, nested ops, one all_reduce per step, memory events; rank 1's
+    clock is ``offset_ns`` ahead (recorded in its meta.json, and applied to its timestamps)."""
+    for r in (0, 1):
+        shift = (offset_ns or 0) / 1e3 if r == 1 else 0.0
+        d = root / "ranks" / str(r)
+        write_trace(d / f"rank{r}.pt.trace.json", _tiny_rank_events(shift, mm_us, evil), rank=r, world=2)
+        meta = {"format": "rankscope.meta/1", "run_id": root.name, "rank": r, "world_size": 2, "host": f"node-{r}",
+                "clock": {"anchors": [], "offset_to_rank0_ns": offset_ns if r == 1 else 0, "offset_error_ns": 1000}}
+        (d / "meta.json").write_text(json.dumps(meta))
+    (root / "run.json").write_text(json.dumps({"format": "rankscope.run/1", "run_id": root.name, "world_size": 2,
+                                               "ranks_expected": [0, 1], "hosts": ["node-0", "node-1"]}))
+    return root
+
+
+# ---- real demo runs (torchrun, gloo, 2 ranks) for the web UI and browser tests ----
+
+def demo_runs(tmp_path_factory: Any) -> Path:
+    """The served directory with two demo runs, made once per test session under pytest's session temp
+    directory: "healthy" and "slow1" (rank 1 slow in compute), plus a directory that is not a run and a
+    secret file beside the served directory."""
+    from rankscope.demo.launch import launch
+
+    base = tmp_path_factory.getbasetemp() / "rankscope-web-e2e"
+    root = base / "runs"
+    if (base / "done").exists():
+        return root
+    launch(root / "healthy", ranks=2, steps=3, warmup=1, slow_rank=None, slow_kind="compute", slowdown=1.0)
+    launch(root / "slow1", ranks=2, steps=3, warmup=1, slow_rank=1, slow_kind="compute", slowdown=1.0)
+    (root / "notes").mkdir()
+    (root / "notes" / "readme.txt").write_text("not a run")
+    (base / "secret.txt").write_text("TOP SECRET")
+    (base / "done").write_text("ok")
+    return root

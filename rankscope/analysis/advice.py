@@ -11,6 +11,7 @@ from typing import Any
 import polars as pl
 
 from rankscope.analysis.base import Finding, Result, Severity
+from rankscope.analysis.stats import as_float
 from rankscope.model.run import Run
 
 RULES: dict[str, dict[str, float]] = {
@@ -37,7 +38,7 @@ def _share_rule(m: pl.DataFrame, name: str, col: str, title: str, advice: str,
         (pl.col("share") > RULES[name]["share"]) | (pl.lit(abs_ns is not None) & (pl.col(col) > (abs_ns or 0))))
     if hit.height == 0:
         return None
-    worst = float(hit["share"].max())
+    worst = as_float(hit["share"].max())
     sev = Severity.CRITICAL if worst > 3 * RULES[name]["share"] else Severity.WARNING
     ranks = tuple(int(r) for r in hit["rank"].to_list())
     return Finding(kind=f"advice.{name}", severity=sev, ranks=ranks,
@@ -59,10 +60,12 @@ def breakdown_rules(bd: pl.DataFrame) -> list[Finding]:
                     "Reduce Python overhead and syncs (CUDA graphs, torch.compile, fewer .item() calls)."),
     ]
     comp = m["computing"]
-    if m.height >= 2 and float(comp.median() or 0) > 0:
-        ratio = float(comp.max() / comp.median())
+    med = as_float(comp.median(), 0.0)
+    if m.height >= 2 and med > 0:
+        ratio = as_float(comp.max()) / med
         if ratio > RULES["dp_imbalance"]["ratio"]:
-            r = int(m["rank"][int(comp.arg_max())])
+            top = comp.arg_max()  # never None here: the column has values (median > 0)
+            r = int(m["rank"][top or 0])
             out.append(Finding(kind="advice.dp_imbalance", severity=Severity.WARNING, ranks=(r,),
                                title=f"compute differs across ranks: rank {r} computes {ratio:.2f}x the median. "
                                      "Balance the work (shard sizes, sequence lengths) or check that rank.",
@@ -75,7 +78,7 @@ def breakdown_rules(bd: pl.DataFrame) -> list[Finding]:
     if bad.height:
         ranks = tuple(int(r) for r in bad["rank"])
         out.append(Finding(kind="advice.missing_overlap", severity=Severity.WARNING, ranks=ranks,
-                           title=f"communication barely overlaps compute ({float(bad['ov'].max()):.0%} at best, "
+                           title=f"communication barely overlaps compute ({as_float(bad['ov'].max()):.0%} at best, "
                                  f"{_ranks(ranks)}). Start gradient all-reduce during backward (DDP buckets, FSDP "
                                  "prefetch).",
                            evidence={"threshold": RULES["missing_overlap"],
@@ -97,7 +100,7 @@ def small_messages(inst: pl.DataFrame, n_steps: int) -> Finding | None:
                    title=f"{share:.0%} of collectives move < 1 MiB ({per_step:.0f} per step): latency-bound. "
                          "Bucket them (larger DDP bucket_cap_mb, coalescing).",
                    evidence={"threshold": rule, "share": round(share, 3), "per_step": round(per_step, 1),
-                             "median_bytes": float(small["bytes"].median() or 0)})
+                             "median_bytes": as_float(small["bytes"].median(), 0.0)})
 
 
 def memory_rule(peaks: list[dict[str, Any]], totals: dict[int, int]) -> Finding | None:
@@ -126,6 +129,7 @@ def _device_totals(run: Run) -> dict[int, int]:
 def run_advice(run: Run, results: dict[str, Result]) -> Result:
     """Registered analysis "advice": every rule that fires, as findings."""
     bd = pl.from_arrow(results["breakdown"].tables["breakdown"])
+    assert isinstance(bd, pl.DataFrame)  # a pyarrow Table gives a DataFrame
     findings = breakdown_rules(bd)
     from rankscope.analysis.clock import alignment_from, matched_collectives
     from rankscope.analysis.links import instances

@@ -104,14 +104,14 @@ def _windows(d: RankData) -> tuple[pa.Table, bool]:
 
 def rank_breakdown(run: Run, rank: int, data: RankData | None = None) -> tuple[pa.Table | None, bool]:
     """The breakdown rows of one rank, and whether its whole window was used as one step."""
-    d = data_of(run, rank, data)
-    ev = d.events
-    steps, whole = _windows(d)
+    rd = data_of(run, rank, data)
+    ev = rd.events
+    steps, whole = _windows(rd)
     if steps.num_rows == 0:
         return None, False
-    is_step = d.memo("is_step", lambda: dict_test(ev, "name", _is_step))
-    step_tids = np.unique(d.col("tid")[is_step])
-    sets, source = interval_sets(ev, step_tids, d)
+    is_step = rd.memo("is_step", lambda: dict_test(ev, "name", _is_step))
+    step_tids = np.unique(rd.col("tid")[is_step])
+    sets, source = interval_sets(ev, step_tids, rd)
     ws, we = col(steps, "ts").astype(np.int64), col(steps, "end").astype(np.int64)
     n = len(ws)
     w, length, cov = coverage(sets, ws, we)

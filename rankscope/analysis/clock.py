@@ -26,16 +26,24 @@ import numpy as np
 import polars as pl
 
 from rankscope.analysis.base import Finding, Result, Severity
+from rankscope.analysis.stats import as_int
 from rankscope.model.run import Run
 
 MATCHED_COLUMNS = ["pg_name", "pg_ranks", "instance", "op", "rank", "ts", "end", "dur", "dev_ts", "dev_end", "bytes"]
+
+
+def _frame(table: Any) -> pl.DataFrame:
+    """A pyarrow Table (a Run's table, a matcher's output) as a polars DataFrame."""
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)  # a Table gives a DataFrame (a bare Array would give a Series)
+    return df
 
 
 def _fallback_match(run: Run) -> pl.DataFrame:
     """Minimal matcher (used only until rankscope.analysis.collectives exists): n-th call per group."""
     parts = []
     for r in run.rank_ids:
-        c = pl.from_arrow(run.table(r, "collectives"))
+        c = _frame(run.table(r, "collectives"))
         if c.height == 0:
             continue
         parts.append(c.sort("ts").with_columns(
@@ -58,7 +66,7 @@ def matched_collectives(run: Run) -> pl.DataFrame:
         from rankscope.analysis.collectives import match_collectives
     except ImportError:
         return _fallback_match(run)
-    return pl.from_arrow(match_collectives(run)).with_columns(
+    return _frame(match_collectives(run)).with_columns(
         pl.col("pg_name").cast(pl.Utf8), pl.col("op").cast(pl.Utf8))
 
 
@@ -106,7 +114,7 @@ def refine(sync: pl.DataFrame, prior: dict[int, int]) -> tuple[dict[int, int], p
     Per group, every rank is compared with the group's lowest rank: ``d = median_k(t_rk - t_0k)``
     (robust to single bad pairs); the edges of all groups are then solved by weighted least squares.
     """
-    t0 = int(sync["t"].min())
+    t0 = as_int(sync["t"].min())
     df = sync.with_columns(grp=pl.col("key").str.split("#").list.first(),
                            t=pl.col("t") - t0 - pl.col("rank").replace_strict(prior, default=0,
                                                                               return_dtype=pl.Int64))
@@ -152,8 +160,8 @@ def align(run: Run, matched: pl.DataFrame | None = None, *, enabled: bool | None
     ref = ranks[0] if ref is None else ref
     if not enabled:
         return ClockAlignment(ref, {r: 0 for r in ranks}, source={r: "off" for r in ranks}, enabled=False)
-    prior = {r: int(run.ranks[r].clock_offset_ns) for r in ranks
-             if use_anchors and run.ranks[r].clock_offset_ns is not None}
+    anchors = {r: run.ranks[r].clock_offset_ns for r in ranks} if use_anchors else {}
+    prior = {r: int(v) for r, v in anchors.items() if v is not None}
     source = {r: "anchors" if r in prior else "none" for r in ranks}
     matched = matched_collectives(run) if matched is None else matched
     if matched.height == 0:
@@ -175,15 +183,16 @@ def align(run: Run, matched: pl.DataFrame | None = None, *, enabled: bool | None
 def run_clock(run: Run, results: dict[str, Result]) -> Result:
     """Registered analysis "clock": the offsets table, and a finding when clocks differ noticeably."""
     al = align(run)
-    summary = {"enabled": al.enabled, "ref": al.ref, "offsets_ns": {str(r): v for r, v in al.offset_ns.items()},
-               "max_abs_offset_ns": max((abs(v) for v in al.offset_ns.values()), default=0),
-               "max_residual_ns": max(al.residual_ns.values(), default=0)}
+    max_abs = max((abs(v) for v in al.offset_ns.values()), default=0)
+    summary: dict[str, Any] = {
+        "enabled": al.enabled, "ref": al.ref, "offsets_ns": {str(r): v for r, v in al.offset_ns.items()},
+        "max_abs_offset_ns": max_abs, "max_residual_ns": max(al.residual_ns.values(), default=0)}
     findings = []
-    if al.enabled and summary["max_abs_offset_ns"] > 1_000_000:
+    if al.enabled and max_abs > 1_000_000:
         worst = max(al.offset_ns, key=lambda r: abs(al.offset_ns[r]))
         findings.append(Finding(
             kind="clock_skew", severity=Severity.INFO, ranks=(worst,),
-            title=f"host clocks differ by up to {summary['max_abs_offset_ns'] / 1e6:.1f} ms (rank {worst}); "
+            title=f"host clocks differ by up to {max_abs / 1e6:.1f} ms (rank {worst}); "
                   "cross-rank analyses are aligned",
             evidence={"offsets_ns": summary["offsets_ns"], "residual_ns": al.residual_ns}))
     return Result("clock", tables={"offsets": al.to_frame().to_arrow()}, findings=findings, summary=summary)

@@ -15,26 +15,39 @@ kernels and collectives explain it. Columns follow the X / XBase / XDiff convent
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rankscope.analysis.base import Finding, Result, Severity
+
+if TYPE_CHECKING:  # polars is imported inside the functions, so that importing this module stays light
+    import polars as pl
+
+    from rankscope.model.run import Run
 
 COMPONENTS = ["wall", "computing", "comm_exposed", "data_wait", "free"]
 TOP = 50
 
 
-def _bd(results: dict[str, Result]) -> Any:
+def _frame(t: Any) -> pl.DataFrame:
+    """A polars DataFrame as is, or a pyarrow Table (a Run's or a Result's table) as one."""
+    import polars as pl
+
+    df = t if isinstance(t, pl.DataFrame) else pl.from_arrow(t)
+    assert isinstance(df, pl.DataFrame)  # a Table gives a DataFrame (a bare Array would give a Series)
+    return df
+
+
+def _bd(results: dict[str, Result]) -> pl.DataFrame | None:
     import polars as pl
 
     r = results.get("breakdown")
     if r is None or r.skipped:
         return None
-    t = r.tables["breakdown"]
-    df = t if isinstance(t, pl.DataFrame) else pl.from_arrow(t)
+    df = _frame(r.tables["breakdown"])
     return df.sort("rank", "step").with_columns(pos=pl.int_range(pl.len()).over("rank"))
 
 
-def _xdiff(a: Any, b: Any, keys: list[str], cols: list[str]) -> Any:
+def _xdiff(a: pl.DataFrame, b: pl.DataFrame, keys: list[str], cols: list[str]) -> pl.DataFrame:
     import polars as pl
 
     j = a.select(keys + cols).join(b.select(keys + cols), on=keys, how="inner", suffix="Base")
@@ -42,30 +55,30 @@ def _xdiff(a: Any, b: Any, keys: list[str], cols: list[str]) -> Any:
         keys + [x for c in cols for x in (c, f"{c}Base", f"{c}Diff")])
 
 
-def step_deltas(bd_a: Any, bd_b: Any) -> Any:
+def step_deltas(bd_a: pl.DataFrame, bd_b: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, position) breakdown deltas; ``step`` and ``stepBase`` name the paired steps."""
     d = _xdiff(bd_a, bd_b, ["rank", "pos"], ["step"] + COMPONENTS)
     return d.drop("stepDiff").sort("rank", "pos")
 
 
-def rank_deltas(bd_a: Any, bd_b: Any) -> Any:
+def rank_deltas(bd_a: pl.DataFrame, bd_b: pl.DataFrame) -> pl.DataFrame:
     """Per rank median of each component over complete steps, X / XBase / XDiff."""
     import polars as pl
 
-    def med(bd: Any) -> Any:
+    def med(bd: pl.DataFrame) -> pl.DataFrame:
         done = bd.filter(pl.col("complete")) if bd.filter(pl.col("complete")).height else bd
         return done.group_by("rank").agg(pl.col(c).median().cast(pl.Float64) for c in COMPONENTS)
 
     return _xdiff(med(bd_a), med(bd_b), ["rank"], COMPONENTS).sort("rank")
 
 
-def name_stats(run: Any, kinds: tuple[str, ...]) -> Any:
+def name_stats(run: Run, kinds: tuple[str, ...]) -> pl.DataFrame:
     """Per name: mean / min / max over ranks of total µs per step, and calls per step."""
     import polars as pl
 
     parts = []
     for r in run.rank_ids:
-        ev = pl.from_arrow(run.table(r, "events", columns=["name", "kind", "dur", "depth"]))
+        ev = _frame(run.table(r, "events", columns=["name", "kind", "dur", "depth"]))
         n_steps = max(1, run.ranks[r].counts.get("steps", 0) or 1)
         ev = ev.with_columns(pl.col("name").cast(pl.Utf8), pl.col("kind").cast(pl.Utf8))
         ev = ev.filter(pl.col("kind").is_in(list(kinds)) & ~pl.col("name").str.starts_with("ProfilerStep#"))
@@ -82,7 +95,7 @@ def name_stats(run: Any, kinds: tuple[str, ...]) -> Any:
                                      pl.col("us").max().alias("max"), (pl.col("calls").sum() / n).alias("calls"))
 
 
-def name_deltas(run: Any, base: Any, kinds: tuple[str, ...]) -> Any:
+def name_deltas(run: Run, base: Run, kinds: tuple[str, ...]) -> pl.DataFrame:
     """Operator or kernel deltas (µs per step, mean over ranks), largest |meanDiff| first."""
     import polars as pl
 
@@ -95,11 +108,11 @@ def name_deltas(run: Any, base: Any, kinds: tuple[str, ...]) -> Any:
     return j.select(cols).sort(pl.col("meanDiff").abs(), pl.col("name"), descending=[True, False]).head(TOP)
 
 
-def comm_stats(run: Any) -> Any:
+def comm_stats(run: Run) -> pl.DataFrame:
     """Per (op, group): calls, bytes and host time per rank (means over ranks)."""
     import polars as pl
 
-    parts = [pl.from_arrow(run.table(r, "collectives", columns=["op", "pg_ranks", "dur", "bytes_in"]))
+    parts = [_frame(run.table(r, "collectives", columns=["op", "pg_ranks", "dur", "bytes_in"]))
              .with_columns(pl.col("op").cast(pl.Utf8), pl.col("pg_ranks").cast(pl.Utf8)) for r in run.rank_ids]
     n = len(run.rank_ids)
     return pl.concat(parts).group_by("op", "pg_ranks").agg(
@@ -107,7 +120,7 @@ def comm_stats(run: Any) -> Any:
         (pl.col("dur").sum() / 1e3 / n).alias("time_us"))
 
 
-def comm_deltas(run: Any, base: Any) -> Any:
+def comm_deltas(run: Run, base: Run) -> pl.DataFrame:
     """Collective deltas per (op, group) with X / XBase / XDiff columns."""
     import polars as pl
 
@@ -118,7 +131,7 @@ def comm_deltas(run: Any, base: Any) -> Any:
         ["op", "pg_ranks"] + [x for c in cols for x in (c, f"{c}Base", f"{c}Diff")]).sort("op", "pg_ranks")
 
 
-def run_diff(run: Any, results: dict[str, Result], base: Any, base_results: dict[str, Result]) -> Result:
+def run_diff(run: Run, results: dict[str, Result], base: Run, base_results: dict[str, Result]) -> Result:
     """Compare ``run`` with ``base``; both with their analysis results."""
     tables: dict[str, Any] = {}
     summary: dict[str, Any] = {"run": run.run_id, "baseline": base.run_id}

@@ -4,10 +4,14 @@ Pattern: per rank, total time and call count per name (optionally per input shap
 operators and of device kernels; then, per name, statistics of the per-rank totals over ranks
 (count of ranks, mean, std, min, q1, median, q3, max, sum) and which rank is min and max. A name
 whose max rank is far from the median points at the rank that does extra work. Top-N by sum.
-Reads one rank's events at a time and keeps only the small per-rank aggregates.
+A kernel has no shapes of its own: ``kernels_by_shape`` keys it by the input shapes of the CPU
+operator that launched it (same External id). Grouping works on the dictionary indices of the
+name / shape columns; reads one rank's events at a time and keeps only per-rank aggregates.
+Tables: ``operators``, ``operators_by_shape``, ``kernels``, ``kernels_by_shape``.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -34,9 +38,9 @@ def per_rank_totals(run: Run, rank: int, kinds: tuple[str, ...], by_shape: bool 
     keys = ["name"] + (["input_dims"] if by_shape else [])
     codes, dics = [], []
     for k in keys:
-        idx, dic = d.memo(("dict", k), lambda k=k: _indices(ev.column(k)))
+        idx, dic = d.memo(("dict", k), partial(_indices, ev.column(k)))
         if k == "input_dims" and "kernel" in kinds:
-            idx = d.memo("launch_dims", lambda idx=idx, dic=dic: _launch_dims(d, idx, len(dic) - 1))
+            idx = d.memo("launch_dims", partial(_launch_dims, d, idx, len(dic) - 1))
         codes.append(idx[mask])
         dics.append(dic)
     key = codes[0].astype(np.int64)
@@ -90,8 +94,8 @@ def cross_rank(per_rank: pl.DataFrame, keys: list[str], top_n: int = TOP_N) -> p
     return (per_rank.group_by(keys).agg(
         ranks=pl.len(), calls=pl.col("calls").sum(), mean=v.mean(), std=v.std(ddof=0), min=v.min(),
         q1=v.quantile(0.25, "linear"), median=v.median(), q3=v.quantile(0.75, "linear"), max=v.max(),
-        sum=v.sum(), min_rank=pl.col("rank").sort_by("total").first(),
-        max_rank=pl.col("rank").sort_by("total").last())
+        sum=v.sum(), min_rank=pl.col("rank").sort_by(["total", "rank"]).first(),
+        max_rank=pl.col("rank").sort_by(["total", "rank"]).last())
         .sort("sum", descending=True).head(top_n))
 
 

@@ -5,10 +5,13 @@
 - ``high_outliers(values, min_rel)``: the one to use: Dixon for small groups, MAD for large,
   a plain ratio rule for two values, and always a minimum relative excess over the median of the
   others so that a tiny but steady difference is not called an outlier. "None" is a normal answer.
+- ``as_float(value)`` / ``as_int(value)``: a polars scalar aggregate (``Series.max()``, ``.median()``)
+  as a Python number, narrowed from the any-literal type polars gives it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import SupportsFloat, SupportsInt
 
 import numpy as np
 
@@ -27,6 +30,30 @@ class Outlier:
     test: str
     statistic: float
     critical: float
+
+
+def as_float(value: object, null: float | None = None) -> float:
+    """``float(value)`` for a numeric scalar from polars; ``null`` (when given) for None.
+
+    Polars types ``Series.max()`` / ``.median()`` / named rows as any Python literal; for numeric
+    columns they are int, float or None. Raises TypeError, as ``float()`` would, for anything else
+    (None included when no ``null`` is given).
+    """
+    if value is None and null is not None:
+        return null
+    if not isinstance(value, SupportsFloat):
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    return float(value)
+
+
+def as_int(value: object) -> int:
+    """``int(value)`` for a numeric scalar from polars (exact for int64 nanoseconds, unlike via float).
+
+    Raises TypeError, as ``int()`` would, for None and anything that is not a number.
+    """
+    if not isinstance(value, SupportsInt):
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    return int(value)
 
 
 def dixon_high(values: np.ndarray) -> tuple[int, float, float] | None:

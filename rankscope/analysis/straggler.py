@@ -20,11 +20,13 @@ time per step (wall minus exposed communication wait) is longest. Algorithm:
 """
 from __future__ import annotations
 
+from typing import Any, TypedDict
+
 import numpy as np
 import polars as pl
 
 from rankscope.analysis.base import Finding, Result, Severity
-from rankscope.analysis.stats import high_outliers
+from rankscope.analysis.stats import as_float, high_outliers
 from rankscope.model.run import Run
 
 REL_THRESHOLD = 0.10  # 3+ ranks: a statistical test also applies
@@ -33,6 +35,21 @@ CONSISTENCY = 0.6
 PAIR_CONSISTENCY = 0.75  # 2 ranks: one of them is always "above the other's median"
 IMBALANCE_SHARE = 0.2
 COMPONENTS = {"computing": "compute", "data_wait": "data", "free": "host"}
+
+
+class Work(TypedDict):
+    """Evidence of different work on a rank (see ``imbalance``)."""
+
+    unseen_shape_time_share: float
+    same_call_count_ops: int
+    example: str
+
+
+def _frame(table: Any) -> pl.DataFrame:
+    """A pyarrow Table (as the tables of a Run or a Result hold) as a polars DataFrame."""
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)  # a Table gives a DataFrame (a bare Array would give a Series)
+    return df
 
 
 def per_rank(bd: pl.DataFrame) -> pl.DataFrame:
@@ -57,12 +74,12 @@ def consistency(bd: pl.DataFrame, rank: int) -> float:
     own = bd.with_columns(own=pl.col("wall") - pl.col("comm_exposed"))
     ref = own.filter(pl.col("rank") != rank).group_by("step").agg(pl.col("own").median().alias("ref"))
     mine = own.filter(pl.col("rank") == rank).join(ref, on="step")
-    return float((mine["own"] > mine["ref"]).mean() or 0.0) if mine.height else 0.0
+    return as_float((mine["own"] > mine["ref"]).mean(), 0.0) if mine.height else 0.0
 
 
 def cause(row: dict[str, float], others: pl.DataFrame) -> tuple[str, dict[str, float]]:
     """The component with the largest excess over the other ranks' median."""
-    excess = {name: float(row[col] - others[col].median()) for col, name in COMPONENTS.items()}
+    excess = {name: float(row[col] - as_float(others[col].median())) for col, name in COMPONENTS.items()}
     return max(excess, key=lambda k: excess[k]), excess
 
 
@@ -74,7 +91,7 @@ _COMM_HOOK_MARKERS = ("AccumulateGrad", "reducer", "comm_hook", "allreduce_hook"
 def top_level_excess(run: Run, rank: int, others: list[int]) -> tuple[str, float]:
     """The step-level operator whose time per step grew most on ``rank`` against ``others``."""
     def per_op(r: int) -> pl.DataFrame:
-        ev = pl.from_arrow(run.table(r, "events", columns=["name", "dur", "depth", "kind"]))
+        ev = _frame(run.table(r, "events", columns=["name", "dur", "depth", "kind"]))
         n_steps = max(run.table(r, "steps", columns=["step"]).num_rows, 1)
         return (ev.filter((pl.col("depth") == 1) & pl.col("kind").cast(pl.Utf8).is_in(["cpu_op", "user_annotation"]))
                 .group_by(pl.col("name").cast(pl.Utf8)).agg((pl.col("dur").sum() / n_steps).alias(str(r))))
@@ -88,7 +105,7 @@ def top_level_excess(run: Run, rank: int, others: list[int]) -> tuple[str, float
     return str(top["name"]), float(top["excess"])
 
 
-def refine(run: Run, kind: str, rank: int, others: list[int], evidence: dict) -> str:
+def refine(run: Run, kind: str, rank: int, others: list[int], evidence: dict[str, Any]) -> str:
     """Split host 'compute' into real compute and gradient-communication hooks."""
     if kind != "compute":
         return kind
@@ -101,14 +118,14 @@ def refine(run: Run, kind: str, rank: int, others: list[int], evidence: dict) ->
 
 def _shapes(run: Run, rank: int) -> pl.DataFrame:
     """Operator time and calls per step per (name, input shapes) on one rank (ops that record shapes)."""
-    ev = pl.from_arrow(run.table(rank, "events", columns=["name", "kind", "dur", "input_dims"]))
+    ev = _frame(run.table(rank, "events", columns=["name", "kind", "dur", "input_dims"]))
     n_steps = max(run.table(rank, "steps", columns=["step"]).num_rows, 1)
     return (ev.filter((pl.col("kind").cast(pl.Utf8) == "cpu_op") & (pl.col("input_dims").cast(pl.Utf8) != ""))
             .group_by(pl.col("name").cast(pl.Utf8), pl.col("input_dims").cast(pl.Utf8))
             .agg(t=pl.col("dur").sum(), n=pl.len() / n_steps))
 
 
-def imbalance(run: Run, rank: int, others: list[int]) -> dict[str, float] | None:
+def imbalance(run: Run, rank: int, others: list[int]) -> Work | None:
     """Evidence of different work: the *same* operators (same calls per step) on input shapes that no
     other rank uses (larger batches, longer sequences). Extra operators alone are not imbalance."""
     mine = _shapes(run, rank)
@@ -124,11 +141,11 @@ def imbalance(run: Run, rank: int, others: list[int]) -> dict[str, float] | None
     new = mine.join(seen, on=["name", "input_dims"], how="anti")
     total = float(mine["t"].sum() or 0)
     share = float(new["t"].sum() or 0) / total if total else 0.0
-    return {"unseen_shape_time_share": round(share, 3), "same_call_count_ops": int(same.len()),
-            "example": (new.sort("t", descending=True).row(0, named=True)["input_dims"] if new.height else "")}
+    return Work(unseen_shape_time_share=round(share, 3), same_call_count_ops=int(same.len()),
+                example=(new.sort("t", descending=True).row(0, named=True)["input_dims"] if new.height else ""))
 
 
-def time_lost(run: Run, rank: int, results: dict, bd: pl.DataFrame) -> dict[str, float]:
+def time_lost(run: Run, rank: int, results: dict[str, Result], bd: pl.DataFrame) -> dict[str, float | str]:
     """What-if at median speed: how much shorter each step would be, and the others' wait for ``rank``.
 
     Steps are synchronous, so at median speed a step would be set by the next slowest rank: lost =
@@ -139,11 +156,12 @@ def time_lost(run: Run, rank: int, results: dict, bd: pl.DataFrame) -> dict[str,
     ref = own.filter(pl.col("rank") != rank).group_by("step").agg(pl.col("own").max().alias("ref"))
     mine = own.filter(pl.col("rank") == rank).sort("ts").join(ref, on="step", how="left")
     lost = np.clip((mine["own"] - mine["ref"]).fill_null(0).to_numpy().astype(float), 0, None)
-    wall = float(mine["wall"].median() or 0) if mine.height else 0.0
+    wall = as_float(mine["wall"].median(), 0.0) if mine.height else 0.0
     per_step = float(np.median(lost)) if len(lost) else 0.0
-    out = {"lost_per_step_ns": round(per_step), "lost_total_ns": round(float(np.sum(lost))),
-           "lost_share_of_step": round(per_step / wall, 4) if wall else 0.0, "steps": int(len(lost)),
-           "method": "step own time vs next slowest rank"}
+    out: dict[str, float | str] = {
+        "lost_per_step_ns": round(per_step), "lost_total_ns": round(float(np.sum(lost))),
+        "lost_share_of_step": round(per_step / wall, 4) if wall else 0.0, "steps": int(len(lost)),
+        "method": "step own time vs next slowest rank"}
     from rankscope.analysis.clock import alignment_from, matched_collectives
     from rankscope.analysis.links import instances
 
@@ -156,13 +174,14 @@ def time_lost(run: Run, rank: int, results: dict, bd: pl.DataFrame) -> dict[str,
     return out
 
 
-def _finding(rank: int, kind: str, rel: float, evidence: dict, conf: float) -> Finding:
+def _finding(rank: int, kind: str, rel: float, evidence: dict[str, Any], conf: float) -> Finding:
     evidence["cause"] = kind
     return Finding(kind="straggler", title=f"rank {rank} is slow: {kind}, +{rel:.0%} step time",
                    severity=Severity.WARNING, ranks=(rank,), evidence=evidence, confidence=round(conf, 2))
 
 
-def own_time_stragglers(run: Run, results: dict, bd: pl.DataFrame, pr: pl.DataFrame) -> list[Finding]:
+def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
+                        pr: pl.DataFrame) -> list[Finding]:
     """Stragglers whose own (non-waiting) time per step is an outlier, with cause and time lost."""
     findings = []
     for i, rel, test in outliers(pr["own"].to_numpy().astype(float)):
@@ -173,9 +192,10 @@ def own_time_stragglers(run: Run, results: dict, bd: pl.DataFrame, pr: pl.DataFr
         row = pr.row(i, named=True)
         others = pr.filter(pl.col("rank") != rank)
         kind, excess = cause(row, others)
-        evidence = {"own_time_ns": row["own"], "others_median_ns": float(others["own"].median()),
-                    "excess_ns": {k: round(v) for k, v in excess.items()}, "relative_excess": float(rel),
-                    "test": test, "consistency": round(cons, 3)}
+        evidence: dict[str, Any] = {
+            "own_time_ns": row["own"], "others_median_ns": as_float(others["own"].median()),
+            "excess_ns": {k: round(v) for k, v in excess.items()}, "relative_excess": float(rel),
+            "test": test, "consistency": round(cons, 3)}
         if bd.filter(pl.col("rank") == rank)["source"][0] == "host":
             kind = refine(run, kind, rank, others["rank"].to_list(), evidence)
         if kind == "compute":
@@ -190,7 +210,7 @@ def own_time_stragglers(run: Run, results: dict, bd: pl.DataFrame, pr: pl.DataFr
     return findings
 
 
-def link_stragglers(results: dict, bd: pl.DataFrame, taken: set[int]) -> list[Finding]:
+def link_stragglers(results: dict[str, Result], bd: pl.DataFrame, taken: set[int]) -> list[Finding]:
     """Communication stragglers from the "links" analysis: one rank in every slow group."""
     links = results.get("links")
     if links is None or links.skipped:
@@ -198,7 +218,7 @@ def link_stragglers(results: dict, bd: pl.DataFrame, taken: set[int]) -> list[Fi
     out = []
     groups = [f.evidence for f in links.findings if f.kind == "slow_link"]
     n_steps = max(int(bd["step"].n_unique()), 1)
-    wall = float(bd["wall"].median() or 1)
+    wall = as_float(bd["wall"].median(), 0.0) or 1.0
     for rank in links.summary.get("comm_stragglers", []):
         if rank in taken:
             continue
@@ -223,8 +243,9 @@ def per_step(bd: pl.DataFrame) -> pl.DataFrame:
         .with_columns(rel_excess=pl.col("own") / pl.col("others_median") - 1).sort("step"))
 
 
-def run_straggler(run: Run, results: dict) -> Result:
-    bd = pl.from_arrow(results["breakdown"].tables["breakdown"])
+def run_straggler(run: Run, results: dict[str, Result]) -> Result:
+    """Registered analysis "straggler": the verdict, per-rank and per-step tables."""
+    bd = _frame(results["breakdown"].tables["breakdown"])
     pr = per_rank(bd)
     if pr.height < 2:
         return Result("straggler", skipped="needs at least 2 ranks with steps")

@@ -10,8 +10,8 @@ Example (what the demo does)::
             train_step(batch)
             prof.step()
 
-Each window becomes ``RUN/ranks/<rank>/window-NNNN.pt.trace.json.gz`` (spooled locally,
-uploaded in the background), with ``meta.json`` (steps covered, clock anchors, offset to
+Each window becomes ``RUN/ranks/<rank>/window-NNNN.pt.trace.json.gz`` (exported, spooled
+and uploaded on background threads: :mod:`rankscope.collect.export`), with ``meta.json`` (steps covered, clock anchors, offset to
 rank 0) and ``MANIFEST.json``; rank 0 writes ``run.json``. Every rank computes windows from
 the same step counter and schedule, so with a schedule all ranks capture the same steps.
 
@@ -125,6 +125,7 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         self._watchdog: threading.Thread | None = None
         self._idle_handle: Any = None
         self._done_prof: Any = None
+        self._trace_meta: dict[str, str] = {}
         self._running = False
         self.active = True
 
@@ -153,6 +154,10 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
 
     def _make_prof(self) -> Any:
         p = self._mod.profile(schedule=self._schedule, on_trace_ready=self._on_ready, **self._kw)
+        preset = getattr(p, "preset_metadata_json", None)  # torch >= 2.1; other backends may lack it
+        for key, value in self._trace_meta.items():
+            if preset is not None:
+                preset(key, value)
         p.step_num = self.step_num
         p.current_action = self._schedule(self.step_num)
         return p
@@ -295,22 +300,25 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
 
     # ---- torch.profiler API passthrough -------------------------------------------------
     def add_metadata(self, key: str, value: str) -> None:
-        """Add a string key/value to the trace and to meta.json's metadata."""
-        self.metadata[key] = value
-        if self.collector is not None:
-            self.collector.metadata[key] = value
-        if self._prof is not None:
-            self._prof.add_metadata(key, value)
-
-    def add_metadata_json(self, key: str, value: str) -> None:
-        """Add a JSON-encoded value to the trace and (decoded) to meta.json's metadata."""
+        """Add a string key/value to meta.json's metadata and to the trace of this and every later window."""
         import json
 
-        self.add_metadata(key, value) if self._prof is None else self._prof.add_metadata_json(key, value)
-        decoded = json.loads(value)
+        self.add_metadata_json(key, json.dumps(str(value)))
+
+    def add_metadata_json(self, key: str, value: str) -> None:
+        """Add a JSON-encoded value to meta.json's metadata (decoded) and to this and every later window's trace."""
+        import json
+
+        decoded = json.loads(value)  # invalid JSON raises here, not inside torch
         self.metadata[key] = decoded
+        self._trace_meta[key] = value
         if self.collector is not None:
             self.collector.metadata[key] = decoded
+        if self._prof is not None:
+            if hasattr(self._prof, "preset_metadata_json"):
+                self._prof.preset_metadata_json(key, value)  # torch adds presets at each window's start
+            if self._recording(self.step_num):  # the window now recording started without it
+                self._prof.add_metadata_json(key, value)
 
     def export_chrome_trace(self, path: str) -> None:
         """Export the last window's trace (like torch's; ``.gz`` paths are gzipped)."""
@@ -324,6 +332,8 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
 
         Needs ``with_stack=True``.
         """
+        if self.collector is not None:
+            self.collector.exporter.wait(self.collector.cfg.exit_timeout_s)  # no parse during a background save
         self._last().export_stacks(path, metric)
 
     def _last(self) -> Any:

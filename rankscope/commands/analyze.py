@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING, Any
 
 from rankscope.commands.common import add_run_arguments, load_and_analyze, out, print_summary
+
+if TYPE_CHECKING:
+    from rankscope.analysis.base import Result
+    from rankscope.model.run import Run
 
 HELP = "analyze a run and print the per-rank breakdown and straggler verdict"
 
@@ -22,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where --export writes (default: RUN/analysis/export, or ./rankscope-export)")
 
 
-def summary_json(run, results) -> dict:  # type: ignore[no-untyped-def]
+def summary_json(run: Run, results: dict[str, Result]) -> dict[str, Any]:
+    """The run and every analysis's summary and findings, as JSON-ready dicts (``--json``)."""
     return {"run": run.to_json(), "analyses": {
         n: {"skipped": r.skipped, "summary": r.summary, "findings": [f.to_json() for f in r.findings]}
         for n, r in results.items()}}
@@ -39,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _export(args: argparse.Namespace, r, results) -> None:  # type: ignore[no-untyped-def]
+def _export(args: argparse.Namespace, r: Run, results: dict[str, Result]) -> None:
     from pathlib import Path
 
     from rankscope.commands.common import console

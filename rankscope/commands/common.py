@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+if TYPE_CHECKING:  # the CLI imports the model and analyses only when a verb runs
+    from rankscope.analysis.base import Result
+    from rankscope.model.run import Run
 
 console = Console(stderr=True)
 out = Console()
@@ -28,7 +32,7 @@ def progress() -> Progress:
 
 
 def load_and_analyze(path: str, jobs: int, allow_missing: bool, clock_align: bool = True
-                     ) -> tuple[Any, dict[str, Any]]:
+                     ) -> tuple[Run, dict[str, Result]]:
     from rankscope.analysis.registry import run_all
     from rankscope.model.run import load_run
 
@@ -52,7 +56,7 @@ def load_and_analyze(path: str, jobs: int, allow_missing: bool, clock_align: boo
     return run, results
 
 
-def print_summary(run: Any, results: dict[str, Any], report: str | None = None) -> None:
+def print_summary(run: Run, results: dict[str, Result], report: str | None = None) -> None:
     from rankscope.render.terminal import rank_table
 
     st = results.get("straggler")

@@ -14,8 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from typing import TYPE_CHECKING
 
 from rankscope.commands.common import console, load_and_analyze, out
+
+if TYPE_CHECKING:
+    from rankscope.analysis.base import Result
+    from rankscope.model.run import Run
 
 HELP = "compare a run with a baseline run (breakdown, operator, kernel and collective deltas)"
 
@@ -29,7 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-missing-ranks", action="store_true", help="compare the ranks that are there")
 
 
-def compute(run_path: str, base_path: str, jobs: int, allow_missing: bool):  # type: ignore[no-untyped-def]
+def compute(run_path: str, base_path: str, jobs: int, allow_missing: bool
+            ) -> tuple[Run, dict[str, Result], Result]:
     """Load and analyze both runs; return (run, results, diff result)."""
     from rankscope.analysis.diff import run_diff
 

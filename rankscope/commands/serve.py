@@ -1,6 +1,7 @@
 """Serve a local, read-only web UI over the runs under DIR (default ./rankscope-runs).
 
-Lists the runs, shows each run's report views, and compares two runs (diff view). Binds
+Lists the runs, shows each run's report views, compares two runs (diff view), and serves each
+run's merged multi-rank timeline for ui.perfetto.dev (/runs/NAME/timeline?steps=3-4&ranks=0-7). Binds
 127.0.0.1 by default: the traces stay on this machine. --host 0.0.0.0 exposes them to the
 network, without authentication; rankscope warns when you do that.
 

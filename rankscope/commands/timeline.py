@@ -13,28 +13,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rankscope.commands.common import add_run_arguments, console
-from rankscope.errors import RankscopeError
+
+if TYPE_CHECKING:
+    from rankscope.model.run import Run
 
 HELP = "write a merged multi-rank timeline (Perfetto protobuf or Chrome JSON)"
 
 
-def parse_ints(spec: str | None, what: str) -> list[int] | None:
-    """'0-3,7' -> [0, 1, 2, 3, 7]; None -> None."""
-    if not spec:
-        return None
-    out: list[int] = []
-    try:
-        for part in spec.split(","):
-            a, _, b = part.strip().partition("-")
-            out += list(range(int(a), int(b) + 1)) if b else [int(a)]
-    except ValueError as exc:
-        raise RankscopeError(f"{what} {spec!r}: expected numbers and ranges like 0-3,7") from exc
-    return out
-
-
-def load_run_quiet(path: str, jobs: int, allow_missing: bool):  # type: ignore[no-untyped-def]
+def load_run_quiet(path: str, jobs: int, allow_missing: bool) -> Run:
     """Load a run (no analyses), printing read problems as warnings."""
     from rankscope.model.run import load_run
 
@@ -58,17 +47,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankscope.render.timeline import write_timeline
+    from rankscope.render.timeline import aligned_offsets, parse_ints, write_timeline
 
     fmt = args.format or ("json" if args.output and args.output.endswith((".json", ".json.gz")) else "perfetto")
     base = Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent
     target = Path(args.output) if args.output else base / ("merged.json" if fmt == "json" else "merged.pftrace")
     r = load_run_quiet(args.run, args.jobs, args.allow_missing_ranks)
-    offsets = None
-    if not args.no_align:
-        from rankscope.analysis.clock import align
-
-        offsets = align(r).offset_ns
+    offsets = None if args.no_align else aligned_offsets(r)
     path = write_timeline(r, target, fmt=fmt, ranks=parse_ints(args.ranks, "--ranks"),
                           steps=parse_ints(args.steps, "--steps"), offsets=offsets)
     console.print(f"timeline: {path} ({path.stat().st_size / 2**20:.1f} MiB)", highlight=False)

@@ -14,12 +14,14 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
 
 
 class SyntheticDataset(Dataset):
@@ -52,16 +54,24 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x
+        first = self.net[0]
+        assert isinstance(first, nn.Linear)  # Sequential indexing is typed as any Module
         for _ in range(self.extra_work):
             # Real extra compute (the "compute" straggler): matmuls whose result feeds the output.
-            h = h + 1e-6 * torch.tanh(h @ self.net[0].weight.t() @ self.net[0].weight)
+            h = h + 1e-6 * torch.tanh(h @ first.weight.t() @ first.weight)
         return self.net(h)
 
 
-def delayed_allreduce_hook(delay_s: float):
+CommHook = Callable[[dist.ProcessGroup | None, dist.GradBucket], torch.futures.Future[torch.Tensor]]
+
+
+def delayed_allreduce_hook(delay_s: float) -> CommHook:
     """DDP comm hook: wait ``delay_s`` then run the default all-reduce (the "comm" straggler)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+    # Deliberately unannotated: DDP compares a hook's annotations with the real classes at runtime
+    # (inspect.signature), and ``from __future__ import annotations`` would make them strings. The
+    # returned type is stated by CommHook; state None means the default process group.
     def hook(state, bucket):  # type: ignore[no-untyped-def]
         time.sleep(delay_s)
         return default_hooks.allreduce_hook(state, bucket)
@@ -104,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         n=args.batch * world * (args.steps + args.warmup + 2), dim=args.dim, classes=10,
         delay_s=0.002 * args.slowdown if kind == "data" else 0.0,
     )
-    sampler = torch.utils.data.distributed.DistributedSampler(dataset, world, rank, shuffle=False)
+    sampler: DistributedSampler[int] = DistributedSampler(dataset, world, rank, shuffle=False)
     loader = DataLoader(dataset, batch_size=args.batch, sampler=sampler, num_workers=0)
     model = DDP(MLP(args.dim, args.hidden, 10, extra_work=int(12 * args.slowdown) if kind == "compute" else 0))
     if kind == "comm":

@@ -195,7 +195,7 @@ def collectives(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace) 
     rows = _rows(events, xs, raw)
     if not rows:
         return schema.empty("collectives")
-    cols = {k: [r[k] for r in rows] for k in rows[0]}
+    cols: dict[str, Any] = {k: [r[k] for r in rows] for k in rows[0]}
     ts = np.asarray(cols["ts"], dtype=np.int64)
     dev_ts, dev_dur = _device_spans(events, ts, ts + np.asarray(cols["dur"], dtype=np.int64))
     cols["dev_ts"], cols["dev_dur"] = dev_ts, dev_dur

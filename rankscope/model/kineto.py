@@ -290,9 +290,10 @@ def decode_bytes(p: str, data: bytes, problems: list[str]) -> RawTrace:
         raise TraceError(p, f"not a Kineto trace ({exc})") from exc
     except msgspec.DecodeError as exc:
         fixed, data = _nonstandard(data, problems)
-        trace = fixed or _salvage(data)
-        if trace is None:
+        got = fixed or _salvage(data)
+        if got is None:
             raise TraceError(p, f"not valid JSON ({exc})") from exc
+        trace = got
         if fixed is None:
             problems.append(f"truncated JSON ({exc}); kept {len(trace.traceEvents)} complete events")
             partial = True

@@ -51,7 +51,7 @@ class Run:
         # when analyses open the small per-rank tables of hundreds of ranks. The system allocator
         # hands the buffers back when the table is dropped (Arrow's default pool keeps ~20 MB of
         # them per rank-sized table: peak RSS, no speed difference measured).
-        with system_pool(), pq.ParquetFile(Path(info.cache) / f"{name}.parquet") as f:
+        with system_pool(), pq.ParquetFile(os.path.join(info.cache, name + ".parquet")) as f:
             return f.read(columns=columns)
 
     def to_json(self) -> dict[str, Any]:
@@ -111,8 +111,7 @@ def discover(path: Path, cache: Path) -> tuple[list[RankTask], dict[str, Any]]:
             raise RankscopeError(f"{path / 'run.json'}: not valid JSON ({exc})") from exc
     rank_dirs = sorted((d for d in (path / "ranks").iterdir() if d.is_dir()), key=lambda d: d.name) \
         if (path / "ranks").is_dir() else []
-    tasks = [_rank_dir_task(d, cache) for d in rank_dirs]
-    tasks = [t for t in tasks if t is not None]
+    tasks = [t for t in (_rank_dir_task(d, cache) for d in rank_dirs) if t is not None]
     if not tasks:
         files = sorted(p for p in path.rglob("*") if _is_trace(p) and "analysis" not in p.parts)
         tasks = [RankTask((str(p),), str(cache), _rank_from_name(p), None, "file name") for p in files]
@@ -230,7 +229,7 @@ def _ranges(xs: list[int]) -> str:
     for x in sorted(xs) + [None]:  # type: ignore[list-item]
         if start is None:
             start = prev = x
-        elif x is not None and x == prev + 1:
+        elif x is not None and prev is not None and x == prev + 1:
             prev = x
         else:
             out.append(f"{start}" if start == prev else f"{start}-{prev}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -138,9 +139,19 @@ def result_html(name: str, result: Result, *, skip_tables: tuple[str, ...] = ())
     return "".join(parts)
 
 
+def timeline_hint(run: Run) -> str:
+    """How to get the merged timeline, which the report does not embed (it can be hundreds of MB)."""
+    cmd = f"rankscope timeline {shlex.quote(str(run.path))} -o merged.pftrace"
+    return (f"<p>The report holds aggregates only. For the merged multi-rank timeline (one process per rank, "
+            f"clock-aligned, collectives linked across ranks) run <code>{esc(cmd)}</code>, add "
+            "<code>--steps 3-4 --ranks 0-7</code> to keep it small, and open the file in ui.perfetto.dev (it "
+            "loads locally; nothing is uploaded). <code>rankscope serve</code> offers it as a download.</p>")
+
+
 def build(run: Run, results: dict[str, Result], *, diff: Result | None = None, flame: bool = True,
-          nav_extra: str = "") -> str:
-    """The report page as a string (the web UI serves it as is)."""
+          nav_extra: str = "", timeline_html: str | None = None) -> str:
+    """The report page as a string (the web UI serves it as is). ``timeline_html`` replaces the hint on how
+    to get the merged timeline (the web UI puts a download form there)."""
     from rankscope.render import views
 
     body: dict[str, list[str]] = {v: [] for v in VIEWS}
@@ -154,6 +165,8 @@ def build(run: Run, results: dict[str, Result], *, diff: Result | None = None, f
     if diff is not None:
         body["diff"].append(_safe(views.diff_view, run, diff))
     body["problems"].append(views.problems_view(run, results))
+    body["overview"].append(f'<section id="timeline-hint"><h3>Timeline</h3>'
+                            f"{timeline_hint(run) if timeline_html is None else timeline_html}</section>")
     shown = [v for v in VIEWS if any(body[v]) or v in ("overview", "problems")]
     nav = "".join(f'<a href="#{v}" data-view="{v}">{esc(VIEWS[v])}</a>' for v in shown)
     main = "".join(f'<div class="view" id="view-{v}"><h2>{esc(VIEWS[v])}</h2>{"".join(body[v])}</div>'

@@ -17,14 +17,42 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rankscope.errors import RankscopeError
 
+if TYPE_CHECKING:
+    import polars as pl
+
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_user_annotation")
 COLL_TRACK, MEM_TRACK, STREAM_BASE = 0, 1, 1 << 30
+MAX_SPAN = 1_000_000  # the longest range a --steps / --ranks spec may name
+
+
+def parse_ints(spec: str | None, what: str) -> list[int] | None:
+    """'0-3,7' -> [0, 1, 2, 3, 7]; None or '' -> None (no filter)."""
+    if not spec or not spec.strip():
+        return None
+    out: list[int] = []
+    try:
+        for part in spec.split(","):
+            a, _, b = part.strip().partition("-")
+            lo, hi = int(a), int(b) if b else int(a)
+            if hi - lo >= MAX_SPAN:
+                raise RankscopeError(f"{what} {spec!r}: the range {part.strip()} is too long (at most {MAX_SPAN:,})")
+            out += list(range(lo, hi + 1))
+    except ValueError as exc:
+        raise RankscopeError(f"{what} {spec!r}: expected numbers and ranges like 0-3,7") from exc
+    return out
+
+
+def aligned_offsets(run: Any) -> dict[int, int]:
+    """Clock offsets refined with matched collectives, as the clock analysis computes them."""
+    from rankscope.analysis.clock import align
+
+    return dict(align(run).offset_ns)
 
 
 def _window(run: Any, rank: int, steps: set[int] | None) -> tuple[int, int] | None:
@@ -46,23 +74,32 @@ def _in_window(df: Any, win: tuple[int, int] | None, end_col: str | None = "dur"
     return df.filter((end >= win[0]) & (pl.col("ts") <= win[1]))
 
 
+def _frame(table: Any) -> pl.DataFrame:
+    """A pyarrow table as a polars DataFrame."""
+    import polars as pl
+
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    return df
+
+
 def rank_frames(run: Any, rank: int, offset: int, steps: set[int] | None) -> dict[str, Any]:
     """Slices, collectives and memory of one rank, clock-aligned (ts - offset), inside the selected steps."""
     import polars as pl
 
     win = _window(run, rank, steps)
-    ev = pl.from_arrow(run.table(rank, "events", columns=["name", "kind", "ts", "dur", "tid", "stream"]))
+    ev = _frame(run.table(rank, "events", columns=["name", "kind", "ts", "dur", "tid", "stream"]))
     ev = _in_window(ev.with_columns(pl.col("name").cast(pl.Utf8), pl.col("kind").cast(pl.Utf8)), win)
     track = pl.when(pl.col("kind").is_in(DEVICE_KINDS)).then(STREAM_BASE + pl.col("stream").clip(0)) \
         .otherwise(pl.col("tid"))
     ev = ev.select("name", (pl.col("ts") - offset).alias("ts"), "dur", track.alias("track"))
-    co = pl.from_arrow(run.table(rank, "collectives", columns=["op", "name", "ts", "dur", "pg_ranks", "bytes_in"]))
+    co = _frame(run.table(rank, "collectives", columns=["op", "name", "ts", "dur", "pg_ranks", "bytes_in"]))
     co = _in_window(co.with_columns(pl.col(c).cast(pl.Utf8) for c in ("op", "name", "pg_ranks")), win)
     co = co.sort("ts").with_columns((pl.col("ts") - offset).alias("ts"),
                                     k=pl.int_range(pl.len()).over("pg_ranks"), rank=pl.lit(rank))
     # Calls on one track must not overlap, or begin/end pairs would cross.
     co = co.with_columns(dur=pl.min_horizontal("dur", pl.col("ts").shift(-1).fill_null(2**62) - pl.col("ts")))
-    mem = pl.from_arrow(run.table(rank, "memory", columns=["ts", "total_allocated"]))
+    mem = _frame(run.table(rank, "memory", columns=["ts", "total_allocated"]))
     mem = _in_window(mem, win, None).with_columns(pl.col("ts") - offset)
     return {"events": ev, "collectives": co, "memory": mem}
 

@@ -6,7 +6,7 @@ shown here so the generic block does not repeat them.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from rankscope.analysis.base import Result
 from rankscope.model.run import Run
@@ -166,7 +166,7 @@ def memory(run: Run, results: dict[str, Result]) -> str:
 
 def _memory_from(mem: Result) -> str:
     rows = charts.rows_of(mem.tables["timeline"])
-    by: dict[str, list[dict[str, object]]] = {}
+    by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by.setdefault(f"rank {r['rank']}" + (f" dev {r['device']}" if r.get("device", -1) != -1 else ""), []).append(r)
     series = {}

@@ -47,7 +47,8 @@ class Emitter:
 
     # ---- per-collective static metadata, copied from record_param_comms in real NCCL traces
     def _coll_meta(self) -> list[dict[str, Any]]:
-        groups, out = self.cfg.groups_of(self.id.rank), []
+        groups = self.cfg.groups_of(self.id.rank)
+        out: list[dict[str, Any]] = []
         per_step: dict[str, int] = {}
         for i in self.prog.coll_index():
             c: Coll = self.prog.ref[i]
@@ -170,11 +171,11 @@ class Emitter:
         got = self._shape_cache.get(key)
         if got is None:
             blocks = tpl.grid[0] * tpl.grid[1] * tpl.grid[2]
-            got = self._shape_cache[key] = {  # type: ignore[assignment]
+            got = self._shape_cache[key] = {
                 "queued": 0, "registers per thread": 128, "shared memory": 0,
                 "blocks per SM": round(blocks / 108, 6), "warps per SM": round(blocks * tpl.block[0] / 32 / 108, 6),
                 "grid": list(tpl.grid), "block": list(tpl.block), "est. achieved occupancy %": 50}
-        return got  # type: ignore[return-value]
+        return got
 
     def _memory(self, tid: int, ts: float, nbytes: int) -> None:
         self.allocated += nbytes

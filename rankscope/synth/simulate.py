@@ -59,6 +59,18 @@ class SimResult:
     host_ns: np.ndarray  # [steps, ranks] host busy time (sum of op spans)
     steps: list[StepTimes] = field(default_factory=list)
 
+    @classmethod
+    def zeros(cls, steps: int, ncoll: int, nranks: int) -> SimResult:
+        """All-zero int64 arrays: ``[steps, ncoll, nranks]`` per collective, ``[steps, nranks]`` per step."""
+        def c() -> np.ndarray:
+            return np.zeros((steps, ncoll, nranks), np.int64)
+
+        def s() -> np.ndarray:
+            return np.zeros((steps, nranks), np.int64)
+
+        return cls(arrivals=c(), starts=c(), ends=c(), step_start=s(), step_end=s(), compute_ns=s(),
+                   comm_ns=s(), wait_ns=s(), host_ns=s())
+
 
 def slot(cfg: SynthConfig, group: str) -> str:
     """Stream / sequence slot of a group kind (dp shares the world group when tp == 1)."""
@@ -98,9 +110,7 @@ def _stream(lower: np.ndarray, dur: np.ndarray, free: np.ndarray) -> np.ndarray:
 def simulate(cfg: SynthConfig, prog: Program, ranks: list[int], resolve: Resolver, keep: bool) -> SimResult:
     """Run all steps for ``ranks``; ``resolve(step, k, arrivals)`` gives (xfer start, end)."""
     n_r, coll_idx = len(ranks), prog.coll_index()
-    shape = (cfg.steps, len(coll_idx), n_r)
-    res = SimResult(*(np.zeros(shape, np.int64) for _ in range(3)),
-                    *(np.zeros((cfg.steps, n_r), np.int64) for _ in range(6)))
+    res = SimResult.zeros(cfg.steps, len(coll_idx), n_r)
     # ranks enter the first profiled step a little apart (true clock 0 = run start)
     h = np.array([np.random.default_rng([cfg.seed, r, 1 << 20]).integers(0, 300_000) for r in ranks], np.int64)
     g = np.zeros(n_r, np.int64)

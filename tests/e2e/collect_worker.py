@@ -3,7 +3,8 @@
 Modes: ``ok`` (9 steps, two scheduled windows), ``kill`` (SIGKILL after the steps, uploads
 pending), ``idle`` (no DDP; rank 1 stops calling step() inside the second window and the idle
 backstop closes it), ``trigger`` (on-demand only; steps every ~50 ms, or ``RS_STEP_S``, until the file named by
-``RS_STOP`` exists, ranks agreeing through an all_reduce each step).
+``RS_STOP`` exists, ranks agreeing through an all_reduce each step), ``subset`` (``ranks=[1]``,
+with add_metadata / add_metadata_json).
 """
 from __future__ import annotations
 
@@ -36,11 +37,15 @@ def main() -> None:
     up = UploadConfig(jitter_s=0.1, backoff_base_s=0.1, backoff_max_s=0.5, exit_timeout_s=3)
     sched = None if mode == "trigger" else torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=2)
     prof = rankscope.profile(run=run, schedule=sched, on_demand=mode == "trigger",
+                             ranks=[1] if mode == "subset" else None,
                              metadata={"mode": mode}, layout={"dp": dist.get_world_size(), "tp": 1, "pp": 1},
                              spool_dir=os.environ["RS_SPOOL"] + f"/rank-{rank}", upload=up,
                              host_map=os.environ.get("RS_HOSTMAP"),
                              idle_timeout_s=1.0 if mode == "idle" else 600.0)
     prof.start()
+    if mode == "subset":
+        prof.add_metadata("note", "subset")
+        prof.add_metadata_json("cfg", '{"lr": 0.01, "bs": 8}')
     print("TRAINING-STARTED", flush=True)
     steps = 4000 if mode == "trigger" else 9
     for i in range(steps):

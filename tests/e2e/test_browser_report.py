@@ -14,8 +14,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.e2e.test_web_serve import Served, demo_runs
-from tests.unit.test_render_timeline import EVIL, tiny_run
+from tests.e2e.test_web_serve import Served
+from tests.helpers import EVIL, demo_runs, tiny_run
 
 pytestmark = pytest.mark.slow
 
@@ -135,4 +135,8 @@ def test_served_ui_switch_runs_and_compare(browser, runs):
         assert charts["diff"] >= 1
         p.page.click('nav a[data-view="overview"]')
         p.page.screenshot(path=str(ARTIFACTS / "served-overview-full.png"), full_page=True)
+        with p.page.expect_download(timeout=60_000) as dl:  # the report's timeline link downloads it
+            p.page.click("#timeline-link")
+        assert dl.value.suggested_filename == "slow1-timeline.pftrace"
+        assert Path(dl.value.path()).stat().st_size > 1000
         assert not p.errors, p.errors

@@ -89,6 +89,25 @@ def test_idle_rank_window_closed_and_reported(tmp_path):
     assert kinds["idle_rank"].ranks == (1,)
 
 
+def test_profile_only_some_ranks_with_metadata(tmp_path):
+    """ranks=[1]: rank 0 trains unprofiled; rank 1's windows carry add_metadata / add_metadata_json."""
+    run = tmp_path / "run"
+    p = torchrun(str(run), "subset", tmp_path)
+    assert p.returncode == 0 and p.stdout.count("TRAINING-DONE") == 2, p.stderr[-3000:]
+    assert json.loads((run / "run.json").read_text())["ranks_expected"] == [1]
+    assert not list((run / "ranks/0").glob("*.pt.trace.json.gz"))
+    m1 = json.loads((run / "ranks/1/meta.json").read_text())
+    assert [w["steps"] for w in m1["windows"]] == [[2, 3], [6, 7]]
+    assert m1["metadata"] == {"mode": "subset", "note": "subset", "cfg": {"lr": 0.01, "bs": 8}}
+    trace = json.load(gzip.open(run / "ranks/1/window-0000.pt.trace.json.gz"))
+    assert trace["note"] == "subset" and trace["cfg"] == {"lr": 0.01, "bs": 8}
+    from rankscope.analysis.capture import run_capture
+    from rankscope.model.run import load_run
+
+    cap = run_capture(load_run(run, jobs=1), {})
+    assert cap.findings == [] and cap.summary["ranks"] == 1
+
+
 def test_profile_two_ranks_s3(tmp_path, moto_server):
     env = {**os.environ, **moto_server.env}
     bucket = moto_server.bucket()

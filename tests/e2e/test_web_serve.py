@@ -1,12 +1,14 @@
 """The web UI over real demo runs (torchrun, gloo, 2 ranks), served by a real uvicorn on 127.0.0.1.
 
-``demo_runs`` makes the runs once per test session (shared with the browser tests) under pytest's
+``tests.helpers.demo_runs`` makes the runs once per test session (shared with the browser tests) under pytest's
 session temp directory: "healthy" and "slow1" (rank 1 slow in compute), plus a directory that is
 not a run and a secret file beside the served directory.
 """
 from __future__ import annotations
 
 import http.client
+import json
+import os
 import socket
 import subprocess
 import sys
@@ -17,24 +19,9 @@ from typing import Iterator
 
 import pytest
 
+from tests.helpers import demo_runs, tiny_run
+
 pytestmark = pytest.mark.slow
-
-
-def demo_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The served directory with two demo runs; made once per session."""
-    from rankscope.demo.launch import launch
-
-    base = tmp_path_factory.getbasetemp() / "rankscope-web-e2e"
-    root = base / "runs"
-    if (base / "done").exists():
-        return root
-    launch(root / "healthy", ranks=2, steps=3, warmup=1, slow_rank=None, slow_kind="compute", slowdown=1.0)
-    launch(root / "slow1", ranks=2, steps=3, warmup=1, slow_rank=1, slow_kind="compute", slowdown=1.0)
-    (root / "notes").mkdir()
-    (root / "notes" / "readme.txt").write_text("not a run")
-    (base / "secret.txt").write_text("TOP SECRET")
-    (base / "done").write_text("ok")
-    return root
 
 
 def free_port() -> int:
@@ -74,10 +61,15 @@ class Served:
 
     def get(self, path: str, method: str = "GET") -> tuple[int, str]:
         """A raw request: the path is sent exactly as given (no client-side normalization of ../)."""
+        status, _, body = self.fetch(path, method)
+        return status, body.decode(errors="replace")
+
+    def fetch(self, path: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+        """Status, headers (lower-case names) and raw body."""
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
         c.request(method, path)
         r = c.getresponse()
-        return r.status, r.read().decode(errors="replace")
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +92,48 @@ def test_run_page_and_compare(served):
     assert status == 200 and 'id="view-diff"' in body and "compared with healthy" in body
 
 
+def test_timeline_route(served):
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    status, headers, body = served.fetch("/runs/slow1/timeline")
+    assert status == 200 and 'filename="slow1-timeline.pftrace"' in headers["content-disposition"]
+    trace = pb.Trace.FromString(body)
+    procs = sorted(p.track_descriptor.process.process_name for p in trace.packet
+                   if p.track_descriptor.HasField("process"))
+    assert len(procs) == 2 and procs[0].startswith("rank 0 · ") and procs[1].startswith("rank 1 · ")
+    assert any(p.track_event.flow_ids for p in trace.packet)  # matched collectives linked across ranks
+    status, headers, body = served.fetch("/runs/slow1/timeline?format=json&ranks=1&steps=")
+    assert status == 200 and headers["content-type"].startswith("application/json")
+    doc = json.loads(body)
+    assert {e["pid"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"} == {2}
+    status, body = served.get("/runs/slow1")
+    assert 'id="timeline-form"' in body and 'action="/runs/slow1/timeline"' in body
+
+
+def test_timeline_cache(tmp_path):
+    """Made once per run state and filters; remade when the run changes; old files evicted; removed on close."""
+    from rankscope.web.app import Runs, Timelines
+
+    tiny_run(tmp_path / "tiny")
+    tl = Timelines(Runs(tmp_path), keep=2)
+    a = tl.get("tiny", "perfetto", None, None)
+    made = a.stat().st_mtime_ns
+    assert tl.get("tiny", "perfetto", None, None) == a and a.stat().st_mtime_ns == made  # cached
+    b = tl.get("tiny", "json", [2], [1])
+    assert b != a and b.suffix == ".json" and b.exists()
+    later = time.time() + 5
+    os.utime(tmp_path / "tiny" / "run.json", (later, later))  # the run changed: a new file
+    c = tl.get("tiny", "perfetto", None, None)
+    assert c != a and not a.exists() and b.exists()  # keep=2: the oldest went
+    tl.close()
+    assert not c.exists() and not c.parent.exists()
+
+
 @pytest.mark.parametrize("path,code", [
+    ("/runs/../timeline", 400), ("/runs/%2e%2e/timeline", 400), ("/runs/..%2Fsecret.txt/timeline", 404),
+    ("/runs/notes/timeline", 404), ("/runs/nosuchrun/timeline", 404), ("/runs/.hidden/timeline", 400),
+    ("/runs/slow1/timeline?format=..%2F..%2Fsecret.txt", 400), ("/runs/slow1/timeline?steps=..%2Fsecret", 400),
+    ("/runs/slow1/timeline?ranks=7", 400), ("/runs/slow1/timeline?steps=0-99999999999", 400),
     ("/runs/..", 400), ("/runs/%2e%2e", 400), ("/runs/..%2Fsecret.txt", 404), ("/runs/../secret.txt", 404),
     ("/compare?run=..%2Fsecret.txt", 400), ("/compare?run=healthy&baseline=..", 400),
     ("/runs/notes", 404), ("/runs/nosuchrun", 404), ("/compare?run=slow1&baseline=notes", 404),
@@ -115,6 +148,7 @@ def test_refuses_traversal_and_non_runs(served, path, code):
 def test_read_only(served):
     assert served.get("/", "POST")[0] == 405
     assert served.get("/runs/healthy", "DELETE")[0] == 405
+    assert served.get("/runs/healthy/timeline", "POST")[0] == 405
 
 
 def test_cli_serve_warns_on_public_host(tmp_path_factory):

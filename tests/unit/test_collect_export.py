@@ -74,3 +74,23 @@ def test_user_handler_and_export_chrome_trace_still_work(tmp_path):
     assert len(tb_files) == 2
     counts = sorted(sum(e.get("name") == f"op{s}" for e in _events(f)) for f in tb_files for s in (1, 3))
     assert counts == [0, 0, N_EVENTS, N_EVENTS]
+
+
+def test_export_stacks_after_background_save(tmp_path):
+    """export_stacks parses the same Kineto result the background thread saved: both work."""
+    import rankscope
+
+    def f():
+        return torch.randn(64, 64) @ torch.randn(64, 64)
+
+    sched = torch.profiler.schedule(wait=0, warmup=1, active=1, repeat=1)
+    with rankscope.profile(run=str(tmp_path / "run"), schedule=sched, spool_dir=str(tmp_path / "sp"), upload=FAST,
+                           with_stack=True) as p:
+        for _ in range(3):
+            f()
+            p.step()
+    p.export_stacks(str(tmp_path / "stacks.txt"))
+    lines = (tmp_path / "stacks.txt").read_text().splitlines()
+    assert lines and all(line.rsplit(" ", 1)[1].isdigit() for line in lines)
+    assert any("test_collect_export.py" in line for line in lines)
+    assert (tmp_path / "run/ranks/0/window-0000.pt.trace.json.gz").exists()

@@ -9,7 +9,7 @@ from rankscope.analysis.diff import run_diff
 from rankscope.analysis.registry import run_all
 from rankscope.model.run import load_run
 from rankscope.render.html import build
-from tests.unit.test_render_timeline import tiny_run
+from tests.helpers import tiny_run
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import pytest
 
 from rankscope.model.run import load_run
 from rankscope.render.flame import folded, icicle_nodes, write_folded
-from tests.unit.test_render_timeline import tiny_run
+from tests.helpers import tiny_run
 
 
 @pytest.fixture(scope="module")

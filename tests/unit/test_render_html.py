@@ -11,7 +11,7 @@ from rankscope.analysis.base import Finding, Result, Severity
 from rankscope.analysis.registry import run_all
 from rankscope.model.run import load_run
 from rankscope.render.html import VIEWS, build, render, result_html
-from tests.unit.test_render_timeline import EVIL, tiny_run
+from tests.helpers import EVIL, tiny_run
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +41,16 @@ def test_every_view_and_skipped_reasons(evil):
     assert "skipped: no hang dump in this run" in page
     assert 'id="breakdown-chart"' in page and 'id="steps-chart"' in page and 'id="flame-chart"' in page
     assert 'id="view-diff"' not in page  # no baseline, no diff view
+
+
+def test_timeline_hint(evil):
+    run, results = evil
+    page = build(run, results)
+    hint = page.split('id="timeline-hint"')[1].split("</section>")[0]
+    assert f"rankscope timeline {run.path} -o merged.pftrace" in hint and "--steps" in hint
+    served = build(run, results, timeline_html='<a id="timeline-link" href="/x">get it</a>')
+    hint = served.split('id="timeline-hint"')[1].split("</section>")[0]
+    assert 'id="timeline-link"' in hint and "rankscope timeline" not in hint
 
 
 def test_generic_result_polars_and_arrow_tables():

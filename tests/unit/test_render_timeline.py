@@ -1,52 +1,17 @@
 """Merged timeline: Perfetto protobuf and Chrome JSON, parsed back and checked (ranks, offsets, flows).
 
-The protobuf is decoded with a tiny wire-format reader written here, independent of the encoder.
+The protobuf is decoded here with a tiny wire-format reader; test_render_pftrace.py decodes it again with
+Perfetto's own generated protobuf classes (the `perfetto` package) and Google's `protobuf` runtime.
 """
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from rankscope.model.run import load_run
 from rankscope.render.timeline import write_timeline
-from tests.helpers import write_trace, x
-
-EVIL = "<script>alert(1)</script>"
-OFFSET_NS = 5_000_000  # rank 1's clock runs 5 ms ahead of rank 0's
-
-
-def _rank_events(rank: int, shift_us: float, mm_us: float, evil: bool) -> list[dict]:
-    evs = []
-    for i, step in enumerate((1, 2)):
-        # with mm_us=300: step 1000 µs ⊃ fwd 500 ⊃ (mm 300, relu 50); all_reduce 200; steps 1100 µs apart
-        t = 1000.0 + i * (mm_us + 800) + shift_us
-        evs += [x(f"ProfilerStep#{step}", t, mm_us + 700, cat="user_annotation"),
-                x("fwd", t + 10, mm_us + 200, cat="user_annotation"),
-                x("aten::mm", t + 20, mm_us),
-                x(EVIL if evil else "aten::relu", t + mm_us + 100, 50),
-                x("gloo:all_reduce", t + mm_us + 300, 200, cat="user_annotation",
-                  **{"Input Dims": [[1000]], "Input type": ["float"]})]
-        evs += [{"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
-                 "ts": t + 30 + k, "args": {"Total Allocated": 1024 * (k + 1), "Total Reserved": 0, "Bytes": 1024,
-                                            "Device Id": -1, "Device Type": 0}} for k in range(3)]
-    return evs
-
-
-def tiny_run(root: Path, *, mm_us: float = 300, evil: bool = False, offset_ns: int | None = OFFSET_NS) -> Path:
-    """A 2-rank run directory: 2 steps, nested ops, one all_reduce per step, memory events; rank 1's
-    clock is ``offset_ns`` ahead (recorded in its meta.json, and applied to its timestamps)."""
-    for r in (0, 1):
-        shift = (offset_ns or 0) / 1e3 if r == 1 else 0.0
-        d = root / "ranks" / str(r)
-        write_trace(d / f"rank{r}.pt.trace.json", _rank_events(r, shift, mm_us, evil), rank=r, world=2)
-        meta = {"format": "rankscope.meta/1", "run_id": root.name, "rank": r, "world_size": 2, "host": f"node-{r}",
-                "clock": {"anchors": [], "offset_to_rank0_ns": offset_ns if r == 1 else 0, "offset_error_ns": 1000}}
-        (d / "meta.json").write_text(json.dumps(meta))
-    (root / "run.json").write_text(json.dumps({"format": "rankscope.run/1", "run_id": root.name, "world_size": 2,
-                                               "ranks_expected": [0, 1], "hosts": ["node-0", "node-1"]}))
-    return root
+from tests.helpers import OFFSET_NS, tiny_run
 
 
 # ---- a protobuf wire reader (test-side, independent of the encoder) ----

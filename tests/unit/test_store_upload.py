@@ -136,3 +136,22 @@ def test_s3_cut_mid_upload_never_visible_then_retried(tmp_path, s3_env):
         assert verify_rank(target, 0) == (1, [])
     finally:
         proxy.close()
+
+
+def test_resume_after_kill_between_file_and_journal(tmp_path):
+    """Killed after meta.json was replaced but before the journal said so; and after an upload but
+    before the journal said so: resume trusts the files, uploads the newest meta, verifies."""
+    run = tmp_path / "run"
+    sp = Spool.create(str(tmp_path / "spool"), str(run), 2, "r")
+    sp.add_bytes(L.meta_rel(2), b'{"v": 1}')
+    with open(sp.data_path(L.meta_rel(2)), "wb") as f:  # the new version landed, the journal did not
+        f.write(b'{"v": 2, "windows": []}')
+    rel = L.trace_rel(2, L.window_name(0))
+    sp.add_bytes(rel, b"x" * 100, kind="trace")
+    (run / "ranks/2").mkdir(parents=True)
+    os.replace(sp.data_path(rel), run / rel)  # uploaded and removed, journal still says pending
+    res = resume(str(tmp_path / "spool"), timeout_s=10)
+    assert (res.left, res.bad, res.verified) == (0, [], 2)
+    assert json.loads((run / L.meta_rel(2)).read_text()) == {"v": 2, "windows": []}
+    assert {f["path"] for f in json.loads((run / L.manifest_rel(2)).read_text())["files"]} == {
+        "meta.json", "window-0000.pt.trace.json.gz"}
