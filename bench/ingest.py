@@ -137,6 +137,8 @@ def bench_one(name: str, path: Path, repeats: int, hta_py: Path | None) -> dict[
             src = flat_view(path) if what == "hta" and (path / "ranks").is_dir() else path
             for acc, v in zip(got[what], run_child(py, "rankscope" if what == "cached" else what, src)):
                 acc.append(v)
+    if "hta" in got:  # ratio per round (same load for both), then the median over rounds
+        row["paired"] = round(statistics.median(h / r for h, r in zip(got["hta"][1], got["rankscope"][1])), 1)
     for what in tools:
         imps, secs, rss = got[what]
         row[f"{what}_s"] = round(statistics.median(secs), 3)
@@ -190,11 +192,11 @@ def inputs(work: Path, ranks: list[int]) -> list[tuple[str, Path]]:
 def table(rows: list[dict[str, object]]) -> str:
     cols = ["input", "ranks", "json_mb", "floor_s", "rankscope_s", "cached_s", "hta_s",
             "rankscope_import_s", "hta_import_s", "rankscope_rss_mb", "cached_rss_mb", "hta_rss_mb"]
-    extra = ["HTA/rankscope", "HTA/cached", "rankscope/floor", "RSS rankscope/HTA"]
+    extra = ["HTA/rankscope", "HTA/rankscope paired", "HTA/cached", "rankscope/floor", "RSS rankscope/HTA"]
     lines = ["| " + " | ".join(cols + extra) + " |", "|" + "---|" * (len(cols) + len(extra))]
     for r in rows:
         hta = "hta_s" in r
-        ratios = [f"{r['hta_s'] / r['rankscope_s']:.1f}x" if hta else "-",
+        ratios = [f"{r['hta_s'] / r['rankscope_s']:.1f}x" if hta else "-", f"{r['paired']}x" if hta else "-",
                   f"{r['hta_s'] / r['cached_s']:.0f}x" if hta else "-",
                   f"{r['rankscope_s'] / r['floor_s']:.2f}x",
                   f"{r['rankscope_rss_mb'] / r['hta_rss_mb']:.0%}" if hta else "-"]
@@ -243,7 +245,9 @@ def main() -> int:
     cmd = "`.venv/bin/python bench/ingest.py " + " ".join(sys.argv[1:]) + "`"
     text = (f"## ingest\n\nCommand: {cmd}  \n{machine_note(load)}  \n"
             f"Seconds of load + temporal breakdown of every rank after the imports (`*_import_s`: the imports), "
-            f"median of {a.repeats}; peak RSS (MB) of the whole child process (wait4). `floor` = gunzip + "
+            f"median of {a.repeats} rounds (each round runs every tool once, so all see the same load; "
+            f"`paired` = median over rounds of that round's HTA/rankscope); peak RSS (MB) of the whole "
+            f"child process (wait4). `floor` = gunzip + "
             f"orjson.loads of the same files; `cached` = rankscope again with the Parquet cache present.\n\n"
             f"{tab}\n")
     if a.write:

@@ -47,6 +47,7 @@ def test_trigger_two_ranks_through_c10d_store(tmp_path):
     try:
         job.wait_started()
         caps = [job.trigger(steps=3, warmup=1), job.trigger(steps=2, warmup=0)]
+        only1 = job.trigger(steps=2, warmup=1, ranks="1")
     finally:
         rc = job.stop()
     assert rc == 0, "".join(job.lines[-30:])
@@ -58,7 +59,10 @@ def test_trigger_two_ranks_through_c10d_store(tmp_path):
         assert cap.seen_ns is not None and (cap.seen_ns - cap.created_ns) / 1e9 < 1.5
     assert caps[1].windows[0]["steps"][0] > caps[0].windows[0]["steps"][-1]
     meta = json.loads((tmp_path / "run/ranks/1/meta.json").read_text())
-    assert [w["trigger"] for w in meta["windows"]] == [c.id for c in caps]
+    assert [w["trigger"] for w in meta["windows"]] == [c.id for c in caps] + [only1.id]
+    assert len(only1.windows[1]["steps"]) == 2  # --ranks 1: rank 1 captured, rank 0 did not
+    meta0 = json.loads((tmp_path / "run/ranks/0/meta.json").read_text())
+    assert [w["trigger"] for w in meta0["windows"]] == [c.id for c in caps]
 
 
 def test_gather_builds_one_run_from_node_copies(tmp_path):

@@ -75,20 +75,21 @@ class TriggerJob:
         except (OSError, ValueError):
             return {}
 
-    def trigger(self, steps: int = 3, warmup: int = 1, timeout: float = 30.0) -> Capture:
-        """``rankscope trigger RUN --steps N``, then wait until every rank published the window."""
+    def trigger(self, steps: int = 3, warmup: int = 1, timeout: float = 30.0, ranks: str | None = None) -> Capture:
+        """``rankscope trigger RUN --steps N [--ranks R]``, then wait until those ranks published the window."""
         before = set(os.listdir(self.run / "control")) if (self.run / "control").is_dir() else set()
-        subprocess.run([sys.executable, "-m", "rankscope.cli", "trigger", str(self.run), "--steps", str(steps),
-                        "--warmup", str(warmup)], check=True, capture_output=True, env={**os.environ,
-                                                                                         "PYTHONPATH": ROOT})
+        cmd = [sys.executable, "-m", "rankscope.cli", "trigger", str(self.run), "--steps", str(steps),
+               "--warmup", str(warmup)] + (["--ranks", ranks] if ranks else [])
+        subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": ROOT})
+        want = [int(r) for r in ranks.split(",")] if ranks else list(range(self.nproc))
         (name,) = set(os.listdir(self.run / "control")) - before
         req = json.loads((self.run / "control" / name).read_text())
         deadline = time.monotonic() + timeout
         while True:
-            metas = {r: self._meta(r) for r in range(self.nproc)}
+            metas = {r: self._meta(r) for r in want}
             wins = {r: [w for w in m.get("windows", []) if w.get("trigger") == req["id"]] for r, m in metas.items()}
             if all(wins.values()):
-                seen = [t["seen_wall_ns"] for t in metas[0].get("triggers", []) if t["id"] == req["id"]]
+                seen = [t["seen_wall_ns"] for t in self._meta(0).get("triggers", []) if t["id"] == req["id"]]
                 return Capture(req["id"], int(req["created_ns"]), {r: w[0] for r, w in wins.items()},
                                seen[0] if seen else None)
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -97,7 +98,7 @@ class TriggerJob:
 
     def step_time_s(self, cap: Capture) -> float:
         """Mean step time inside the captured window (from its wall-clock span)."""
-        w = cap.windows[0]
+        w = next(iter(cap.windows.values()))
         return (w["end_wall_ns"] - w["start_wall_ns"]) / 1e9 / max(1, len(w["steps"]))
 
     def stop(self, timeout: float = 60.0) -> int:
