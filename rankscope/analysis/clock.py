@@ -169,15 +169,37 @@ def align(run: Run, matched: pl.DataFrame | None = None, *, enabled: bool | None
         return ClockAlignment(ref, {r: prior.get(r, base) - base for r in ranks}, source=source)
     off, rows = refine(sync_times(matched), prior)
     q = {int(row["rank"]): row for row in _quality(rows).iter_rows(named=True)}
+    kept = _anchors_that_agree(run, off, prior, q, ref)
+    off.update({r: prior[r] for r in kept})
     base = off.get(ref, 0)
     out = ClockAlignment(ref, {r: off.get(r, 0) - base for r in ranks}, source=source)
     for r, row in q.items():
-        out.source[r] = "anchors+collectives" if r in prior else "collectives"
+        out.source[r] = "anchors (collectives agree)" if r in kept else (
+            "anchors+collectives" if r in prior else "collectives")
         out.residual_ns[r], out.samples[r] = int(row["residual"]), int(row["samples"])
         span = (row["c2"] or 0) - (row["c1"] or 0)
         out.drift_ppm[r] = float((row["r2"] - row["r1"]) / span * 1e6) if span and row["r1"] is not None \
             and row["r2"] is not None else 0.0
     return out
+
+
+def _anchors_that_agree(run: Run, off: dict[int, int], prior: dict[int, int], q: dict[int, Any],
+                        ref: int) -> set[int]:
+    """Ranks whose collective-based correction is within its own noise plus the anchor's error.
+
+    Host-side gloo spans end up to milliseconds apart (MEASUREMENTS.md), so a correction smaller
+    than 3 standard errors of the median end-time mismatch (plus the anchor's round-trip error)
+    is noise: the measured anchor is kept. Large real shifts (another host, a moved clock) pass.
+    """
+    kept = set()
+    for r, row in q.items():
+        if r not in prior or r == ref or not row["samples"]:
+            continue
+        delta = (off[r] - off.get(ref, 0)) - (prior[r] - prior.get(ref, 0))
+        stderr = 1.4826 * float(row["residual"] or 0) / float(row["samples"]) ** 0.5
+        if abs(delta) <= 3 * stderr + abs(run.ranks[r].clock_error_ns or 0):
+            kept.add(r)
+    return kept
 
 
 def run_clock(run: Run, results: dict[str, Result]) -> Result:
