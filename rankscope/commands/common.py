@@ -67,6 +67,8 @@ def print_summary(run: Run, results: dict[str, Result], report: str | None = Non
         out.print(rank_table(st.tables["per_rank"], st.summary["verdict"], stragglers))
         out.print(f"[bold]{'⚠ ' if stragglers else '✓ '}{st.summary['verdict']}[/]")
     if run.missing:
-        out.print(f"[yellow]missing ranks: {', '.join(map(str, run.missing))}[/]")
+        from rankscope.model.run import _ranges
+
+        out.print(f"[yellow]missing ranks: {_ranges(run.missing)} (results cover the other ranks)[/]")
     if report:
         out.print(f"report: {report}")

@@ -47,15 +47,28 @@ def _table(s: dict[str, Any]) -> Any:
     from rich.table import Table
 
     t = Table(title=f"{s['path']}  (world size {s['world_size'] or '?'}, {len(s['ranks'])} ranks read)")
-    for col in ("rank", "from", "steps", "events by kind", "span (ms)", "collectives", "memory", "partial"):
-        t.add_column(col, justify="left" if col in ("from", "events by kind") else "right")
+    for col in ("rank", "from", "steps", "events", "span (ms)", "collectives", "memory", "partial"):
+        t.add_column(col, justify="left" if col == "from" else "right")
     for r in s["ranks"]:
         tr = r["time_range_ns"]
         steps = f"{r['steps'][0]}-{r['steps'][-1]}" if len(r["steps"]) > 1 else ",".join(map(str, r["steps"]))
-        kinds = " ".join(f"{k}={n:,}" for k, n in sorted(r["events"].items(), key=lambda kv: -kv[1]))
-        t.add_row(str(r["rank"]), r["source"], steps or "-", kinds or "-",
+        t.add_row(str(r["rank"]), r["source"], steps or "-", f"{sum(r['events'].values()):,}",
                   f"{(tr[1] - tr[0]) / 1e6:,.1f}" if tr else "-", f"{r['counts'].get('collectives', 0):,}",
                   f"{r['counts'].get('memory', 0):,}", "yes" if r["partial"] else "")
+    return t
+
+
+def _kinds_table(s: dict[str, Any]) -> Any:
+    """Event counts by kind over all ranks (total, and the least / most on one rank)."""
+    from rich.table import Table
+
+    kinds = sorted({k for r in s["ranks"] for k in r["events"]})
+    t = Table(title="events by kind")
+    for col in ("kind", "total", "min per rank", "max per rank"):
+        t.add_column(col, justify="left" if col == "kind" else "right")
+    rows = [(k, [r["events"].get(k, 0) for r in s["ranks"]]) for k in kinds]
+    for k, per in sorted(rows, key=lambda kv: -sum(kv[1])):
+        t.add_row(k, f"{sum(per):,}", f"{min(per):,}", f"{max(per):,}")
     return t
 
 
@@ -72,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
         out.file.write(json.dumps(s, indent=1) + "\n")
         return 0
     out.print(_table(s))
+    if s["ranks"]:
+        out.print(_kinds_table(s))
     if s["ranks"] and s["ranks"][0]["time_range_ns"]:
         lo = min(x["time_range_ns"][0] for x in s["ranks"] if x["time_range_ns"])
         hi = max(x["time_range_ns"][1] for x in s["ranks"] if x["time_range_ns"])
