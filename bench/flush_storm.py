@@ -138,7 +138,7 @@ def main() -> None:
     ap.add_argument("--jitter", type=float, default=2.0, help="rankscope upload start jitter, s")
     ap.add_argument("--order", choices=["direct-first", "rankscope-first"], default="direct-first",
                     help="which handler's phase runs first (each phase has its own rank processes)")
-    ap.add_argument("--nice", type=int, default=10, help="nice value of rankscope's background threads")
+    ap.add_argument("--nice", type=int, default=0, help="nice value of rankscope's background threads")
     ap.add_argument("--results", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     args = ap.parse_args()
     args.events = int(args.mb * 1e6 / 260)  # ~260 bytes of Kineto JSON per record_function event

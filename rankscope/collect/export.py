@@ -7,9 +7,11 @@ lock while it writes (measured on torch 2.13: the main thread kept running with 
 0.05 ms gaps during a 15 MB save), and it only reads the result object it belongs to: the
 next profiling session builds a new one, and Kineto's trace base time is set once per process.
 So :class:`Exporter` keeps a reference to the window's result object and saves it on one
-background thread, in window order, at a lower CPU priority than training (nice 10). A result can be saved only once ("Trace is already
-saved"), so nothing else may export it: ``rankscope.profile.export_chrome_trace`` copies the
-spooled file instead.
+background thread, in window order (optionally at a lower CPU priority: ``UploadConfig.nice``).
+Verified on torch 2.13 (CPU): 20 back-to-back windows of 30k events each, every save
+overlapping the next session, all complete and unmixed. A result can be saved only once
+("Trace is already saved"), so nothing else may export it:
+``rankscope.profile.export_chrome_trace`` copies the spooled file instead.
 
 Falls back to exporting on the calling thread when the backend has no detachable Kineto
 result (torch_npu, the CUPTI-monitor path, a profiler built without Kineto).
@@ -47,7 +49,7 @@ class Exporter:
     """
 
     def __init__(self, done: Callable[[str], None], failed: Callable[[str, BaseException], None],
-                 nice: int = 10) -> None:
+                 nice: int = 0) -> None:
         self.nice = nice
         self._q: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._done, self._failed = done, failed

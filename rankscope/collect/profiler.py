@@ -11,8 +11,9 @@ Example (what the demo does)::
             prof.step()
 
 Each window becomes ``RUN/ranks/<rank>/window-NNNN.pt.trace.json.gz`` (exported, spooled
-and uploaded on background threads: :mod:`rankscope.collect.export`), with ``meta.json`` (steps covered, clock anchors, offset to
-rank 0) and ``MANIFEST.json``; rank 0 writes ``run.json``. Every rank computes windows from
+and uploaded on background threads: :mod:`rankscope.collect.export`), with ``meta.json``
+(steps covered, clock anchors, offset to rank 0) and ``MANIFEST.json``; rank 0 writes
+``run.json``. Every rank computes windows from
 the same step counter and schedule, so with a schedule all ranks capture the same steps.
 
 Idle backstop: torch's profiler cannot be stopped from another thread (it crashed with
@@ -330,7 +331,8 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
     def export_stacks(self, path: str, metric: str = "self_cpu_time_total") -> None:
         """Folded stacks (``frame;frame;frame value`` lines) for flamegraph.pl and speedscope.
 
-        Needs ``with_stack=True``.
+        Needs ``with_stack=True`` and, on torch 2.x, ``experimental_config=
+        torch._C._profiler._ExperimentalConfig(verbose=True)`` (else torch writes an empty file).
         """
         if self.collector is not None:
             self.collector.exporter.wait(self.collector.cfg.exit_timeout_s)  # no parse during a background save

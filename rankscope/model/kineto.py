@@ -2,8 +2,10 @@
 
 The file is decoded once with msgspec into typed structs that keep only the fields rankscope
 uses (unknown keys are skipped inside the C decoder), then turned into Arrow columns.
-Events are kept as undecoded JSON slices (``msgspec.Raw``) and turned into structs a chunk at
-a time (``RawTrace.chunks``); large files are streamed instead (``stream.py``). Damaged files are
+Small files (up to ``DIRECT_BYTES`` of JSON) are decoded in one pass, events straight into a
+union of structs tagged on "ph" (``DecodedTrace``); large files are streamed (``stream.py``);
+otherwise (unusual or damaged files) events are kept as undecoded JSON slices (``msgspec.Raw``)
+and turned into structs a chunk at a time (``RawTrace.chunks``). Damaged files are
 salvaged: a truncated gzip stream or JSON document keeps every complete event before the damage,
 and the rank is marked partial. Chrome's bare-array form (``[...]``) is read too.
 """
@@ -87,7 +89,7 @@ class Instant(msgspec.Struct, gc=False, tag_field="ph", tag="i"):
     args: Optional[Args] = None
 
 
-_OTHER_PHASES = "BEICbnestfPNODMVvRc()"
+_OTHER_PHASES = "BEICbnestfPNODMVvRcSTpF()"
 _OTHERS = tuple(msgspec.defstruct(f"Phase{ord(c)}", [], tag_field="ph", tag=c, gc=False,
                                   namespace={"ph": c, "name": ""}) for c in _OTHER_PHASES)
 
@@ -116,7 +118,20 @@ class Trace(msgspec.Struct, gc=False):
     deviceProperties: Optional[list[dict[str, Any]]] = None
 
 
+class _TypedTrace(msgspec.Struct, gc=False):
+    """A whole document with its events decoded at once (small files, ``decode``)."""
+
+    traceEvents: list[Union[(XEvent, Instant) + _OTHERS]] = []  # type: ignore[valid-type]
+    distributedInfo: Optional[DistInfo] = None
+    baseTimeNanoseconds: Optional[int] = None
+    deviceProperties: Optional[list[dict[str, Any]]] = None
+
+
 _DECODER = msgspec.json.Decoder(Trace)
+_TYPED_DOC = msgspec.json.Decoder(_TypedTrace)
+# Files up to this many JSON bytes are decoded in one pass (events straight into structs); their
+# structs then all exist at once, which this bound keeps small (larger files are streamed).
+DIRECT_BYTES = 16 << 20
 _ARRAY_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[Event])
 _EVENT = msgspec.json.Decoder(Event)
@@ -269,6 +284,19 @@ def _decode_doc(data: bytes) -> Trace:
     return _DECODER.decode(data)
 
 
+@dataclass
+class DecodedTrace(RawTrace):
+    """A small file decoded in one pass: ``chunks`` hands out slices of the decoded events."""
+
+    events: list[Any] = field(default_factory=list)
+
+    def chunks(self, size: int | None = None) -> Iterator[list[Event]]:
+        evs, size = self.events, size or CHUNK
+        self.events = []
+        for i in range(0, len(evs), size):
+            yield evs[i:i + size]
+
+
 def decode(path: str | Path) -> RawTrace:
     """Decode one trace file; raises TraceError only when nothing at all can be read."""
     p = str(path)
@@ -276,6 +304,17 @@ def decode(path: str | Path) -> RawTrace:
         data, problems = read_bytes(path)
     except OSError as exc:
         raise TraceError(p, f"cannot read file ({exc.strerror or exc})") from exc
+    if not problems and len(data) <= DIRECT_BYTES and _first_char(data) == b"{":
+        try:  # one pass, no intermediate Raw slices; anything unusual takes the general path
+            doc = _TYPED_DOC.decode(data)
+        except msgspec.DecodeError:
+            pass
+        else:
+            trace = Trace(distributedInfo=doc.distributedInfo, baseTimeNanoseconds=doc.baseTimeNanoseconds,
+                          deviceProperties=doc.deviceProperties)
+            empty = [] if doc.traceEvents else [
+                "no trace events (metadata only: was the profiler stopped before any step?)"]
+            return DecodedTrace(p, trace, empty, False, len(data), events=doc.traceEvents)
     return decode_bytes(p, data, problems)
 
 

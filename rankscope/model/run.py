@@ -47,6 +47,11 @@ class Run:
         info = self.ranks[rank]
         if info.cache is None:
             raise RankscopeError(f"rank {rank} of {self.path} has no cached tables")
+        if info.counts.get(name) == 0:  # known empty (counted at ingest): no file to open
+            from rankscope.model import schema
+
+            empty = schema.empty(name)
+            return empty.select(columns) if columns is not None else empty
         # ParquetFile.read: half the fixed cost of read_table (no dataset discovery), which counts
         # when analyses open the small per-rank tables of hundreds of ranks. The system allocator
         # hands the buffers back when the table is dropped (Arrow's default pool keeps ~20 MB of

@@ -85,7 +85,8 @@ def test_export_stacks_after_background_save(tmp_path):
 
     sched = torch.profiler.schedule(wait=0, warmup=1, active=1, repeat=1)
     with rankscope.profile(run=str(tmp_path / "run"), schedule=sched, spool_dir=str(tmp_path / "sp"), upload=FAST,
-                           with_stack=True) as p:
+                           with_stack=True,  # torch 2.x writes no stacks without verbose=True
+                           experimental_config=torch._C._profiler._ExperimentalConfig(verbose=True)) as p:
         for _ in range(3):
             f()
             p.step()

@@ -147,7 +147,7 @@ def test_missing_ranks_with_and_without_flag(tmp_path, capsys):
     run = load_run(root, jobs=1, allow_missing_ranks=True)
     assert run.missing == [2, 3]
     assert main(["analyze", str(root), "-j", "1", "--allow-missing-ranks"]) == 0
-    assert "missing ranks: 2, 3" in capsys.readouterr().out
+    assert "missing ranks: 2-3" in capsys.readouterr().out  # shown as ranges (commands/common.py)
 
 
 def test_huge_single_array_is_refused_clearly_not_loaded(tmp_path, monkeypatch):

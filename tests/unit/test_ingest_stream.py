@@ -69,3 +69,31 @@ def test_compact_json_is_streamed_in_pieces(tmp_path, monkeypatch):
     raw = stream.StreamTrace(str(path))
     sizes = [len(c) for c in raw.chunks()]
     assert len(sizes) > 10 and sum(sizes) == 5000 and raw.trace.baseTimeNanoseconds == 7
+
+
+def test_unknown_phase_falls_back_to_generic_decode(tmp_path, monkeypatch):
+    """Events decode through a union tagged on "ph" (fast path); a phase outside it ("Z") or an event
+    without "ph" makes the chunk decode with the generic struct instead: same tables either way."""
+    from rankscope.model import kineto
+
+    evs = [x("ProfilerStep#1", 0, 100, cat="user_annotation"), x("aten::mm", 1, 5),
+           {"ph": "i", "name": "[memory]", "ts": 2, "pid": 1, "tid": 1,
+            "args": {"Total Allocated": 64, "Total Reserved": 128, "Bytes": 64, "Device Id": 0}},
+           {"ph": "s", "id": 1, "name": "ac2g", "cat": "ac2g", "ts": 1, "pid": 1, "tid": 1}]
+    odd = evs + [{"ph": "Z", "name": "mystery", "ts": 3}, {"name": "no phase", "ts": 4}]
+    for name, doc in (("plain", evs), ("odd", odd)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "r0.json").write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1},
+                                                             "traceEvents": doc}))
+    typed = kineto._TYPED.decode(json.dumps(evs).encode())
+    assert [type(e).__name__ for e in typed][:3] == ["XEvent", "XEvent", "Instant"] and typed[3].ph == "s"
+    with pytest.raises(kineto.msgspec.ValidationError):
+        kineto._TYPED.decode(json.dumps(odd).encode())
+    for threshold in (str(1 << 40), "0"):  # whole-file reader, then the streaming reader
+        monkeypatch.setenv("RANKSCOPE_STREAM_BYTES", threshold)
+        for name in ("plain", "odd"):
+            shutil.rmtree(tmp_path / name / "analysis", ignore_errors=True)
+        plain, weird = (load_run(tmp_path / n, jobs=1) for n in ("plain", "odd"))
+        assert _tables(weird, 0) == _tables(plain, 0)
+        assert _tables(plain, 0)["memory"]["total_reserved"] == [128]
+        assert _tables(plain, 0)["events"]["name"] == ["ProfilerStep#1", "aten::mm"]
