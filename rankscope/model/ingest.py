@@ -17,7 +17,7 @@ from rankscope.errors import TraceError
 from rankscope.model.info import RankInfo
 
 log = logging.getLogger(__name__)
-CACHE_VERSION = "2"
+CACHE_VERSION = "3"
 TABLE_NAMES = ("events", "collectives", "memory", "steps")
 ROW_GROUP = 1 << 17  # rows per Parquet row group: bounds the writer's buffers on very large ranks
 
@@ -185,6 +185,22 @@ def _identity(info: RankInfo, raw: Any, task: RankTask) -> None:
     clock = meta.get("clock") or {}
     info.clock_offset_ns = clock.get("offset_to_rank0_ns")
     info.clock_error_ns = clock.get("offset_error_ns")
+    total = device_memory(raw.trace.deviceProperties, meta.get("device"))
+    if total:
+        info.meta = {**info.meta, "device_memory_bytes": total}
+
+
+def device_memory(props: list[dict[str, Any]] | None, device: str | None) -> int | None:
+    """Total memory of the rank's device from Kineto's ``deviceProperties`` (``totalGlobalMem``).
+
+    The rank's own device (meta.json "cuda:N") when known, else the first device listed.
+    """
+    if not props:
+        return None
+    want = int(device.split(":")[1]) if device and ":" in device and device.split(":")[1].isdigit() else None
+    chosen = next((p for p in props if want is not None and p.get("id") == want), props[0])
+    v = chosen.get("totalGlobalMem")
+    return int(v) if isinstance(v, (int, float)) and v > 0 else None
 
 
 def _write(info: RankInfo, parts: list[dict[str, Any]], out: Path) -> RankInfo:
