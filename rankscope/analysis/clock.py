@@ -132,7 +132,9 @@ def refine(sync: pl.DataFrame, prior: dict[int, int]) -> tuple[dict[int, int], p
     a_mat[rows, [idx[r] for r in edges["a"].to_list()]] = -w
     a_mat[m, 0] = 1.0
     b = np.append(edges["d"].to_numpy().astype(float) * w, 0.0)
-    sol = np.linalg.lstsq(a_mat, b, rcond=None)[0] if m else np.zeros(len(ranks))
+    # Normal equations: a ranks × ranks system instead of an edges × ranks one (same least-squares
+    # solution; lstsq on the small square matrix still copes with ranks that no edge connects).
+    sol = np.linalg.lstsq(a_mat.T @ a_mat, a_mat.T @ b, rcond=None)[0] if m else np.zeros(len(ranks))
     off = {r: int(round(sol[idx[r]])) + int(prior.get(r, 0)) for r in ranks}
     for r, v in prior.items():
         off.setdefault(r, int(v))
