@@ -4,7 +4,7 @@ Pattern: with a schedule (or a trigger) every rank should record the same step n
 that per-step comparisons across ranks compare like with like. Per rank the captured steps
 come from ``meta.json`` (``windows[].steps``, written by ``rankscope.profile`` /
 ``trace_handler``) minus the windows whose file was dropped from the spool (``MANIFEST.json``
-``dropped``); a rank without meta.json (a plain directory of Kineto traces) falls back to its
+``dropped``) or never written (a window with ``error``); a rank without meta.json (a plain directory of Kineto traces) falls back to its
 ``steps`` table (``ProfilerStep#N``). The reference is the step set most ranks captured; every
 rank that differs gets its missing and extra steps in one warning. Idle ranks (meta ``idle``:
 the wall-clock backstop closed the window because ``step()`` stopped coming) and dropped
@@ -67,7 +67,8 @@ def _trace_steps(run: Run, rank: int) -> list[int] | None:
 def rank_capture(rank: int, meta: dict[str, Any], dropped: list[str], trace_steps: list[int] | None) -> dict[str, Any]:
     """What one rank captured: steps (meta windows minus dropped files, else trace steps), idle, drops."""
     windows = [w for w in meta.get("windows") or [] if isinstance(w, dict)]
-    gone = set(dropped)
+    # dropped from a full spool, or never written (export failed / unfinished at exit)
+    gone = set(dropped) | {str(w.get("file")) for w in windows if w.get("error")}
     dropped_steps = sorted({int(s) for w in windows if w.get("file") in gone for s in w.get("steps") or []})
     if windows:
         kept = {int(s) for w in windows if w.get("file") not in gone for s in w.get("steps") or []}
@@ -136,7 +137,8 @@ def _findings(caps: list[dict[str, Any]], ref: tuple[int, ...]) -> list[Finding]
     drops = {c["rank"]: c for c in caps if c["dropped"]}
     if drops:
         n = sum(len(c["dropped"]) for c in drops.values())
-        out.append(Finding("dropped_windows", f"{n} window(s) dropped from full spools on rank(s) "
+        out.append(Finding("dropped_windows", f"{n} window(s) lost (dropped from a full spool or not exported) "
+                           f"on rank(s) "
                            f"{', '.join(map(str, drops))}; their steps are missing from the run",
                            Severity.WARNING, tuple(drops),
                            {"per_rank": {str(r): {"files": c["dropped"], "steps": c["dropped_steps"]}

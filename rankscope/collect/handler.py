@@ -58,6 +58,7 @@ class Collector:
         self.layout = layout
         self.ranks_expected = ranks_expected if ranks_expected is not None else list(range(ident.world_size))
         self.windows: list[dict[str, Any]] = []
+        self._exported: set[str] = set()
         self.anchors: list[dict[str, Any]] = [M.anchor("start")]
         self.extra: dict[str, Any] = {}
         self.versions = M.versions()
@@ -114,6 +115,7 @@ class Collector:
 
     def _staged(self, rel: str) -> None:
         self.spool.add_staged(rel)
+        self._exported.add(rel.rsplit("/", 1)[-1])
         self.write_meta()
 
     def _export_failed(self, rel: str, exc: BaseException) -> None:
@@ -144,7 +146,10 @@ class Collector:
         """End anchor, final meta.json, bounded wait for uploads; files left in the spool."""
         t = self.cfg.exit_timeout_s if timeout_s is None else timeout_s
         t0 = time.monotonic()
-        self.exporter.close(t)
+        if not self.exporter.close(t):  # a window still exporting at exit is lost: meta.json says so
+            for w in self.windows:
+                if w["file"] not in self._exported and "error" not in w:
+                    w["error"] = f"export not finished within {t:g} s at close"
         self.anchors.append(M.anchor("end"))
         self.write_meta()
         return self.uploader.close(max(0.0, t - (time.monotonic() - t0)))

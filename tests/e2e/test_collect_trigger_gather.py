@@ -1,4 +1,4 @@
-"""On-demand trigger on a running (single-process) loop, and gather's copy logic (local fsspec)."""
+"""On-demand trigger (single process, S3 via moto, 2 real ranks through the c10d store) and gather."""
 from __future__ import annotations
 
 import json
@@ -8,6 +8,7 @@ import time
 from rankscope.collect.trigger import write_request
 from rankscope.commands.gather import gather, open_source
 from rankscope.store.uploader import UploadConfig
+from tests.fixtures_s3 import moto_server, s3_env  # noqa: F401
 
 FAST = UploadConfig(jitter_s=0.05, backoff_base_s=0.05, exit_timeout_s=5)
 
@@ -36,6 +37,31 @@ def test_trigger_starts_capture_within_two_seconds(tmp_path):
     assert trig["id"] == rid and (trig["seen_wall_ns"] - t_req) / 1e9 < 2.0
     assert win["steps"][0] == trig["start_step"] + 1  # one warm-up step first
     assert (tmp_path / "run/ranks/0" / win["file"]).exists()
+
+
+def test_trigger_through_s3(tmp_path, s3_env):
+    """The request is an object on a real S3 server (moto): written by write_request, listed and read
+    by the rank's background watcher, and the triggered window lands in the bucket."""
+    import s3fs
+    import torch
+
+    from rankscope.collect.profiler import profile
+
+    run = f"s3://{s3_env.bucket()}/trig"
+    x = torch.randn(16, 16)
+    with profile(run=run, on_demand=True, spool_dir=str(tmp_path / "sp"), upload=FAST) as p:
+        for i in range(50):
+            x = x @ x / 16
+            time.sleep(0.05)
+            if i == 3:
+                rid, path = write_request(run, steps=2, warmup=1)
+            p.step()
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    assert fs.exists(path)
+    meta = json.loads(fs.cat_file(run + "/ranks/0/meta.json"))
+    (win,) = meta["windows"]
+    assert win["trigger"] == rid and len(win["steps"]) == 2
+    assert fs.exists(run + "/ranks/0/" + win["file"])
 
 
 def test_trigger_two_ranks_through_c10d_store(tmp_path):

@@ -121,3 +121,13 @@ def test_registered():
     if not REGISTRY:
         registry._builtin()
     assert "capture" in REGISTRY
+
+
+def test_window_with_export_error_counts_as_lost():
+    from rankscope.analysis.capture import rank_capture
+
+    meta = {"windows": [{"index": 0, "steps": [2, 3], "file": "window-0000.pt.trace.json.gz"},
+                        {"index": 1, "steps": [6, 7], "file": "window-0001.pt.trace.json.gz",
+                         "error": "export not finished within 30 s at close"}]}
+    c = rank_capture(0, meta, [], [2, 3])
+    assert c["steps"] == [2, 3] and c["dropped"] == ["window-0001.pt.trace.json.gz"] and c["dropped_steps"] == [6, 7]

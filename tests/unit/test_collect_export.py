@@ -95,3 +95,14 @@ def test_export_stacks_after_background_save(tmp_path):
     assert lines and all(line.rsplit(" ", 1)[1].isdigit() for line in lines)
     assert any("test_collect_export.py" in line for line in lines)
     assert (tmp_path / "run/ranks/0/window-0000.pt.trace.json.gz").exists()
+
+
+def test_trace_handler_checks_storage_when_built(tmp_path):
+    """A bad run URL fails when the handler is built, before any training step."""
+    import rankscope
+    from rankscope.errors import RankscopeError
+
+    with pytest.raises(RankscopeError, match="nosuch://"):
+        rankscope.trace_handler("nosuch://x/y", spool_dir=str(tmp_path / "sp"))
+    h = rankscope.trace_handler(str(tmp_path / "run"), spool_dir=str(tmp_path / "sp2"), upload=FAST)
+    assert h.close() == 0 and not (tmp_path / "run" / "run.json").exists()  # nothing written without a window
