@@ -57,7 +57,7 @@ def load_and_analyze(path: str, jobs: int, allow_missing: bool, clock_align: boo
 
 
 def print_summary(run: Run, results: dict[str, Result], report: str | None = None) -> None:
-    from rankscope.render.terminal import rank_table
+    from rankscope.render.terminal import findings_lines, rank_table
 
     st = results.get("straggler")
     if st is None or st.skipped:
@@ -66,6 +66,8 @@ def print_summary(run: Run, results: dict[str, Result], report: str | None = Non
         stragglers = {r for f in st.findings for r in f.ranks}
         out.print(rank_table(st.tables["per_rank"], st.summary["verdict"], stragglers))
         out.print(f"[bold]{'⚠ ' if stragglers else '✓ '}{st.summary['verdict']}[/]")
+    for line in findings_lines(results):
+        out.print(line, highlight=False, markup=False)
     if run.missing:
         from rankscope.model.run import _ranges
 

@@ -20,3 +20,15 @@ def rank_table(per_rank: Any, verdict: str, stragglers: set[int]) -> Table:
         t.add_row(str(row["rank"]), _ms(row["wall"]), _ms(row["computing"]), _ms(row["comm_exposed"]),
                   _ms(row["data_wait"]), _ms(row["free"]), style=style)
     return t
+
+
+def findings_lines(results: dict[str, Any], limit: int = 8) -> list[str]:
+    """Warnings and critical findings of every analysis except the straggler verdict, worst first."""
+    order = {"critical": 0, "warning": 1}
+    found = [(order[f.severity.value], name, f.title) for name, r in results.items() if name != "straggler"
+             for f in r.findings if f.severity.value in order]
+    found.sort(key=lambda t: t[0])
+    lines = [f"{'✖' if sev == 0 else '!'} [{name}] {title}" for sev, name, title in found[:limit]]
+    if len(found) > limit:
+        lines.append(f"… and {len(found) - limit} more (see the report or --json)")
+    return lines
