@@ -1,7 +1,7 @@
 """Straggler / slow-link / clock-alignment accuracy on real demo runs and synthetic clusters.
 
 Real: ``rankscope.demo.launch.launch`` (torchrun, gloo) with a straggler of a random kind
-(compute | data | comm, the kinds the demo can inject) on a random rank, plus healthy runs.
+(compute | data | comm | host, the kinds the demo can inject) on a random rank, plus healthy runs.
 Synthetic: ``rankscope.synth.generate`` clusters at 64 / 256 ranks with ±0.5 s clock offsets and one
 injected straggler (compute | data | host | comm), a slow link, or nothing.
 
@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 NAMES = ["breakdown", "clock", "links", "straggler"]
 # demo --slowdown per kind, chosen to add roughly 10-30 % to a healthy rank's own step time here
 # (compute: 1 extra matmul block per forward, int(12 * s); data: 2 ms * s per item, 32 items;
-# comm: 20 ms * s sleep in the DDP comm hook, one bucket per step).
-REAL_SLOWDOWN = {"compute": (0.09, 0.16), "data": (0.015, 0.035), "comm": (0.05, 0.11)}
+# comm: 20 ms * s sleep in the DDP comm hook, one bucket per step; host: 20 ms * s Python busy-work).
+REAL_SLOWDOWN = {"compute": (0.09, 0.16), "data": (0.015, 0.035), "comm": (0.05, 0.11), "host": (0.035, 0.105)}
 SYNTH_FACTOR = {"compute": 1.3, "data": 2.5, "host": 8.0, "comm": 1.5}
 
 
