@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 class Severity(str, enum.Enum):
@@ -53,3 +56,16 @@ class Analysis:
     run: Callable[..., Result]
     needs: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
+
+
+def frame(table: Any) -> "pl.DataFrame":
+    """A pyarrow Table (a Run's or a Result's table) or a polars DataFrame, as a polars DataFrame.
+
+    ``pl.from_arrow`` is typed ``DataFrame | Series`` (a bare Array gives a Series); tables always
+    give a DataFrame, and this says so once for every caller.
+    """
+    import polars as pl
+
+    df = table if isinstance(table, pl.DataFrame) else pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    return df

@@ -25,25 +25,20 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.base import Finding, Result, Severity
+from rankscope.analysis.base import Finding, Result, Severity, frame
 from rankscope.analysis.stats import as_int
 from rankscope.model.run import Run
 
 MATCHED_COLUMNS = ["pg_name", "pg_ranks", "instance", "op", "rank", "ts", "end", "dur", "dev_ts", "dev_end", "bytes"]
 
 
-def _frame(table: Any) -> pl.DataFrame:
-    """A pyarrow Table (a Run's table, a matcher's output) as a polars DataFrame."""
-    df = pl.from_arrow(table)
-    assert isinstance(df, pl.DataFrame)  # a Table gives a DataFrame (a bare Array would give a Series)
-    return df
 
 
 def _fallback_match(run: Run) -> pl.DataFrame:
     """Minimal matcher (used only until rankscope.analysis.collectives exists): n-th call per group."""
     parts = []
     for r in run.rank_ids:
-        c = _frame(run.table(r, "collectives"))
+        c = frame(run.table(r, "collectives"))
         if c.height == 0:
             continue
         parts.append(c.sort("ts").with_columns(
@@ -66,7 +61,7 @@ def matched_collectives(run: Run) -> pl.DataFrame:
         from rankscope.analysis.collectives import match_collectives
     except ImportError:
         return _fallback_match(run)
-    return _frame(match_collectives(run)).with_columns(
+    return frame(match_collectives(run)).with_columns(
         pl.col("pg_name").cast(pl.Utf8), pl.col("op").cast(pl.Utf8))
 
 

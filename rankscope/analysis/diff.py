@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rankscope.analysis.base import Finding, Result, Severity
+from rankscope.analysis.base import Finding, Result, Severity, frame
 
 if TYPE_CHECKING:  # polars is imported inside the functions, so that importing this module stays light
     import polars as pl
@@ -28,13 +28,6 @@ COMPONENTS = ["wall", "computing", "comm_exposed", "data_wait", "free"]
 TOP = 50
 
 
-def _frame(t: Any) -> pl.DataFrame:
-    """A polars DataFrame as is, or a pyarrow Table (a Run's or a Result's table) as one."""
-    import polars as pl
-
-    df = t if isinstance(t, pl.DataFrame) else pl.from_arrow(t)
-    assert isinstance(df, pl.DataFrame)  # a Table gives a DataFrame (a bare Array would give a Series)
-    return df
 
 
 def _bd(results: dict[str, Result]) -> pl.DataFrame | None:
@@ -43,7 +36,7 @@ def _bd(results: dict[str, Result]) -> pl.DataFrame | None:
     r = results.get("breakdown")
     if r is None or r.skipped:
         return None
-    df = _frame(r.tables["breakdown"])
+    df = frame(r.tables["breakdown"])
     return df.sort("rank", "step").with_columns(pos=pl.int_range(pl.len()).over("rank"))
 
 
@@ -78,7 +71,7 @@ def name_stats(run: Run, kinds: tuple[str, ...]) -> pl.DataFrame:
 
     parts = []
     for r in run.rank_ids:
-        ev = _frame(run.table(r, "events", columns=["name", "kind", "dur", "depth"]))
+        ev = frame(run.table(r, "events", columns=["name", "kind", "dur", "depth"]))
         n_steps = max(1, run.ranks[r].counts.get("steps", 0) or 1)
         ev = ev.with_columns(pl.col("name").cast(pl.Utf8), pl.col("kind").cast(pl.Utf8))
         ev = ev.filter(pl.col("kind").is_in(list(kinds)) & ~pl.col("name").str.starts_with("ProfilerStep#"))
@@ -112,7 +105,7 @@ def comm_stats(run: Run) -> pl.DataFrame:
     """Per (op, group): calls, bytes and host time per rank (means over ranks)."""
     import polars as pl
 
-    parts = [_frame(run.table(r, "collectives", columns=["op", "pg_ranks", "dur", "bytes_in"]))
+    parts = [frame(run.table(r, "collectives", columns=["op", "pg_ranks", "dur", "bytes_in"]))
              .with_columns(pl.col("op").cast(pl.Utf8), pl.col("pg_ranks").cast(pl.Utf8)) for r in run.rank_ids]
     n = len(run.rank_ids)
     return pl.concat(parts).group_by("op", "pg_ranks").agg(

@@ -25,7 +25,7 @@ from typing import Any, TypedDict
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.base import Finding, Result, Severity
+from rankscope.analysis.base import Finding, Result, Severity, frame
 from rankscope.analysis.stats import as_float, high_outliers
 from rankscope.model.run import Run
 
@@ -45,11 +45,6 @@ class Work(TypedDict):
     example: str
 
 
-def _frame(table: Any) -> pl.DataFrame:
-    """A pyarrow Table (as the tables of a Run or a Result hold) as a polars DataFrame."""
-    df = pl.from_arrow(table)
-    assert isinstance(df, pl.DataFrame)  # a Table gives a DataFrame (a bare Array would give a Series)
-    return df
 
 
 def per_rank(bd: pl.DataFrame) -> pl.DataFrame:
@@ -91,7 +86,7 @@ _COMM_HOOK_MARKERS = ("AccumulateGrad", "reducer", "comm_hook", "allreduce_hook"
 def top_level_excess(run: Run, rank: int, others: list[int]) -> tuple[str, float]:
     """The step-level operator whose time per step grew most on ``rank`` against ``others``."""
     def per_op(r: int) -> pl.DataFrame:
-        ev = _frame(run.table(r, "events", columns=["name", "dur", "depth", "kind"]))
+        ev = frame(run.table(r, "events", columns=["name", "dur", "depth", "kind"]))
         n_steps = max(run.table(r, "steps", columns=["step"]).num_rows, 1)
         return (ev.filter((pl.col("depth") == 1) & pl.col("kind").cast(pl.Utf8).is_in(["cpu_op", "user_annotation"]))
                 .group_by(pl.col("name").cast(pl.Utf8)).agg((pl.col("dur").sum() / n_steps).alias(str(r))))
@@ -118,7 +113,7 @@ def refine(run: Run, kind: str, rank: int, others: list[int], evidence: dict[str
 
 def _shapes(run: Run, rank: int) -> pl.DataFrame:
     """Operator time and calls per step per (name, input shapes) on one rank (ops that record shapes)."""
-    ev = _frame(run.table(rank, "events", columns=["name", "kind", "dur", "input_dims"]))
+    ev = frame(run.table(rank, "events", columns=["name", "kind", "dur", "input_dims"]))
     n_steps = max(run.table(rank, "steps", columns=["step"]).num_rows, 1)
     return (ev.filter((pl.col("kind").cast(pl.Utf8) == "cpu_op") & (pl.col("input_dims").cast(pl.Utf8) != ""))
             .group_by(pl.col("name").cast(pl.Utf8), pl.col("input_dims").cast(pl.Utf8))
@@ -245,7 +240,7 @@ def per_step(bd: pl.DataFrame) -> pl.DataFrame:
 
 def run_straggler(run: Run, results: dict[str, Result]) -> Result:
     """Registered analysis "straggler": the verdict, per-rank and per-step tables."""
-    bd = _frame(results["breakdown"].tables["breakdown"])
+    bd = frame(results["breakdown"].tables["breakdown"])
     pr = per_rank(bd)
     if pr.height < 2:
         return Result("straggler", skipped="needs at least 2 ranks with steps")

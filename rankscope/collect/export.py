@@ -51,7 +51,7 @@ class Exporter:
     def __init__(self, done: Callable[[str], None], failed: Callable[[str, BaseException], None],
                  nice: int = 0) -> None:
         self.nice = nice
-        self._q: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._q: queue.Queue[Callable[[], Any] | None] = queue.Queue()
         self._done, self._failed = done, failed
         self._idle = threading.Event()
         self._idle.set()
@@ -59,7 +59,7 @@ class Exporter:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def call(self, fn: Callable[[], None]) -> None:
+    def call(self, fn: Callable[[], Any]) -> None:
         """Run ``fn()`` on the export thread after the jobs already queued; returns at once."""
         with self._lock:
             self._pending += 1

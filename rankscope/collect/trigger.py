@@ -144,7 +144,7 @@ class Watcher:
         return None
 
     def _from_store(self) -> Plan | None:
-        if not self.store.check([self.key]):
+        if self.store is None or not self.store.check([self.key]):
             return None
         d = json.loads(bytes(self.store.get(self.key)))
         if d["id"] in self.seen:

@@ -25,6 +25,8 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
+from rankscope.analysis.base import frame
+
 FORMATS = ("csv", "json", "parquet")
 ASCEND_STEP_COLUMNS = ["Step", "Type", "Index", "Computing", "Communication(Not Overlapped)", "Overlapped",
                        "Communication", "Free", "Stage", "Bubble",
@@ -104,7 +106,7 @@ def _group_key(ranks: str) -> str:
 
 def matrix_json(matrix: Any) -> dict[str, Any]:
     """cluster_communication_matrix.json from the ``comm_matrix`` table."""
-    m = pl.from_arrow(_arrow(matrix))
+    m = frame(_arrow(matrix))
     out: dict[str, Any] = {}
     for row in m.iter_rows(named=True):  # one row per (pg, op, src, dst): small
         op_key = f"{row['op']}-total@{row['pg_name']}"

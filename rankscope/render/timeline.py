@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rankscope.errors import RankscopeError
+from rankscope.analysis.base import frame
 
 if TYPE_CHECKING:
     import polars as pl
@@ -74,13 +75,6 @@ def _in_window(df: Any, win: tuple[int, int] | None, end_col: str | None = "dur"
     return df.filter((end >= win[0]) & (pl.col("ts") <= win[1]))
 
 
-def _frame(table: Any) -> pl.DataFrame:
-    """A pyarrow table as a polars DataFrame."""
-    import polars as pl
-
-    df = pl.from_arrow(table)
-    assert isinstance(df, pl.DataFrame)
-    return df
 
 
 def rank_frames(run: Any, rank: int, offset: int, steps: set[int] | None) -> dict[str, Any]:
@@ -88,18 +82,18 @@ def rank_frames(run: Any, rank: int, offset: int, steps: set[int] | None) -> dic
     import polars as pl
 
     win = _window(run, rank, steps)
-    ev = _frame(run.table(rank, "events", columns=["name", "kind", "ts", "dur", "tid", "stream"]))
+    ev = frame(run.table(rank, "events", columns=["name", "kind", "ts", "dur", "tid", "stream"]))
     ev = _in_window(ev.with_columns(pl.col("name").cast(pl.Utf8), pl.col("kind").cast(pl.Utf8)), win)
     track = pl.when(pl.col("kind").is_in(DEVICE_KINDS)).then(STREAM_BASE + pl.col("stream").clip(0)) \
         .otherwise(pl.col("tid"))
     ev = ev.select("name", (pl.col("ts") - offset).alias("ts"), "dur", track.alias("track"))
-    co = _frame(run.table(rank, "collectives", columns=["op", "name", "ts", "dur", "pg_ranks", "bytes_in"]))
+    co = frame(run.table(rank, "collectives", columns=["op", "name", "ts", "dur", "pg_ranks", "bytes_in"]))
     co = _in_window(co.with_columns(pl.col(c).cast(pl.Utf8) for c in ("op", "name", "pg_ranks")), win)
     co = co.sort("ts").with_columns((pl.col("ts") - offset).alias("ts"),
                                     k=pl.int_range(pl.len()).over("pg_ranks"), rank=pl.lit(rank))
     # Calls on one track must not overlap, or begin/end pairs would cross.
     co = co.with_columns(dur=pl.min_horizontal("dur", pl.col("ts").shift(-1).fill_null(2**62) - pl.col("ts")))
-    mem = _frame(run.table(rank, "memory", columns=["ts", "total_allocated"]))
+    mem = frame(run.table(rank, "memory", columns=["ts", "total_allocated"]))
     mem = _in_window(mem, win, None).with_columns(pl.col("ts") - offset)
     return {"events": ev, "collectives": co, "memory": mem}
 

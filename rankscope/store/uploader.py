@@ -263,7 +263,8 @@ def verify_rank(target: Target, rank: int) -> tuple[int, list[str]]:
     import json
 
     man = json.loads(target.fs.cat_file(target.path(layout.manifest_rel(rank))))
-    ok, bad = 0, []
+    ok: int = 0
+    bad: list[str] = []
     for f in man["files"]:
         path = target.path(f"{layout.rank_dir(rank)}/{f['path']}")
         h = hashlib.sha256()
@@ -334,7 +335,7 @@ def resume(spool_dir: str, storage_options: dict | None = None, timeout_s: float
     up.mark_dirty()
     up.flush(timeout_s)
     left = up.close(0.0)
-    ok, bad = 0, []
+    ok, bad = 0, list[str]()
     if verify and left == 0:
         ok, bad = verify_rank(target, sp.rank)
     return ResumeResult(sp.dir, sp.url, sp.rank, up.uploaded, left, ok, bad, up.last_error if left else None)
