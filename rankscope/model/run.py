@@ -184,13 +184,16 @@ def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_mis
 
 def _assemble(p: Path, infos: list[RankInfo], problems: list[str], manifest: dict[str, Any]) -> Run:
     ranks: dict[int, RankInfo] = {}
-    unknown = 0
-    for info in infos:
-        if info.rank < 0:
-            info.rank = -1 - unknown if False else max(list(ranks) + [-1]) + 1
-            problems.append(f"{info.files[0]}: rank unknown (no distributedInfo, meta.json or rank in the "
-                            f"file name); analyzed as rank {info.rank}")
-            info.rank_source = "assigned"
+    known = [i for i in infos if i.rank >= 0]
+    unknown = [i for i in infos if i.rank < 0]
+    # Files that say nothing of their rank get numbers after every rank that did say, so an
+    # assigned number never collides with a real one.
+    next_free = max((i.rank for i in known), default=-1) + 1
+    for n, info in enumerate(unknown):
+        info.rank, info.rank_source = next_free + n, "assigned"
+        problems.append(f"{info.files[0]}: rank unknown (no distributedInfo, meta.json or rank in the "
+                        f"file name); analyzed as rank {info.rank}")
+    for info in known + unknown:
         if info.rank in ranks:
             other = ranks[info.rank]
             problems.append(f"duplicate rank {info.rank}: {other.files[0]} and {info.files[0]} both claim it; "

@@ -98,3 +98,17 @@ def test_read_only_run_directory_gets_its_cache_elsewhere(tmp_path, monkeypatch)
         assert load_run(d, jobs=1).ranks[0].cache == run.ranks[0].cache
     finally:
         d.chmod(0o755)
+
+
+def test_assigned_rank_never_collides_with_a_real_one(tmp_path):
+    from rankscope.model.run import load_run
+    from tests.helpers import write_trace, x
+
+    ev = [x("ProfilerStep#1", 0, 10, "user_annotation")]
+    write_trace(tmp_path / "a.json", ev, rank=None)  # says nothing of its rank, read first
+    write_trace(tmp_path / "b.json", ev, rank=0, world=2)
+    run = load_run(tmp_path, jobs=1)
+    assert run.rank_ids == [0, 1]
+    assert run.ranks[0].rank_source == "content" and run.ranks[1].rank_source == "assigned"
+    assert not any(p.startswith("duplicate") for p in run.problems)
+    assert any("rank unknown" in p and "a.json" in p for p in run.problems)
