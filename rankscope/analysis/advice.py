@@ -12,6 +12,7 @@ import polars as pl
 
 from rankscope.analysis.base import Finding, Result, Severity
 from rankscope.analysis.stats import as_float
+from rankscope.intlist import format_int_list
 from rankscope.model.run import Run
 
 RULES: dict[str, dict[str, float]] = {
@@ -145,5 +146,4 @@ def run_advice(run: Run, results: dict[str, Result]) -> Result:
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:
-    return "rank " + str(ranks[0]) if len(ranks) == 1 else f"ranks {','.join(map(str, ranks[:8]))}" + \
-        ("…" if len(ranks) > 8 else "")
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_int_list(ranks)}"

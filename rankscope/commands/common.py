@@ -69,8 +69,8 @@ def print_summary(run: Run, results: dict[str, Result], report: str | None = Non
     for line in findings_lines(results):
         out.print(line, highlight=False, markup=False)
     if run.missing:
-        from rankscope.model.run import _ranges
+        from rankscope.intlist import format_int_list
 
-        out.print(f"[yellow]missing ranks: {_ranges(run.missing)} (results cover the other ranks)[/]")
+        out.print(f"[yellow]missing ranks: {format_int_list(run.missing)} (results cover the other ranks)[/]")
     if report:
         out.print(f"report: {report}")

@@ -92,9 +92,9 @@ def run(args: argparse.Namespace) -> int:
         hi = max(x["time_range_ns"][1] for x in s["ranks"] if x["time_range_ns"])
         out.print(f"time range: {lo} .. {hi} ns ({(hi - lo) / 1e6:,.1f} ms, each rank's own clock)")
     if s["missing"]:
-        from rankscope.model.run import _ranges
+        from rankscope.intlist import format_int_list
 
-        out.print(f"[yellow]missing ranks: {_ranges(s['missing'])}[/]")
+        out.print(f"[yellow]missing ranks: {format_int_list(s['missing'])}[/]")
     for p in s["problems"]:
         console.print(f"[yellow]problem:[/] {p}", highlight=False)
     return 0

@@ -3,22 +3,16 @@ from __future__ import annotations
 
 import argparse
 
+from rankscope.intlist import parse_int_list
+
 HELP = "ask a running job (profiled with rankscope.profile) to capture N steps now"
-
-
-def _ranks(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    return out
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run directory or fsspec URL the job writes to")
     p.add_argument("--steps", type=int, required=True, help="steps to record")
     p.add_argument("--warmup", type=int, default=1, help="warm-up steps before recording (default 1)")
-    p.add_argument("--ranks", type=_ranks, default=None, help="ranks to capture, e.g. 0-3,8 (default all)")
+    p.add_argument("--ranks", type=parse_int_list, default=None, help="ranks to capture, e.g. 0-3,8 (default all)")
 
 
 def run(args: argparse.Namespace) -> int:

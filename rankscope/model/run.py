@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from rankscope.errors import RankscopeError, TraceError
+from rankscope.intlist import format_int_list
 from rankscope.model.info import RankInfo
 from rankscope.model.ingest import RankTask, ingest, system_pool
 
@@ -225,21 +226,8 @@ def _check(run: Run, allow_missing: bool) -> None:
     if (run.missing or dups) and not allow_missing:
         what = []
         if run.missing:
-            what.append(f"ranks {_ranges(run.missing)} of {run.world_size} are missing")
+            what.append(f"ranks {format_int_list(run.missing)} of {run.world_size} are missing")
         if dups:
             what.append(dups[0])
         raise RankscopeError(f"{run.path}: {'; '.join(what)}. Pass --allow-missing-ranks to analyze "
                              "the ranks that are there (every output then names the missing ones).")
-
-
-def _ranges(xs: list[int]) -> str:
-    out, start, prev = [], None, None
-    for x in sorted(xs) + [None]:  # type: ignore[list-item]
-        if start is None:
-            start = prev = x
-        elif x is not None and prev is not None and x == prev + 1:
-            prev = x
-        else:
-            out.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = x
-    return ",".join(out)

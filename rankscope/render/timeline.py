@@ -21,32 +21,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rankscope.errors import RankscopeError
 from rankscope.analysis.base import frame
+from rankscope.errors import RankscopeError
+from rankscope.intlist import parse_int_list
 
 if TYPE_CHECKING:
     import polars as pl
 
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_user_annotation")
 COLL_TRACK, MEM_TRACK, STREAM_BASE = 0, 1, 1 << 30
-MAX_SPAN = 1_000_000  # the longest range a --steps / --ranks spec may name
 
 
 def parse_ints(spec: str | None, what: str) -> list[int] | None:
     """'0-3,7' -> [0, 1, 2, 3, 7]; None or '' -> None (no filter)."""
     if not spec or not spec.strip():
         return None
-    out: list[int] = []
     try:
-        for part in spec.split(","):
-            a, _, b = part.strip().partition("-")
-            lo, hi = int(a), int(b) if b else int(a)
-            if hi - lo >= MAX_SPAN:
-                raise RankscopeError(f"{what} {spec!r}: the range {part.strip()} is too long (at most {MAX_SPAN:,})")
-            out += list(range(lo, hi + 1))
+        return parse_int_list(spec)
     except ValueError as exc:
-        raise RankscopeError(f"{what} {spec!r}: expected numbers and ranges like 0-3,7") from exc
-    return out
+        raise RankscopeError(f"{what} {exc}") from exc
 
 
 def aligned_offsets(run: Any) -> dict[int, int]:
