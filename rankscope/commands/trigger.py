@@ -8,11 +8,18 @@ from rankscope.intlist import parse_int_list
 HELP = "ask a running job (profiled with rankscope.profile) to capture N steps now"
 
 
+def _ranks(text: str) -> list[int]:
+    try:
+        return parse_int_list(text)
+    except ValueError as exc:  # argparse shows ArgumentTypeError's message, not ValueError's
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run directory or fsspec URL the job writes to")
     p.add_argument("--steps", type=int, required=True, help="steps to record")
     p.add_argument("--warmup", type=int, default=1, help="warm-up steps before recording (default 1)")
-    p.add_argument("--ranks", type=parse_int_list, default=None, help="ranks to capture, e.g. 0-3,8 (default all)")
+    p.add_argument("--ranks", type=_ranks, default=None, help="ranks to capture, e.g. 0-3,8 (default all)")
 
 
 def run(args: argparse.Namespace) -> int:
