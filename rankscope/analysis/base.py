@@ -49,6 +49,9 @@ class Analysis:
     ``run(run, results)`` receives the Run and the results of the analyses listed in ``after``.
     ``needs`` names data the run must have (e.g. "steps", "collectives", "kernels", "memory");
     when it lacks them the analysis is skipped with a stated reason.
+    An analysis with ``rank_part`` and ``combine`` joins the shared pass over the ranks: each
+    rank's events are read once (``RankData``) for all of them, ``rank_part(data)`` keeps a small
+    per-rank part and ``combine(run, [(rank, part)], results)`` makes the Result.
     """
 
     name: str
@@ -56,6 +59,8 @@ class Analysis:
     run: Callable[..., Result]
     needs: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
+    rank_part: Callable[[Any], Any] | None = None
+    combine: Callable[..., Result] | None = None
 
 
 def frame(table: Any) -> "pl.DataFrame":
