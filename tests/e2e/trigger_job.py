@@ -15,16 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.fixtures_s3 import free_port
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = os.path.join(ROOT, "tests", "e2e", "collect_worker.py")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -52,7 +46,7 @@ class TriggerJob:
         env = {**os.environ, "PYTHONPATH": ROOT, "RS_SPOOL": str(work / "spool"), "RS_STOP": str(self.stop_file),
                "OMP_NUM_THREADS": "1", "RS_STEP_S": str(step_s)}
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-               "--master-addr=127.0.0.1", f"--master-port={_free_port()}", WORKER, str(self.run), "trigger"]
+               "--master-addr=127.0.0.1", f"--master-port={free_port()}", WORKER, str(self.run), "trigger"]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         threading.Thread(target=self._read, daemon=True).start()
 
