@@ -28,9 +28,10 @@ sys.path.insert(0, str(ROOT))
 
 NAMES = ["breakdown", "clock", "links", "straggler"]
 # demo --slowdown per kind, chosen to add roughly 10-30 % to a healthy rank's own step time here
-# (compute: 1 extra matmul block per forward, int(12 * s); data: 2 ms * s per item, 32 items;
-# comm: 20 ms * s sleep in the DDP comm hook, one bucket per step; host: 20 ms * s Python busy-work).
-REAL_SLOWDOWN = {"compute": (0.09, 0.16), "data": (0.015, 0.035), "comm": (0.05, 0.11), "host": (0.035, 0.105)}
+# (~23 ms at the demo's batch of 256; compute: int(12 * s) extra matmul blocks per forward, ~13 %
+# each; data: 64 ms * s per batch; comm: 20 ms * s sleep in the DDP comm hook, two buckets per step;
+# host: 20 ms * s Python busy-work per step).
+REAL_SLOWDOWN = {"compute": (0.09, 0.24), "data": (0.036, 0.11), "comm": (0.06, 0.17), "host": (0.115, 0.35)}
 SYNTH_FACTOR = {"compute": 1.3, "data": 2.5, "host": 8.0, "comm": 1.5}
 
 
@@ -58,7 +59,8 @@ def _retry(fn: Any, *a: Any) -> Any:
         return fn(*a)
 
 
-def real_runs(n: int, healthy: int, ranks: int, out: Path, rng: random.Random) -> list[dict[str, Any]]:
+def real_runs(n: int, healthy: int, ranks: int, out: Path, rng: random.Random,
+              steps: int = 20) -> list[dict[str, Any]]:
     from rankscope.demo.launch import launch
 
     plan = [(rng.choice(sorted(REAL_SLOWDOWN)), rng.randrange(ranks)) for _ in range(n)] + [(None, None)] * healthy
@@ -68,7 +70,7 @@ def real_runs(n: int, healthy: int, ranks: int, out: Path, rng: random.Random) -
         shutil.rmtree(d, ignore_errors=True)
         slow = rng.uniform(*REAL_SLOWDOWN[kind]) if kind else 0.0
         t = time.time()
-        launch(d, ranks=ranks, steps=8, warmup=2, slow_rank=rank, slow_kind=kind or "compute", slowdown=slow)
+        launch(d, ranks=ranks, steps=steps, warmup=2, slow_rank=rank, slow_kind=kind or "compute", slowdown=slow)
         r = _retry(diagnose, d)
         rows.append({"kind": kind, "rank": rank, "slowdown": round(slow, 3), "verdict": r["verdict"],
                      "load1": round(os.getloadavg()[0], 1),
@@ -130,8 +132,8 @@ def markdown(args: argparse.Namespace, real: list[dict], synth: list[dict], secs
              f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}; {secs:.0f} s in all.", ""]
     if real:
         s = score(real)
-        lines += [f"Real demo runs ({args.ranks} ranks, torchrun + gloo, 8 profiled steps; kinds the demo injects: "
-                  "compute, data, comm; host is not injectable in the demo):", "",
+        lines += [f"Real demo runs ({args.ranks} ranks, torchrun + gloo, batch 256, {args.steps} profiled steps; "
+                  f"slowdown ranges {REAL_SLOWDOWN}):", "",
                   "| straggler runs | rank recall | rank precision | cause accuracy | rank and cause right | "
                   "healthy runs | false positives |", "|---|---|---|---|---|---|---|",
                   f"| {s['straggler_runs']} | {s['recall']:.0%} | {s['precision']:.0%} | {s['cause_accuracy']:.0%} | "
@@ -174,6 +176,7 @@ def main() -> None:
     p.add_argument("--ranks", type=int, default=2, help="ranks per real run (2 cores here: 2 is honest)")
     p.add_argument("--synth-sizes", default="64,256")
     p.add_argument("--synth-reps", type=int, default=2, help="times each synthetic scenario is drawn")
+    p.add_argument("--steps", type=int, default=20, help="profiled steps per real run")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="/tmp/rankscope-bench-stragglers")
     p.add_argument("--write", action="store_true", help="write the section into bench/RESULTS.md")
@@ -182,7 +185,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     t = time.time()
     synth = synth_runs([int(x) for x in args.synth_sizes.split(",") if x], out, args.seed, args.synth_reps)
-    real = real_runs(args.real, args.healthy, args.ranks, out, random.Random(args.seed)) \
+    real = real_runs(args.real, args.healthy, args.ranks, out, random.Random(args.seed), args.steps) \
         if args.real + args.healthy else []
     text = markdown(args, real, synth, time.time() - t)
     (out / "results.json").write_text(json.dumps({"real": real, "synth": synth}, default=str, indent=1))

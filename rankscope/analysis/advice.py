@@ -23,6 +23,7 @@ RULES: dict[str, dict[str, float]] = {
     "small_messages": {"bytes": 1 << 20, "share": 0.5, "per_step": 20},
     "dp_imbalance": {"ratio": 1.10},
     "missing_overlap": {"comm_share": 0.10, "overlap": 0.20},
+    "cpu_contention": {"share": 0.10},
 }
 
 
@@ -118,6 +119,27 @@ def memory_rule(peaks: list[dict[str, Any]], totals: dict[int, int]) -> Finding 
                    evidence={"threshold": RULES["memory_peak"], "peaks": [p for p, _ in hits]})
 
 
+def cpu_contention(run: Run, bd: pl.DataFrame) -> Finding | None:
+    """The training thread waits for a CPU (run-queue wait per step, rankscope.profile's samples)."""
+    from rankscope.analysis.cpu import sched_frame, wait_share
+
+    m = wait_share(sched_frame(run), bd)
+    hit = m.filter(pl.col("share") > RULES["cpu_contention"]["share"])
+    if hit.height == 0:
+        return None
+    worst = as_float(hit["share"].max())
+    ranks = tuple(int(r) for r in hit["rank"])
+    return Finding(kind="advice.cpu_contention", ranks=ranks,
+                   severity=Severity.WARNING if worst > 2 * RULES["cpu_contention"]["share"] else Severity.INFO,
+                   title=f"the training thread waits for a CPU: up to {worst:.0%} of the step ({_ranks(ranks)}). "
+                         "The host is oversubscribed: check other processes, DataLoader workers x OMP threads "
+                         "against the cores, and CPU affinity (taskset, numactl).",
+                   evidence={"threshold": RULES["cpu_contention"],
+                             "runq_wait_ns": {str(r["rank"]): round(r["runq_wait_ns"]) for r in hit.iter_rows(named=True)},
+                             "share": {str(r["rank"]): round(r["share"], 4) for r in hit.iter_rows(named=True)},
+                             "source": "/proc/thread-self/schedstat, per captured step"})
+
+
 def _device_totals(run: Run) -> dict[int, int]:
     out = {}
     for r, info in run.ranks.items():
@@ -137,7 +159,7 @@ def run_advice(run: Run, results: dict[str, Result]) -> Result:
 
     inst = instances(matched_collectives(run), alignment_from(results))
     n_steps = int(bd["step"].n_unique())
-    findings += [f for f in [small_messages(inst, n_steps)] if f]
+    findings += [f for f in [small_messages(inst, n_steps), cpu_contention(run, bd)] if f]
     mem = results.get("memory")
     if mem is not None and not mem.skipped and "peaks" in mem.tables:
         f = memory_rule(mem.tables["peaks"].to_pylist(), _device_totals(run))

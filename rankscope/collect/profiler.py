@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable
 
 from rankscope.collect import meta as M
 from rankscope.collect.handler import Collector, default_run_id
+from rankscope.collect.sched import SchedSampler
 from rankscope.collect.trigger import Plan, Watcher
 from rankscope.store.uploader import UploadConfig
 
@@ -117,6 +118,9 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         self._prof: Any = None
         self._actions: dict[int, Any] = {}
         self._win_steps: list[int] = []
+        self._sched = SchedSampler()
+        self._sched_mark: tuple[int, int | None] | None = None
+        self._win_sched: list[list[int | None]] = []
         self._win_start_ns: int | None = None
         self._plans: list[Plan] = []
         self._watcher: Watcher | None = None
@@ -185,6 +189,7 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
                                     since_ns=time.time_ns()).start(self.step_num)
         self._running = True
         self._last_step = time.monotonic()
+        self._sched_mark = self._sched.sample()
         if self.active:
             self._prof = self._make_prof()
             self._prof.start()
@@ -210,13 +215,19 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         if self.active and self._prof is None and self._running:
             self._prof = self._make_prof()  # reopened after an idle close
             self._prof.start()
+        # this step's CPU time and run-queue wait, from the end of the previous step() call (the
+        # profiler's own step transition, e.g. stop_trace at a window's end, is not counted)
+        sched = self._sched.delta(self._sched_mark, self._sched.sample()) if self._sched_mark else None
         if self._prof is not None and self._recording(self.step_num):
             self._win_steps.append(self.step_num)
+            if sched is not None:
+                self._win_sched.append([self.step_num, *sched])
         self.step_num += 1
         if self._prof is not None:
             self._prof.step()
             if self._recording(self.step_num) and self._win_start_ns is None:
                 self._win_start_ns = time.time_ns()
+        self._sched_mark = self._sched.sample()
 
     def _adopt(self, plan: Plan) -> None:
         if plan.start <= self.step_num:  # seen late: start now; meta shows the steps really captured
@@ -231,6 +242,11 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         steps, self._win_steps = self._win_steps, []
         start_ns, self._win_start_ns = self._win_start_ns, None
         extra: dict[str, Any] = {}
+        sched, self._win_sched = self._win_sched, []
+        if sched:
+            # per captured step of this thread: CPU time and time runnable but waiting for a CPU
+            extra["sched"] = {"source": self._sched.source, "step": [s[0] for s in sched],
+                              "cpu_ns": [s[1] for s in sched], "runq_wait_ns": [s[2] for s in sched]}
         trig = [p.id for p in self._plans if steps and p.action(steps[-1]) == "save"]
         if trig:
             extra["trigger"] = trig[0]

@@ -25,16 +25,19 @@ from torch.utils.data.distributed import DistributedSampler
 
 
 class SyntheticDataset(Dataset):
-    """Random features and labels, made deterministically per index; optional per-item delay."""
+    """Random features and labels, made deterministically per index; optional delay: ``delay_s``
+    once every ``every`` items (one batch: a slow read per batch, not a sleep too short to time)."""
 
-    def __init__(self, n: int, dim: int, classes: int, delay_s: float = 0.0) -> None:
-        self.n, self.dim, self.classes, self.delay_s = n, dim, classes, delay_s
+    def __init__(self, n: int, dim: int, classes: int, delay_s: float = 0.0, every: int = 1) -> None:
+        self.n, self.dim, self.classes, self.delay_s, self.every = n, dim, classes, delay_s, every
+        self.calls = 0
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.delay_s:
+        self.calls += 1
+        if self.delay_s and self.calls % self.every == 0:
             time.sleep(self.delay_s)
         g = torch.Generator().manual_seed(i)
         x = torch.randn(self.dim, generator=g)
@@ -92,7 +95,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--run-dir", required=True, help="run directory or fsspec URL")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--batch", type=int, default=32)
+    # 256 samples: ~20 ms of compute per step here, long enough that a few ms of scheduler noise on a
+    # shared 2-core host stays small against it (at 32 a healthy rank was up to +50 % slower)
+    p.add_argument("--batch", type=int, default=256)
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--slow-rank", type=int, default=-1)
@@ -112,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     kind = args.slow_kind if slow else ""
     dataset = SyntheticDataset(
         n=args.batch * world * (args.steps + args.warmup + 2), dim=args.dim, classes=10,
-        delay_s=0.002 * args.slowdown if kind == "data" else 0.0,
+        delay_s=0.064 * args.slowdown if kind == "data" else 0.0, every=args.batch,  # 64 ms per batch at 1.0
     )
     sampler: DistributedSampler[int] = DistributedSampler(dataset, world, rank, shuffle=False)
     loader = DataLoader(dataset, batch_size=args.batch, sampler=sampler, num_workers=0)

@@ -6,6 +6,9 @@ from pathlib import Path
 import polars as pl
 
 from rankscope.analysis.registry import run_all
+import numpy as np
+
+from rankscope.analysis.stats import signed_rank_p
 from rankscope.analysis.straggler import consistency, outliers
 from rankscope.model.run import load_run
 from tests.helpers import write_trace, x
@@ -80,3 +83,105 @@ def test_per_step_table_names_the_slowest_rank(tmp_path):
     steps = pl.from_arrow(res.tables["per_step"])
     assert steps.height == 6 and set(steps["slowest"].to_list()) == {1}
     assert all(abs(x - 4.0 / 15.5) < 1e-3 for x in steps["rel_excess"].to_list())  # own 19.5 vs 15.5 ms
+
+
+def _with_sched(root: Path, runq_ms: dict[int, float], steps: int = 6, world: int = 3) -> Path:
+    """Move make()'s traces into a run directory whose meta.json carries per-step scheduler samples
+    (the ``sched`` block rankscope.profile writes: CPU time and run-queue wait of the training thread)."""
+    import json
+
+    for r in range(world):
+        d = root / "ranks" / str(r)
+        d.mkdir(parents=True)
+        (root / f"rank{r}.json").rename(d / "window-0000.pt.trace.json")
+        wait = int(runq_ms.get(r, 0.2) * 1e6)
+        sched = {"source": "schedstat", "step": list(range(1, steps + 1)), "cpu_ns": [12_000_000] * steps,
+                 "runq_wait_ns": [wait] * steps}
+        (d / "meta.json").write_text(json.dumps({"rank": r, "world_size": world, "windows": [
+            {"index": 0, "steps": list(range(1, steps + 1)), "file": "window-0000.pt.trace.json", "sched": sched}]}))
+    return root
+
+
+def test_rank_that_waited_for_a_cpu_is_contention_not_compute(tmp_path):
+    # rank 2's operators take 4 ms longer per step, and its thread waited 3.5 ms more per step on the
+    # run queue: the host, not the code, slowed it down
+    res = _diagnose(_with_sched(make(tmp_path, {2: 1.5}), {2: 3.7}))["straggler"]
+    assert res.summary["verdict"].startswith("rank 2 is slow: contention, +")
+    wait = res.findings[0].evidence["cpu_wait"]
+    assert wait["excess_ns"] == 3_500_000 and wait["share_of_excess"] == 0.875 and wait["steps"] == 6
+
+
+def test_small_cpu_wait_keeps_the_code_level_cause(tmp_path):
+    res = _diagnose(_with_sched(make(tmp_path, {2: 1.5}), {2: 1.2}))["straggler"]
+    assert res.summary["verdict"].startswith("rank 2 is slow: compute, +")
+    assert res.findings[0].evidence["cpu_wait"]["share_of_excess"] == 0.25
+
+
+def test_sched_sampler_reads_this_threads_cpu_time_and_wait():
+    import time
+
+    from rankscope.collect.sched import SchedSampler
+
+    s = SchedSampler()
+    a = s.sample()
+    end = time.perf_counter() + 0.05
+    while time.perf_counter() < end:
+        pass
+    cpu, wait = s.delta(a, s.sample())
+    assert 0.02e9 < cpu < 0.2e9  # ~50 ms of spinning is CPU time (less if the host preempted us)
+    assert (wait is None) == (s.source != "schedstat")
+    assert wait is None or wait >= 0
+
+
+def test_cpu_wait_above_a_tenth_of_the_step_is_advice(tmp_path):
+    res = run_all(load_run(_with_sched(make(tmp_path, {}), {1: 3.0}), jobs=1))["advice"]
+    hit = [f for f in res.findings if f.kind == "advice.cpu_contention"]
+    assert len(hit) == 1 and hit[0].ranks == (1,)  # 3 ms of a 20 ms step: 15 %; others 0.2 ms (1 %)
+    assert hit[0].evidence["share"] == {"1": 0.15}
+
+
+def _pair(excess: list[float]) -> pl.DataFrame:
+    """Two ranks, one row per step: rank 0 owns 10 ms per step, rank 1 10 ms × (1 + excess[step])."""
+    n = len(excess)
+    return pl.DataFrame({"rank": [0] * n + [1] * n, "step": list(range(n)) * 2,
+                         "wall": [10.0] * n + [10.0 * (1 + e) for e in excess], "comm_exposed": [0.0] * (2 * n),
+                         "data_wait": [0.0] * (2 * n), "computing": [0.0] * (2 * n), "free": [0.0] * (2 * n),
+                         "complete": [True] * (2 * n)})
+
+
+def test_signed_rank_p_values():
+    # exact one-sided values (hand-counted: 2**n equally likely sign patterns)
+    assert signed_rank_p(np.array([0.1] * 6)) == 1 / 64
+    assert signed_rank_p(np.array([0.3, 0.2, 0.1, -0.05])) == 2 / 16  # W+ = 9 of 10: {all +, all but 1 +}
+    assert signed_rank_p(np.array([-0.1, -0.2])) == 1.0 and signed_rank_p(np.array([])) == 1.0
+    assert signed_rank_p(np.array([0.1, -0.1, 0.2, -0.2, 0.3, -0.3])) > 0.3  # balanced: no evidence
+
+
+def test_paired_rule_two_ranks():
+    from rankscope.analysis.straggler import paired, per_rank
+
+    steady = _pair([0.12, 0.15, 0.11, 0.13, 0.2, 0.12, 0.14, 0.16, 0.1, 0.13])  # +10-20 % in every step
+    assert [(i, t) for i, _, t in paired(steady, per_rank(steady))] == [(1, "signed-rank")]
+    mixed = _pair([0.12, 0.15, -0.05, 0.13, 0.2, -0.02, 0.14, 0.16, 0.1, 0.13])  # 8 of 10 steps: p = 0.005
+    assert paired(mixed, per_rank(mixed)) == []
+    eight = _pair([0.12, 0.15, 0.11, 0.13, 0.2, 0.12, 0.14, 0.16])  # 8 of 8: p = 1/256, too few steps
+    assert paired(eight, per_rank(eight)) == []
+    small = _pair([0.06] * 10)  # every step, but below the 8 % floor
+    assert paired(small, per_rank(small)) == []
+    assert outliers(per_rank(steady)["own"].to_numpy()) == []  # the +25 % ratio rule alone misses it
+
+
+def test_cause_is_the_component_that_grew_most_against_its_usual_size():
+    from rankscope.analysis.straggler import cause
+
+    others = pl.DataFrame({"computing": [21.5], "data_wait": [0.35], "free": [0.76]})
+    # measured on a host-busy straggler (ms/step): +5.5 ms idle host time and, induced by the peer's
+    # communication threads, +6.6 ms compute; idle grew 8x, compute 30 %: the cause is host
+    assert cause({"computing": 28.1, "data_wait": 1.4, "free": 6.25}, others)[0] == "host"
+    # compute alone carries the extra time: compute, whatever the small components do
+    assert cause({"computing": 30.0, "data_wait": 0.7, "free": 1.0}, others)[0] == "compute"
+    # a small component that carries a third of the extra time and grew 4x beats +7 % compute
+    kind, excess = cause({"computing": 23.0, "data_wait": 1.35, "free": 0.76}, others)
+    assert kind == "data" and round(excess["data"], 2) == 1.0
+    # ... but under 30 % of the extra time it cannot, however much it grew
+    assert cause({"computing": 24.0, "data_wait": 1.2, "free": 0.76}, others)[0] == "compute"
