@@ -60,7 +60,7 @@ def _retry(fn: Any, *a: Any) -> Any:
 
 
 def real_runs(n: int, healthy: int, ranks: int, out: Path, rng: random.Random,
-              steps: int = 20) -> list[dict[str, Any]]:
+              steps: int = 20, keep: bool = False) -> list[dict[str, Any]]:
     from rankscope.demo.launch import launch
 
     plan = [(rng.choice(sorted(REAL_SLOWDOWN)), rng.randrange(ranks)) for _ in range(n)] + [(None, None)] * healthy
@@ -76,7 +76,8 @@ def real_runs(n: int, healthy: int, ranks: int, out: Path, rng: random.Random,
                      "load1": round(os.getloadavg()[0], 1),
                      "found": r["found"], "secs": round(time.time() - t, 1)})
         print(f"real {i}: truth={kind}@{rank} s={slow:.3f} -> {r['verdict']}", flush=True)
-        shutil.rmtree(d, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(d, ignore_errors=True)
     return rows
 
 
@@ -180,12 +181,13 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="/tmp/rankscope-bench-stragglers")
     p.add_argument("--write", action="store_true", help="write the section into bench/RESULTS.md")
+    p.add_argument("--keep", action="store_true", help="keep the real runs' directories under --out")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t = time.time()
     synth = synth_runs([int(x) for x in args.synth_sizes.split(",") if x], out, args.seed, args.synth_reps)
-    real = real_runs(args.real, args.healthy, args.ranks, out, random.Random(args.seed), args.steps) \
+    real = real_runs(args.real, args.healthy, args.ranks, out, random.Random(args.seed), args.steps, args.keep) \
         if args.real + args.healthy else []
     text = markdown(args, real, synth, time.time() - t)
     (out / "results.json").write_text(json.dumps({"real": real, "synth": synth}, default=str, indent=1))

@@ -9,10 +9,17 @@ Pattern: two sources, combined.
    the end-time difference (gloo spans end tens of µs apart with single pairs up to ±9 ms, so a
    mean would be dragged); the pairwise edges of all groups are solved by weighted least squares
    with ``o_ref = 0``. The residual per rank is the
-   median absolute end-time mismatch after alignment; a drift (ppm) is estimated from the first
-   vs second half of the window.
+   median absolute end-time mismatch after alignment.
+3. Drift: a clock that runs fast or slow shows as an end-time difference to the reference rank
+   that grows across the window. It is the slope of that difference over time (least squares after
+   dropping outliers, :func:`fit_drift`), *applied* only when it is real: ``DRIFT_Z`` standard
+   errors from zero and moving the clock by more than ``DRIFT_MIN_NS`` between the window's centre
+   and its ends (long windows, hosts without a disciplined clock). The
+   correction is then ``offset + drift_ppm * 1e-6 * (ts - offset - t_ref_ns)``, ``t_ref_ns`` being
+   the window's centre on the reference clock, where the constant offset was measured.
 
-Convention: ``offset_ns[r] = clock_r - clock_ref``; time on the reference clock = ``ts - offset``.
+Convention: ``offset_ns[r] = clock_r - clock_ref``; time on the reference clock = ``ts - offset``
+(``ts - correction`` with a drift: :meth:`ClockAlignment.shift`, :func:`correction_expr`).
 Everything here is pure: the Run is not changed. ``RANKSCOPE_CLOCK_ALIGN=0`` (or ``enabled=False``)
 switches alignment off: offsets are then zero and say so.
 """
@@ -29,6 +36,8 @@ from rankscope.analysis.base import Finding, Result, Severity, frame
 from rankscope.analysis.stats import as_int
 from rankscope.model.run import Run
 
+DRIFT_Z = 5.0
+DRIFT_MIN_NS = 10_000
 MATCHED_COLUMNS = ["pg_name", "pg_ranks", "instance", "op", "rank", "ts", "end", "dur", "dev_ts", "dev_end", "bytes"]
 
 
@@ -72,18 +81,38 @@ class ClockAlignment:
     ref: int
     offset_ns: dict[int, int]
     residual_ns: dict[int, int] = field(default_factory=dict)
-    drift_ppm: dict[int, float] = field(default_factory=dict)
+    drift_ppm: dict[int, float] = field(default_factory=dict)  # estimated
     samples: dict[int, int] = field(default_factory=dict)
     source: dict[int, str] = field(default_factory=dict)
     enabled: bool = True
+    applied_drift_ppm: dict[int, float] = field(default_factory=dict)  # significant drifts only
+    t_ref_ns: int = 0  # where the constant offsets hold (the centre of the matched collectives)
+
+    def correction(self, rank: int, ts: Any) -> Any:
+        """How far ``rank``'s clock is ahead of the reference at local time(s) ``ts`` (numpy)."""
+        ppm = self.applied_drift_ppm.get(rank, 0.0)
+        base = self.offset_ns.get(rank, 0)
+        if not ppm:
+            return base
+        # drift runs on the reference clock's time: local ts minus the offset (up to seconds apart)
+        return base + np.rint((np.asarray(ts) - base - self.t_ref_ns) * (ppm * 1e-6)).astype(np.int64)
 
     def shift(self, rank: int, ts: Any) -> Any:
-        """``ts`` (numpy array or polars expression / Series) moved onto the reference clock."""
-        return ts - self.offset_ns.get(rank, 0)
+        """``ts`` (numpy array or scalar) moved onto the reference clock."""
+        return ts - self.correction(rank, ts)
 
     def offsets_expr(self, rank_col: str = "rank") -> pl.Expr:
-        """A polars expression giving each row's offset from its rank column."""
+        """A polars expression giving each row's constant offset from its rank column."""
         return pl.col(rank_col).replace_strict(self.offset_ns, default=0, return_dtype=pl.Int64)
+
+    def correction_expr(self, ts: pl.Expr, rank_col: str = "rank") -> pl.Expr:
+        """Each row's correction (offset, plus drift where applied) at its own time ``ts``."""
+        base = self.offsets_expr(rank_col)
+        drifts = {r: v for r, v in self.applied_drift_ppm.items() if v}
+        if not drifts:
+            return base
+        ppm = pl.col(rank_col).replace_strict(drifts, default=0.0, return_dtype=pl.Float64)
+        return base + ((ts - base - self.t_ref_ns).cast(pl.Float64) * ppm * 1e-6).round().cast(pl.Int64)
 
     def to_frame(self) -> pl.DataFrame:
         ranks = sorted(self.offset_ns)
@@ -91,8 +120,14 @@ class ClockAlignment:
             "rank": ranks, "offset_ns": [self.offset_ns[r] for r in ranks],
             "residual_ns": [self.residual_ns.get(r, -1) for r in ranks],
             "drift_ppm": [self.drift_ppm.get(r, 0.0) for r in ranks],
+            "drift_applied": [bool(self.applied_drift_ppm.get(r)) for r in ranks],
             "samples": [self.samples.get(r, 0) for r in ranks],
             "source": [self.source.get(r, "none") for r in ranks]}, schema_overrides={"rank": pl.Int64})
+
+
+def sync_t0(matched: pl.DataFrame) -> int:
+    """The origin ``refine`` measures its times from (earliest synchronising end)."""
+    return as_int(sync_times(matched)["t"].min()) if matched.height else 0
 
 
 def sync_times(matched: pl.DataFrame) -> pl.DataFrame:
@@ -140,12 +175,57 @@ def refine(sync: pl.DataFrame, prior: dict[int, int]) -> tuple[dict[int, int], p
 
 
 def _quality(df: pl.DataFrame) -> pl.DataFrame:
-    """Per rank: residual (median |res|), samples, drift from the window's two halves."""
-    mid = df["c"].median() if df.height else 0
-    return df.group_by("rank").agg(
-        residual=pl.col("res").abs().median(), samples=pl.len(),
-        r1=pl.col("res").filter(pl.col("c") < mid).median(), r2=pl.col("res").filter(pl.col("c") >= mid).median(),
-        c1=pl.col("c").filter(pl.col("c") < mid).median(), c2=pl.col("c").filter(pl.col("c") >= mid).median())
+    """Per rank: residual (median |res|) and samples."""
+    return df.group_by("rank").agg(residual=pl.col("res").abs().median(), samples=pl.len())
+
+
+def fit_drift(x: np.ndarray, y: np.ndarray) -> tuple[float, bool]:
+    """Drift (ppm) = slope of ``y`` (ns, clock difference) over ``x`` (ns, time), and whether it is
+    significant. Least squares after dropping outliers (beyond 5 MADs of a first fit: gloo's
+    single pairs milliseconds apart); significant when the slope is DRIFT_Z standard errors from 0
+    and moves the clock by more than DRIFT_MIN_NS from the window's centre to its ends."""
+    if len(x) < 8:
+        return 0.0, False
+    x, y = x.astype(float), y.astype(float)
+    mad0 = float(np.median(np.abs(y - np.median(y)))) * 1.4826
+    keep0 = np.abs(y - np.median(y)) <= max(5 * mad0, 1.0)  # gross outliers first: they would tilt a fit
+    if keep0.sum() >= 8:
+        x, y = x[keep0], y[keep0]
+    x = x - float(np.mean(x))
+    for _ in range(2):
+        a, b = np.polyfit(x, y, 1)
+        e = y - (a * x + b)
+        mad = float(np.median(np.abs(e - np.median(e)))) * 1.4826
+        keep = np.abs(e) <= max(5 * mad, 1.0)
+        if keep.sum() < 8 or keep.all():
+            break
+        x, y = x[keep], y[keep]
+        x = x - float(np.mean(x))
+    a, b = np.polyfit(x, y, 1)
+    e = y - (a * x + b)
+    sxx = float(np.sum(x * x))
+    if sxx <= 0:
+        return 0.0, False
+    se = (float(np.sum(e * e)) / max(len(x) - 2, 1) / sxx) ** 0.5
+    reach = abs(a) * (float(x.max()) - float(x.min())) / 2
+    return float(a * 1e6), bool(abs(a) > DRIFT_Z * max(se, 1e-12) and reach > DRIFT_MIN_NS)
+
+
+def drifts(rows: pl.DataFrame, ref: int) -> dict[int, tuple[float, bool]]:
+    """Per rank, drift against ``ref`` from the instances both ranks took part in (their aligned
+    end-time difference over time); ranks that share no group with ``ref`` are measured against
+    the consensus of each instance instead (the ``res`` column) minus the reference's own."""
+    al = rows.with_columns(a=(pl.col("t") - pl.col("o")).cast(pl.Float64))
+    base = al.filter(pl.col("rank") == ref).select("key", ra=pl.col("a"), rc=pl.col("res"))
+    out: dict[int, tuple[float, bool]] = {}
+    for r, grp in al.filter(pl.col("rank") != ref).group_by("rank"):
+        rank = int(r[0])
+        both = grp.join(base, on="key")
+        if both.height >= 8:
+            out[rank] = fit_drift(both["c"].to_numpy(), (both["a"] - both["ra"]).to_numpy())
+        else:
+            out[rank] = fit_drift(grp["c"].to_numpy(), grp["res"].to_numpy())
+    return out
 
 
 def align(run: Run, matched: pl.DataFrame | None = None, *, enabled: bool | None = None,
@@ -174,9 +254,11 @@ def align(run: Run, matched: pl.DataFrame | None = None, *, enabled: bool | None
         out.source[r] = "anchors (collectives agree)" if r in kept else (
             "anchors+collectives" if r in prior else "collectives")
         out.residual_ns[r], out.samples[r] = int(row["residual"]), int(row["samples"])
-        span = (row["c2"] or 0) - (row["c1"] or 0)
-        out.drift_ppm[r] = float((row["r2"] - row["r1"]) / span * 1e6) if span and row["r1"] is not None \
-            and row["r2"] is not None else 0.0
+    for r, (ppm, sig) in drifts(rows, ref).items():
+        out.drift_ppm[r] = ppm
+        if sig and r not in kept:
+            out.applied_drift_ppm[r] = ppm
+    out.t_ref_ns = sync_t0(matched) + as_int(rows["c"].median()) if rows.height else 0
     return out
 
 
@@ -205,7 +287,9 @@ def run_clock(run: Run, results: dict[str, Result]) -> Result:
     max_abs = max((abs(v) for v in al.offset_ns.values()), default=0)
     summary: dict[str, Any] = {
         "enabled": al.enabled, "ref": al.ref, "offsets_ns": {str(r): v for r, v in al.offset_ns.items()},
-        "max_abs_offset_ns": max_abs, "max_residual_ns": max(al.residual_ns.values(), default=0)}
+        "max_abs_offset_ns": max_abs, "max_residual_ns": max(al.residual_ns.values(), default=0),
+        "drift_applied_ppm": {str(r): round(v, 3) for r, v in al.applied_drift_ppm.items()},
+        "t_ref_ns": al.t_ref_ns}
     findings = []
     if al.enabled and max_abs > 1_000_000:
         worst = max(al.offset_ns, key=lambda r: abs(al.offset_ns[r]))
@@ -217,9 +301,22 @@ def run_clock(run: Run, results: dict[str, Result]) -> Result:
     return Result("clock", tables={"offsets": al.to_frame().to_arrow()}, findings=findings, summary=summary)
 
 
-def alignment_from(results: dict[str, Result]) -> dict[int, int]:
-    """Offsets computed by the "clock" analysis, or {} when it did not run."""
+def alignment_from(results: dict[str, Result]) -> ClockAlignment | None:
+    """The alignment the "clock" analysis computed (offsets, applied drifts), or None when it did not run."""
     res = results.get("clock")
     if res is None or res.skipped:
-        return {}
-    return {int(k): int(v) for k, v in res.summary.get("offsets_ns", {}).items()}
+        return None
+    sm = res.summary
+    return ClockAlignment(
+        ref=int(sm.get("ref", 0)), offset_ns={int(k): int(v) for k, v in sm.get("offsets_ns", {}).items()},
+        applied_drift_ppm={int(k): float(v) for k, v in sm.get("drift_applied_ppm", {}).items()},
+        t_ref_ns=int(sm.get("t_ref_ns", 0)), enabled=bool(sm.get("enabled", True)))
+
+
+def correction_expr(al: ClockAlignment | dict[int, int] | None, ts: pl.Expr, rank_col: str = "rank") -> pl.Expr:
+    """Per-row clock correction for ``ts``: from an alignment, plain offsets, or none (0)."""
+    if al is None or (isinstance(al, dict) and not al):
+        return pl.lit(0, dtype=pl.Int64)
+    if isinstance(al, dict):
+        return pl.col(rank_col).replace_strict(al, default=0, return_dtype=pl.Int64)
+    return al.correction_expr(ts, rank_col)

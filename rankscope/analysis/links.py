@@ -14,20 +14,21 @@ import numpy as np
 import polars as pl
 
 from rankscope.analysis.base import Finding, Result, Severity
+from rankscope.analysis.clock import ClockAlignment, correction_expr
 from rankscope.analysis.stats import high_outliers
 from rankscope.model.run import Run
 
 MIN_REL = 0.2  # a group must move the same bytes at least 20 % slower than its peers
 
 
-def instances(matched: pl.DataFrame, offsets: dict[int, int]) -> pl.DataFrame:
-    """One row per matched instance: arrivals, skew, transfer time, last rank (aligned clocks)."""
+def instances(matched: pl.DataFrame, offsets: ClockAlignment | dict[int, int] | None) -> pl.DataFrame:
+    """One row per matched instance: arrivals, skew, transfer time, last rank (aligned clocks:
+    ``offsets`` is the clock analysis' alignment, plain per-rank offsets, or None)."""
     if matched.height == 0:
         return pl.DataFrame()
-    off = pl.col("rank").replace_strict(offsets, default=0, return_dtype=pl.Int64) if offsets else pl.lit(0)
-    df = matched.with_columns(
-        arr=pl.when(pl.col("dev_ts") >= 0).then(pl.col("dev_ts")).otherwise(pl.col("ts")) - off,
-        fin=pl.when(pl.col("dev_end") >= 0).then(pl.col("dev_end")).otherwise(pl.col("end")) - off)
+    arr = pl.when(pl.col("dev_ts") >= 0).then(pl.col("dev_ts")).otherwise(pl.col("ts"))
+    fin = pl.when(pl.col("dev_end") >= 0).then(pl.col("dev_end")).otherwise(pl.col("end"))
+    df = matched.with_columns(arr=arr - correction_expr(offsets, arr), fin=fin - correction_expr(offsets, fin))
     return (df.sort("arr").group_by("pg_name", "instance").agg(
         op=pl.col("op").first(), bytes=pl.col("bytes").max(), pg_ranks=pl.col("pg_ranks").first().cast(pl.Utf8),
         n=pl.len(), members=pl.col("rank").sort(), first=pl.col("arr").min(), last=pl.col("arr").max(),

@@ -42,11 +42,12 @@ def parse_ints(spec: str | None, what: str) -> list[int] | None:
         raise RankscopeError(f"{what} {exc}") from exc
 
 
-def aligned_offsets(run: Any) -> dict[int, int]:
-    """Clock offsets refined with matched collectives, as the clock analysis computes them."""
+def aligned_offsets(run: Any) -> Any:
+    """The clock alignment the clock analysis computes (offsets refined with matched collectives,
+    and drifts where significant): a ``ClockAlignment``, accepted wherever ``offsets`` are."""
     from rankscope.analysis.clock import align
 
-    return dict(align(run).offset_ns)
+    return align(run)
 
 
 def _window(run: Any, rank: int, steps: set[int] | None) -> tuple[int, int] | None:
@@ -70,24 +71,31 @@ def _in_window(df: Any, win: tuple[int, int] | None, end_col: str | None = "dur"
 
 
 
-def rank_frames(run: Any, rank: int, offset: int, steps: set[int] | None) -> dict[str, Any]:
-    """Slices, collectives and memory of one rank, clock-aligned (ts - offset), inside the selected steps."""
+def rank_frames(run: Any, rank: int, offset: int, steps: set[int] | None, drift_ppm: float = 0.0,
+                t_ref_ns: int = 0) -> dict[str, Any]:
+    """Slices, collectives and memory of one rank, clock-aligned (ts - offset, minus the drift
+    correction ``drift_ppm * 1e-6 * (ts - offset - t_ref_ns)`` when given), inside the selected steps."""
     import polars as pl
+
+    def aligned(ts: Any) -> Any:
+        if not drift_ppm:
+            return ts - offset
+        return ts - offset - ((ts - offset - t_ref_ns).cast(pl.Float64) * (drift_ppm * 1e-6)).round().cast(pl.Int64)
 
     win = _window(run, rank, steps)
     ev = frame(run.table(rank, "events", columns=["name", "kind", "ts", "dur", "tid", "stream"]))
     ev = _in_window(ev.with_columns(pl.col("name").cast(pl.Utf8), pl.col("kind").cast(pl.Utf8)), win)
     track = pl.when(pl.col("kind").is_in(DEVICE_KINDS)).then(STREAM_BASE + pl.col("stream").clip(0)) \
         .otherwise(pl.col("tid"))
-    ev = ev.select("name", (pl.col("ts") - offset).alias("ts"), "dur", track.alias("track"))
+    ev = ev.select("name", aligned(pl.col("ts")).alias("ts"), "dur", track.alias("track"))
     co = frame(run.table(rank, "collectives", columns=["op", "name", "ts", "dur", "pg_ranks", "bytes_in"]))
     co = _in_window(co.with_columns(pl.col(c).cast(pl.Utf8) for c in ("op", "name", "pg_ranks")), win)
-    co = co.sort("ts").with_columns((pl.col("ts") - offset).alias("ts"),
+    co = co.sort("ts").with_columns(aligned(pl.col("ts")).alias("ts"),
                                     k=pl.int_range(pl.len()).over("pg_ranks"), rank=pl.lit(rank))
     # Calls on one track must not overlap, or begin/end pairs would cross.
     co = co.with_columns(dur=pl.min_horizontal("dur", pl.col("ts").shift(-1).fill_null(2**62) - pl.col("ts")))
     mem = frame(run.table(rank, "memory", columns=["ts", "total_allocated"]))
-    mem = _in_window(mem, win, None).with_columns(pl.col("ts") - offset)
+    mem = _in_window(mem, win, None).with_columns(aligned(pl.col("ts")))
     return {"events": ev, "collectives": co, "memory": mem}
 
 
@@ -105,29 +113,36 @@ def flows(colls: list[Any]) -> Any:
 
 
 def collect(run: Any, *, ranks: list[int] | None = None, steps: list[int] | None = None,
-            offsets: dict[int, int] | None = None) -> dict[str, Any]:
-    """Per-rank frames of the selection plus matched flows and the offsets used."""
+            offsets: Any = None) -> dict[str, Any]:
+    """Per-rank frames of the selection plus matched flows and the offsets used. ``offsets``: a
+    ``ClockAlignment`` (drifts applied too), a rank -> offset dict, or None (collection anchors)."""
     chosen = run.rank_ids if not ranks else [r for r in run.rank_ids if r in set(ranks)]
     if not chosen:
         raise RankscopeError(f"--ranks {ranks}: none of these ranks is in {run.path} (ranks: {run.rank_ids})")
-    used = {r: int((offsets or {}).get(r, run.ranks[r].clock_offset_ns or 0)) for r in chosen}
-    frames = {r: rank_frames(run, r, used[r], set(steps) if steps else None) for r in chosen}
+    drifts: dict[int, float] = dict(getattr(offsets, "applied_drift_ppm", {}) or {})
+    t_ref = int(getattr(offsets, "t_ref_ns", 0) or 0)
+    table = getattr(offsets, "offset_ns", offsets) or {}
+    used = {r: int(table.get(r, run.ranks[r].clock_offset_ns or 0)) for r in chosen}
+    frames = {r: rank_frames(run, r, used[r], set(steps) if steps else None, drifts.get(r, 0.0), t_ref)
+              for r in chosen}
     if steps and all(f["events"].height == 0 for f in frames.values()):
         raise RankscopeError(f"--steps {steps}: no events in these steps in {run.path}")
     fl = flows([f["collectives"] for f in frames.values()])
     for r, f in frames.items():
         f["collectives"] = f["collectives"].join(fl.drop("rank").filter(fl["rank"] == r) if fl.height else
                                                  fl.drop("rank"), on=["pg_ranks", "k"], how="left")
-    return {"frames": frames, "offsets": used, "names": {r: _proc_name(run, r, used[r]) for r in chosen}}
+    return {"frames": frames, "offsets": used, "drift_ppm": {r: drifts[r] for r in chosen if drifts.get(r)},
+            "names": {r: _proc_name(run, r, used[r], drifts.get(r, 0.0)) for r in chosen}}
 
 
-def _proc_name(run: Any, rank: int, offset: int) -> str:
+def _proc_name(run: Any, rank: int, offset: int, drift_ppm: float = 0.0) -> str:
     host = run.ranks[rank].host or "?"
-    return f"rank {rank} · {host}" + (f" · clock {-offset / 1e3:+.1f} µs" if offset else "")
+    return (f"rank {rank} · {host}" + (f" · clock {-offset / 1e3:+.1f} µs" if offset else "")
+            + (f" {-drift_ppm:+.1f} ppm" if drift_ppm else ""))
 
 
 def write_timeline(run: Any, out: str | Path, *, fmt: str | None = None, ranks: list[int] | None = None,
-                   steps: list[int] | None = None, offsets: dict[int, int] | None = None) -> Path:
+                   steps: list[int] | None = None, offsets: Any = None) -> Path:
     """Write the merged timeline; ``fmt`` is "perfetto" or "json" (default: from the extension)."""
     p = Path(out)
     fmt = fmt or ("json" if p.name.endswith((".json", ".json.gz")) else "perfetto")

@@ -68,7 +68,8 @@ def chrome_json(sel: dict[str, Any], run_id: str) -> str:
         parts += [x for x in (_rows(ev), _rows(cx), _rows(mem)) if x]
     parts += [x for x in [_flow_rows(flows)] if x]
     meta = {"rankscope": {"run_id": run_id, "base_ns": base, "clock_offsets_ns": {str(k): v for k, v in
-                                                                                   sel["offsets"].items()}}}
+                                                                                   sel["offsets"].items()},
+                          "clock_drift_ppm": {str(k): v for k, v in sel.get("drift_ppm", {}).items()}}}
     return ('{"displayTimeUnit":"ns","metadata":' + json.dumps(meta) + ',"traceEvents":[' + ",".join(parts) + "]}")
 
 

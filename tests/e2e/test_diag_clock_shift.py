@@ -65,3 +65,38 @@ def test_synthetic_offsets_recovered_within_50us(tmp_path):
     assert max(errors) < 50_000, errors
     res = run_all(run, names=NAMES)
     assert res["straggler"].summary["verdict"].startswith("rank 9 is slow: compute")
+
+
+def test_synthetic_drift_applied_over_a_long_window(tmp_path):
+    """Clocks that drift (up to ±1000 ppm here, over a ~0.3 s window: up to ~150 µs at the ends) are corrected
+    with their drift: matched collectives end together at both ends of the window, which a
+    constant offset alone cannot do. The merged timeline uses the same correction."""
+    import polars as pl
+
+    from rankscope.analysis.clock import align, matched_collectives
+    from rankscope.render.timeline import aligned_offsets, collect
+    from rankscope.synth import generate
+
+    path = generate(tmp_path / "run", ranks=8, steps=30, ops_per_step=20, clock_skew_s=0.5,
+                    clock_drift_ppm=1000, seed=3)
+    run = load_run(path, jobs=1)
+    truth = {c["rank"]: c["drift_ppm"] for c in json.loads((path / "synth_truth.json").read_text())["clocks"]}
+    al = align(run, enabled=True)
+    assert al.applied_drift_ppm, al.drift_ppm
+    for r, ppm in al.applied_drift_ppm.items():
+        assert abs(ppm - (truth[r] - truth[0])) < 5.0, (r, ppm, truth[r])
+    m = matched_collectives(run)
+    t = pl.when(pl.col("dev_end") >= 0).then(pl.col("dev_end")).otherwise(pl.col("end"))
+    key = ["pg_name", "instance"]
+
+    def spread(corr: pl.Expr) -> pl.DataFrame:
+        return (m.with_columns(a=t - corr).group_by(key).agg(s=pl.col("a").max() - pl.col("a").min(),
+                                                              at=pl.col("a").min()).sort("at"))
+    with_drift = spread(al.correction_expr(t))
+    constant = spread(al.offsets_expr())
+    edge = max(with_drift.height // 10, 1)
+    ends = pl.concat([with_drift.head(edge), with_drift.tail(edge)])
+    assert ends["s"].max() < 20_000  # within 20 µs at both ends of the window
+    assert pl.concat([constant.head(edge), constant.tail(edge)])["s"].max() > 50_000
+    sel = collect(run, ranks=[0, 1], steps=None, offsets=aligned_offsets(run))
+    assert sel["drift_ppm"] == {r: v for r, v in al.applied_drift_ppm.items() if r in (0, 1)}

@@ -12,15 +12,17 @@ T0 = 1_767_225_600_000_000_000
 
 
 def _matched(offsets: dict[int, int], groups: dict[str, list[int]], n: int = 40, outliers: bool = True,
-             seed: int = 0) -> pl.DataFrame:
-    """Collectives whose true ends coincide (± 30 µs jitter), seen on each rank's own clock."""
+             seed: int = 0, drift_ppm: dict[int, float] | None = None, every_ns: int = 1_000_000) -> pl.DataFrame:
+    """Collectives whose true ends coincide (± 30 µs jitter), seen on each rank's own clock (which
+    may run ``drift_ppm`` fast: local = true + offset + ppm * 1e-6 * (true - T0))."""
     rng = np.random.default_rng(seed)
     rows = []
     for g, (name, ranks) in enumerate(groups.items()):
         for k in range(n):
-            end_true = T0 + (k * 1_000_000) + g * 137_000
+            end_true = T0 + (k * every_ns) + g * 137_000
             for r in ranks:
                 end = end_true + offsets[r] + int(rng.normal(0, 30_000))
+                end += int((drift_ppm or {}).get(r, 0.0) * 1e-6 * (end_true - T0))
                 if outliers and k % 9 == r % 9:
                     end += int(rng.choice([-9_000_000, 9_000_000]))  # gloo: single pairs ±9 ms apart
                 rows.append({"pg_name": name, "pg_ranks": ",".join(map(str, ranks)), "instance": k,
@@ -71,6 +73,33 @@ def test_environment_switch_and_registered_result(monkeypatch):
     al = align(_run([0, 1]), m)
     assert al.enabled and abs(al.offset_ns[1] - 5_000_000) < 20_000
     frame = al.to_frame()
-    assert frame.columns == ["rank", "offset_ns", "residual_ns", "drift_ppm", "samples", "source"]
-    res = Result("clock", summary={"offsets_ns": {"0": 0, "1": 5}})
-    assert alignment_from({"clock": res}) == {0: 0, 1: 5} and alignment_from({}) == {}
+    assert frame.columns == ["rank", "offset_ns", "residual_ns", "drift_ppm", "drift_applied", "samples", "source"]
+    res = Result("clock", summary={"offsets_ns": {"0": 0, "1": 5}, "drift_applied_ppm": {"1": 2.5},
+                                   "t_ref_ns": 7})
+    got = alignment_from({"clock": res})
+    assert got is not None and got.offset_ns == {0: 0, 1: 5} and got.applied_drift_ppm == {1: 2.5}
+    assert got.t_ref_ns == 7 and alignment_from({}) is None
+
+
+def test_drift_over_a_long_window_is_estimated_and_applied():
+    # 30 s window (120 collectives, 250 ms apart); rank 1's clock runs 20 ppm fast: ±300 µs at the ends
+    m = _matched({0: 0, 1: 3_000_000, 2: -1_000_000}, {"0": [0, 1, 2]}, n=120, every_ns=250_000_000,
+                 drift_ppm={1: 20.0})
+    al = align(_run([0, 1, 2]), m, enabled=True)
+    assert abs(al.applied_drift_ppm[1] - 20.0) < 2.0 and 2 not in al.applied_drift_ppm
+    for true in (T0, T0 + 15_000_000_000, T0 + 29_750_000_000):
+        local = true + 3_000_000 + int(20e-6 * (true - T0))
+        assert abs(int(al.shift(1, np.array([local]))[0]) - true) < 50_000  # within 50 µs everywhere
+        assert abs(int(al.shift(2, np.array([true - 1_000_000]))[0]) - true) < 50_000
+    # a constant offset alone is off by ~300 µs at the window's ends
+    assert abs((T0 + 3_000_000) - al.offset_ns[1] - T0) > 250_000
+    # the polars expression gives the same correction as the numpy one
+    ts = pl.Series("ts", [T0, T0 + 29_750_000_000])
+    expr = pl.DataFrame({"rank": [1, 1], "ts": ts}).select(al.correction_expr(pl.col("ts")))
+    assert expr.to_series().to_list() == [int(al.correction(1, t)) for t in ts.to_list()]
+
+
+def test_no_drift_applied_to_noise():
+    m = _matched({0: 0, 1: 3_000_000}, {"0": [0, 1]}, n=120, every_ns=250_000_000)  # outliers, no drift
+    al = align(_run([0, 1]), m, enabled=True)
+    assert al.applied_drift_ppm == {} and abs(al.drift_ppm[1]) < 2.0
