@@ -77,22 +77,65 @@ def outliers(values: np.ndarray) -> list[tuple[int, float, str]]:
     return [(o.index, o.rel_excess, o.test) for o in high_outliers(np.asarray(values, float), rel)]
 
 
-def paired(bd: pl.DataFrame, pr: pl.DataFrame) -> list[tuple[int, float, str]]:
-    """2 ranks: the slower one when it is slower by PAIR_MIN at the median and step by step beyond
-    chance (signed-rank test over steps); (index into ``pr``, relative excess, "signed-rank")."""
-    if pr.height != 2:
+def _paired_test(steps: pl.DataFrame, col: str, alpha: float) -> tuple[int, float] | None:
+    """The rank whose median ``col`` is largest, when it exceeds the other ranks' median by PAIR_MIN
+    and its per-step excess over the others' median in the same step passes a one-sided signed-rank
+    test at ``alpha``: (rank, relative excess)."""
+    med = steps.group_by("rank").agg(pl.col(col).median()).sort(col)
+    if med.height < 2:
+        return None
+    rank = int(med["rank"][-1])
+    ref = steps.filter(pl.col("rank") != rank).group_by("step").agg(ref=pl.col(col).median())
+    mine = steps.filter(pl.col("rank") == rank).join(ref, on="step").filter(pl.col("ref") > 0)
+    rest = as_float(med[col][:-1].median(), 0.0)
+    if rest <= 0 or mine.height == 0:
+        return None
+    rel = as_float(med[col][-1]) / rest - 1
+    if rel < PAIR_MIN or signed_rank_p((mine[col] / mine["ref"] - 1).to_numpy()) > alpha:
+        return None
+    return rank, rel
+
+
+def paired(bd: pl.DataFrame, pr: pl.DataFrame, sched: pl.DataFrame | None = None) -> list[tuple[int, float, str]]:
+    """Step-by-step tests for the slowest rank, each a one-sided signed-rank test of its per-step
+    excess over the other ranks' median in the same step, at PAIR_P * 2 / ranks (the rank was
+    picked as the slowest: Bonferroni), shared among the tests below:
+    - own time (wall minus exposed communication wait);
+    - own time minus the training thread's run-queue wait, where ``sched`` has it for every rank
+      ("cpu-available"): with more ranks than cores, waiting for a CPU swamps the whole step (a
+      healthy rank +24 %) while the time a rank actually had a CPU stays within a few percent;
+    - each component (compute, data wait, idle host) against the others' own time: 5 ms of extra
+      host time per step can stand out step after step where the total does not.
+    Returns [(index into ``pr``, relative excess, test name)] or []."""
+    n = pr.height
+    if n < 2:
         return []
+    steps = bd.with_columns(own=(pl.col("wall") - pl.col("comm_exposed")).cast(pl.Float64))
+    tests = [("own", "signed-rank")]
+    if sched is not None and sched.height:
+        q = sched.filter(pl.col("runq_wait_ns").is_not_null()).select("rank", "step", "runq_wait_ns")
+        joined = steps.join(q, on=["rank", "step"], how="inner")
+        if joined.height == steps.height:
+            steps = joined.with_columns(cpu_available=pl.col("own") - pl.col("runq_wait_ns").cast(pl.Float64))
+            tests.append(("cpu_available", "signed-rank (cpu-available)"))
+    alpha = PAIR_P * 2 / n
+    index = {int(r): i for i, r in enumerate(pr["rank"].to_list())}
+    for col, name in tests:
+        hit = _paired_test(steps, col, alpha / len(tests))
+        if hit is not None:
+            return [(index[hit[0]], hit[1], name)]
     own = pr["own"].to_numpy().astype(float)
     i = int(np.argmax(own))
-    if own[1 - i] <= 0 or own[i] / own[1 - i] - 1 < PAIR_MIN:
-        return []
-    steps = bd.with_columns(own=(pl.col("wall") - pl.col("comm_exposed")).cast(pl.Float64)).pivot(
-        on="rank", index="step", values="own").drop_nulls()
-    mine, other = steps[str(int(pr["rank"][i]))].to_numpy(), steps[str(int(pr["rank"][1 - i]))].to_numpy()
-    ok = other > 0
-    if signed_rank_p(mine[ok] / other[ok] - 1) > PAIR_P:
-        return []
-    return [(i, float(own[i] / own[1 - i] - 1), "signed-rank")]
+    rank = int(pr["rank"][i])
+    ref = steps.filter(pl.col("rank") != rank).group_by("step").agg(
+        pl.col(c).cast(pl.Float64).median().alias(f"ref_{c}") for c in ["own", *COMPONENTS])
+    mine = steps.filter(pl.col("rank") == rank).join(ref, on="step").filter(pl.col("ref_own") > 0)
+    rest = float(np.median(np.delete(own, i)))
+    for c in COMPONENTS:
+        excess = ((mine[c] - mine[f"ref_{c}"]) / mine["ref_own"]).to_numpy()
+        if len(excess) and float(np.median(excess)) >= PAIR_MIN and signed_rank_p(excess) <= alpha / len(COMPONENTS):
+            return [(i, float(own[i] / rest - 1) if rest > 0 else 0.0, f"signed-rank ({COMPONENTS[c]})")]
+    return []
 
 
 def consistency(bd: pl.DataFrame, rank: int) -> float:
@@ -227,10 +270,11 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
     """Stragglers whose own (non-waiting) time per step is an outlier, with cause and time lost."""
     findings = []
     sched = sched_frame(run)
-    for i, rel, test in outliers(pr["own"].to_numpy().astype(float)) or paired(bd, pr):
+    for i, rel, test in outliers(pr["own"].to_numpy().astype(float)) or paired(bd, pr, sched):
         rank = int(pr["rank"][i])
         cons = consistency(bd, rank)
-        if cons < (PAIR_CONSISTENCY if test == "ratio" and pr.height == 2 else CONSISTENCY):
+        if cons < (PAIR_CONSISTENCY if test == "ratio" and pr.height == 2 else
+                   0.0 if test.startswith("signed-rank") else CONSISTENCY):
             continue
         row = pr.row(i, named=True)
         others = pr.filter(pl.col("rank") != rank)
@@ -242,7 +286,7 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
         waited = wait_excess(sched, rank, float(row["own"]) - as_float(others["own"].median()))
         if waited is not None:
             evidence["cpu_wait"] = waited
-            if waited["share_of_excess"] >= CONTENTION_SHARE:
+            if waited["share_of_excess"] >= CONTENTION_SHARE and "cpu-available" not in test:
                 kind = "contention"
         if kind != "contention" and bd.filter(pl.col("rank") == rank)["source"][0] == "host":
             kind = refine(run, kind, rank, others["rank"].to_list(), evidence)
@@ -253,7 +297,7 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
                 if imb["unseen_shape_time_share"] > IMBALANCE_SHARE:
                     kind = "imbalance"
         evidence["time_lost"] = time_lost(run, rank, results, bd)
-        floor = {"ratio": PAIR_THRESHOLD, "signed-rank": PAIR_MIN}.get(test, REL_THRESHOLD)
+        floor = PAIR_MIN if test.startswith("signed-rank") else PAIR_THRESHOLD if test == "ratio" else REL_THRESHOLD
         strength = min(1.0, rel / (2 * floor))
         findings.append(_finding(rank, kind, rel, evidence, cons * strength))
     return findings

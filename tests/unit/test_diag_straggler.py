@@ -185,3 +185,46 @@ def test_cause_is_the_component_that_grew_most_against_its_usual_size():
     assert kind == "data" and round(excess["data"], 2) == 1.0
     # ... but under 30 % of the extra time it cannot, however much it grew
     assert cause({"computing": 24.0, "data_wait": 1.2, "free": 0.76}, others)[0] == "compute"
+
+
+def _ranks(own: dict[int, list[float]], free: dict[int, list[float]] | None = None) -> pl.DataFrame:
+    """One row per rank and step: own time ``own[r][step]`` (ms, no communication wait), of which
+    ``free[r][step]`` is idle host time and the rest compute."""
+    rows = []
+    for r, vals in own.items():
+        for s, v in enumerate(vals):
+            f = (free or {}).get(r, [0.5] * len(vals))[s]
+            rows.append({"rank": r, "step": s, "wall": v, "comm_exposed": 0.0, "data_wait": 0.0,
+                         "computing": v - f, "free": f, "complete": True})
+    return pl.DataFrame(rows)
+
+
+def test_paired_rule_four_ranks_where_dixon_cannot_tell():
+    from rankscope.analysis.straggler import paired, per_rank
+
+    rng = np.random.default_rng(3)
+    base = {r: list(10 + rng.normal(0, 0.6, 12)) for r in range(4)}
+    base[3] = [v * 1.15 for v in base[3]]  # +15 % in every step, within the others' spread per step
+    bd = _ranks(base)
+    pr = per_rank(bd)
+    assert outliers(pr["own"].to_numpy()) == []  # Dixon's Q on 4 medians does not reach its critical value
+    assert [(int(pr["rank"][i]), t) for i, _, t in paired(bd, pr)] == [(3, "signed-rank")]
+    healthy = _ranks({r: list(10 + rng.normal(0, 0.6, 12)) for r in range(4)})
+    assert paired(healthy, per_rank(healthy)) == []
+
+
+def test_paired_rule_finds_a_component_the_total_hides():
+    from rankscope.analysis.straggler import paired, per_rank
+
+    # rank 2: 2 ms more idle host time in every step (Python busy-work), but its total own time is
+    # as noisy as everyone's (4 ranks sharing 2 cores); the "free" column shows it step after step
+    own = {0: [10, 13, 9, 12, 10, 14, 9, 11, 13, 10, 12, 9], 1: [12, 9, 13, 10, 11, 9, 14, 10, 9, 12, 10, 13],
+           2: [13, 10, 12, 14, 9, 12, 11, 13, 12, 9, 14, 12], 3: [9, 12, 10, 9, 13, 10, 12, 9, 11, 13, 9, 11]}
+    free = {r: [0.5] * 12 for r in own}
+    free[2] = [2.5] * 12
+    bd = _ranks({r: [float(v) for v in vs] for r, vs in own.items()}, free)
+    pr = per_rank(bd)
+    found = paired(bd, pr)
+    assert [(int(pr["rank"][i]), t) for i, _, t in found] == [(2, "signed-rank (host)")]
+    free[2] = [0.5] * 12
+    assert paired(_ranks({r: [float(v) for v in vs] for r, vs in own.items()}, free), pr) == []
