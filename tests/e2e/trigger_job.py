@@ -57,7 +57,8 @@ class TriggerJob:
 
     def wait_started(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
-        while sum("TRAINING-STARTED" in x for x in self.lines) < self.nproc:
+        # count occurrences, not lines: two ranks writing at once can share one line
+        while sum(x.count("TRAINING-STARTED") for x in self.lines) < self.nproc:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("job did not start:\n" + "".join(self.lines[-40:]))
             time.sleep(0.05)
