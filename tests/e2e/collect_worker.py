@@ -34,7 +34,8 @@ def main() -> None:
     net = torch.nn.Linear(32, 32)
     model = net if mode == "idle" else torch.nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    up = UploadConfig(jitter_s=0.1, backoff_base_s=0.1, backoff_max_s=0.5, exit_timeout_s=3)
+    up = UploadConfig(jitter_s=0.1, backoff_base_s=0.1, backoff_max_s=0.5,
+                      exit_timeout_s=float(os.environ.get("RS_EXIT_S", "3")))
     sched = None if mode == "trigger" else torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=2)
     prof = rankscope.profile(run=run, schedule=sched, on_demand=mode == "trigger",
                              ranks=[1] if mode == "subset" else None,

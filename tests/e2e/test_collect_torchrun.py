@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.fixtures_s3 import free_env_without_aws, free_port, moto_server  # noqa: F401
+from tests.fixtures_s3 import FaultProxy, free_env_without_aws, free_port, moto_server  # noqa: F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = os.path.join(ROOT, "tests", "e2e", "collect_worker.py")
@@ -133,6 +133,74 @@ def test_storage_unreachable_training_finishes_then_resume(tmp_path, moto_server
     r = _resume(str(tmp_path / "spool"), {**os.environ, **moto_server.env})
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("checksum(s) verified") == 2
+
+
+def test_storage_failing_mid_upload_in_a_job_heals_and_nothing_partial_is_seen(tmp_path, moto_server):
+    """A real 2-rank job uploads through a proxy that kills every request after 1.5 kB of it (storage
+    failing mid-upload: the server never gets a whole body); once failures were seen, the proxy
+    heals. Meanwhile the bucket is read directly: every trace object visible is a complete gzip.
+    The job finishes, its retries publish everything, and the checksums verify."""
+    import gzip
+    import threading
+    import time
+
+    import s3fs
+
+    from rankscope.store.fs import open_target
+    from rankscope.store.uploader import verify_rank
+
+    bucket = moto_server.bucket()
+    proxy = FaultProxy(int(moto_server.endpoint.rsplit(":", 1)[1]))
+    proxy.cut_after = 1500
+    env = {**os.environ, **moto_server.env, "AWS_ENDPOINT_URL": proxy.endpoint,
+           "FSSPEC_S3_ENDPOINT_URL": proxy.endpoint, "RS_EXIT_S": "30",
+           "PYTHONPATH": ROOT, "RS_SPOOL": str(tmp_path / "spool"), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
+           f"--master-port={free_port()}", WORKER, f"s3://{bucket}/flaky", "ok"]
+    direct = s3fs.S3FileSystem(endpoint_url=moto_server.endpoint, key="test", secret="test", skip_instance_cache=True)
+    seen: set[str] = set()
+    partial: list[str] = []
+
+    def check_visible() -> None:
+        direct.invalidate_cache()
+        for path in direct.find(f"{bucket}/flaky"):
+            if path.endswith(".json.gz") and path not in seen:
+                try:
+                    gzip.decompress(direct.cat_file(path))
+                    seen.add(path)
+                except (OSError, EOFError) as exc:
+                    partial.append(f"{path}: {exc}")
+
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out: dict[str, str] = {}
+    reader = threading.Thread(target=lambda: out.update(zip(("stdout", "stderr"), proc.communicate())))
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while proxy.cuts < 2 and proc.poll() is None and time.monotonic() < deadline:
+            check_visible()
+            time.sleep(0.1)
+        cuts = proxy.cuts
+        proxy.cut_after = None  # storage heals
+        deadline = time.monotonic() + 90
+        while proc.poll() is None and time.monotonic() < deadline:
+            check_visible()
+            time.sleep(0.2)
+        reader.join(10)
+        check_visible()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proxy.close()
+    assert proc.returncode == 0 and out.get("stdout", "").count("TRAINING-DONE") == 2, out.get("stderr", "")[-3000:]
+    assert cuts >= 2, "no upload was cut: the fault never happened"
+    assert partial == []  # never a partial object, while failing or after
+    target = open_target(f"s3://{bucket}/flaky", {"endpoint_url": moto_server.endpoint, "key": "test",
+                                                  "secret": "test"})
+    for r in (0, 1):
+        ok, problems = verify_rank(target, r)
+        assert problems == [] and ok >= 3, (r, ok, problems)  # 2 windows + meta.json, sha256 checked
+        assert f"{bucket}/flaky/ranks/{r}/window-0001.pt.trace.json.gz" in seen
 
 
 def test_rank_killed_then_resume_verifies(tmp_path, moto_server):
