@@ -105,6 +105,14 @@ class ClockAlignment:
         """A polars expression giving each row's constant offset from its rank column."""
         return pl.col(rank_col).replace_strict(self.offset_ns, default=0, return_dtype=pl.Int64)
 
+    def rank_correction_expr(self, rank: int, ts: pl.Expr) -> pl.Expr:
+        """The correction of one rank's timestamps ``ts`` (a frame with no rank column)."""
+        base = self.offset_ns.get(rank, 0)
+        ppm = self.applied_drift_ppm.get(rank, 0.0)
+        if not ppm:
+            return pl.lit(base, dtype=pl.Int64)
+        return base + ((ts - base - self.t_ref_ns).cast(pl.Float64) * (ppm * 1e-6)).round().cast(pl.Int64)
+
     def correction_expr(self, ts: pl.Expr, rank_col: str = "rank") -> pl.Expr:
         """Each row's correction (offset, plus drift where applied) at its own time ``ts``."""
         base = self.offsets_expr(rank_col)
@@ -123,11 +131,6 @@ class ClockAlignment:
             "drift_applied": [bool(self.applied_drift_ppm.get(r)) for r in ranks],
             "samples": [self.samples.get(r, 0) for r in ranks],
             "source": [self.source.get(r, "none") for r in ranks]}, schema_overrides={"rank": pl.Int64})
-
-
-def sync_t0(matched: pl.DataFrame) -> int:
-    """The origin ``refine`` measures its times from (earliest synchronising end)."""
-    return as_int(sync_times(matched)["t"].min()) if matched.height else 0
 
 
 def sync_times(matched: pl.DataFrame) -> pl.DataFrame:
@@ -244,7 +247,8 @@ def align(run: Run, matched: pl.DataFrame | None = None, *, enabled: bool | None
     if matched.height == 0:
         base = prior.get(ref, 0)
         return ClockAlignment(ref, {r: prior.get(r, base) - base for r in ranks}, source=source)
-    off, rows = refine(sync_times(matched), prior)
+    sync = sync_times(matched)
+    off, rows = refine(sync, prior)
     q = {int(row["rank"]): row for row in _quality(rows).iter_rows(named=True)}
     kept = _anchors_that_agree(run, off, prior, q, ref)
     off.update({r: prior[r] for r in kept})
@@ -258,7 +262,8 @@ def align(run: Run, matched: pl.DataFrame | None = None, *, enabled: bool | None
         out.drift_ppm[r] = ppm
         if sig and r not in kept:
             out.applied_drift_ppm[r] = ppm
-    out.t_ref_ns = sync_t0(matched) + as_int(rows["c"].median()) if rows.height else 0
+    # refine measures times from the earliest synchronising end; t_ref is the centre on that scale
+    out.t_ref_ns = as_int(sync["t"].min()) + as_int(rows["c"].median()) if rows.height else 0
     return out
 
 

@@ -71,16 +71,13 @@ def _in_window(df: Any, win: tuple[int, int] | None, end_col: str | None = "dur"
 
 
 
-def rank_frames(run: Any, rank: int, offset: int, steps: set[int] | None, drift_ppm: float = 0.0,
-                t_ref_ns: int = 0) -> dict[str, Any]:
-    """Slices, collectives and memory of one rank, clock-aligned (ts - offset, minus the drift
-    correction ``drift_ppm * 1e-6 * (ts - offset - t_ref_ns)`` when given), inside the selected steps."""
+def rank_frames(run: Any, rank: int, al: Any, steps: set[int] | None) -> dict[str, Any]:
+    """Slices, collectives and memory of one rank, clock-aligned with ``al`` (a ``ClockAlignment``:
+    ts minus the rank's offset, and its drift where one is applied), inside the selected steps."""
     import polars as pl
 
     def aligned(ts: Any) -> Any:
-        if not drift_ppm:
-            return ts - offset
-        return ts - offset - ((ts - offset - t_ref_ns).cast(pl.Float64) * (drift_ppm * 1e-6)).round().cast(pl.Int64)
+        return ts - al.rank_correction_expr(rank, ts)
 
     win = _window(run, rank, steps)
     ev = frame(run.table(rank, "events", columns=["name", "kind", "ts", "dur", "tid", "stream"]))
@@ -119,12 +116,14 @@ def collect(run: Any, *, ranks: list[int] | None = None, steps: list[int] | None
     chosen = run.rank_ids if not ranks else [r for r in run.rank_ids if r in set(ranks)]
     if not chosen:
         raise RankscopeError(f"--ranks {ranks}: none of these ranks is in {run.path} (ranks: {run.rank_ids})")
+    from rankscope.analysis.clock import ClockAlignment
+
     drifts: dict[int, float] = dict(getattr(offsets, "applied_drift_ppm", {}) or {})
-    t_ref = int(getattr(offsets, "t_ref_ns", 0) or 0)
     table = getattr(offsets, "offset_ns", offsets) or {}
     used = {r: int(table.get(r, run.ranks[r].clock_offset_ns or 0)) for r in chosen}
-    frames = {r: rank_frames(run, r, used[r], set(steps) if steps else None, drifts.get(r, 0.0), t_ref)
-              for r in chosen}
+    al = ClockAlignment(ref=chosen[0], offset_ns=used, applied_drift_ppm=drifts,
+                        t_ref_ns=int(getattr(offsets, "t_ref_ns", 0) or 0))
+    frames = {r: rank_frames(run, r, al, set(steps) if steps else None) for r in chosen}
     if steps and all(f["events"].height == 0 for f in frames.values()):
         raise RankscopeError(f"--steps {steps}: no events in these steps in {run.path}")
     fl = flows([f["collectives"] for f in frames.values()])
