@@ -163,10 +163,27 @@ class Timelines:
             self.dir, self._made = None, OrderedDict()
 
 
-def _stamp(p: Path) -> float:
-    """A cheap change marker: newest mtime of the run's manifest, rank directories and the run itself."""
-    items = [p, p / "run.json", *((p / "ranks").iterdir() if (p / "ranks").is_dir() else ())]
-    return max((x.stat().st_mtime for x in items if x.exists()), default=0.0)
+def _stamp(p: Path) -> tuple[tuple[str, int, int], ...]:
+    """A cheap change marker: name, size and mtime of each entry of the run and of its ranks/ folder.
+
+    Our own ``analysis/`` folder (the Parquet cache, reports) is left out: analyzing a run must not make
+    it look changed. The run directory's own mtime is left out for the same reason (creating
+    ``analysis/`` touches it); added or removed entries show up as names instead.
+    """
+    if not p.is_dir():
+        st = p.stat()
+        return ((p.name, st.st_size, st.st_mtime_ns),)
+    items = [x for x in p.iterdir() if x.name != "analysis"]
+    if (p / "ranks").is_dir():
+        items += list((p / "ranks").iterdir())
+    out = []
+    for x in items:
+        try:
+            st = x.stat()
+        except OSError:
+            continue
+        out.append((str(x.relative_to(p)), st.st_size, st.st_mtime_ns))
+    return tuple(sorted(out))
 
 
 def _index(runs: Runs) -> str:
