@@ -32,6 +32,11 @@ NAMES = ["breakdown", "clock", "links", "straggler"]
 # each; data: 64 ms * s per batch; comm: 20 ms * s sleep in the DDP comm hook, two buckets per step;
 # host: 20 ms * s Python busy-work per step).
 REAL_SLOWDOWN = {"compute": (0.09, 0.24), "data": (0.036, 0.11), "comm": (0.06, 0.17), "host": (0.115, 0.35)}
+# The fixed-time kinds (data, comm, host: a sleep or busy-work of so many ms) add a smaller share to a
+# longer step: at 4 ranks on 2 cores each rank's step is about twice as long. --calibrate measures the
+# healthy step time at --ranks and at 2 ranks and scales those ranges by the ratio (compute adds extra
+# matmul blocks, a share of the forward at any rank count, so it is not scaled).
+FIXED_TIME_KINDS = ("data", "comm", "host")
 SYNTH_FACTOR = {"compute": 1.3, "data": 2.5, "host": 8.0, "comm": 1.5}
 
 
@@ -59,16 +64,43 @@ def _retry(fn: Any, *a: Any) -> Any:
         return fn(*a)
 
 
-def real_runs(n: int, healthy: int, ranks: int, out: Path, rng: random.Random,
-              steps: int = 20, keep: bool = False) -> list[dict[str, Any]]:
+def healthy_step_ms(ranks: int, steps: int, out: Path) -> float:
+    """Median step wall time (ms) of a healthy demo run at ``ranks`` ranks, over all ranks and steps."""
+    from rankscope.analysis.registry import run_all
     from rankscope.demo.launch import launch
+    from rankscope.model.run import load_run
+
+    d = out / f"calibrate{ranks}"
+    shutil.rmtree(d, ignore_errors=True)
+    launch(d, ranks=ranks, steps=steps, warmup=2, slow_rank=None, slow_kind="compute", slowdown=0.0)
+    walls = sorted(r["wall"] for r in run_all(load_run(d, jobs=2), names=["breakdown"])["breakdown"]
+                   .tables["breakdown"].to_pylist())
+    shutil.rmtree(d, ignore_errors=True)
+    return walls[len(walls) // 2] / 1e6
+
+
+def calibrated(ranks: int, steps: int, out: Path) -> tuple[dict[str, tuple[float, float]], float]:
+    """REAL_SLOWDOWN with the fixed-time kinds scaled by step(ranks) / step(2 ranks)."""
+    base, here = healthy_step_ms(2, steps, out), healthy_step_ms(ranks, steps, out)
+    scale = here / base
+    print(f"calibration: healthy step {base:.1f} ms at 2 ranks, {here:.1f} ms at {ranks}: x{scale:.2f}", flush=True)
+    return {k: (lo * scale, hi * scale) if k in FIXED_TIME_KINDS else (lo, hi)
+            for k, (lo, hi) in REAL_SLOWDOWN.items()}, scale
+
+
+def real_runs(n: int, healthy: int, ranks: int, out: Path, rng: random.Random,
+              steps: int = 20, keep: bool = False,
+              ranges: dict[str, tuple[float, float]] | None = None) -> list[dict[str, Any]]:
+    from rankscope.demo.launch import launch
+
+    ranges = ranges or REAL_SLOWDOWN
 
     plan = [(rng.choice(sorted(REAL_SLOWDOWN)), rng.randrange(ranks)) for _ in range(n)] + [(None, None)] * healthy
     rows = []
     for i, (kind, rank) in enumerate(plan):
         d = out / f"real{i}"
         shutil.rmtree(d, ignore_errors=True)
-        slow = rng.uniform(*REAL_SLOWDOWN[kind]) if kind else 0.0
+        slow = rng.uniform(*ranges[kind]) if kind else 0.0
         t = time.time()
         launch(d, ranks=ranks, steps=steps, warmup=2, slow_rank=rank, slow_kind=kind or "compute", slowdown=slow)
         r = _retry(diagnose, d)
@@ -134,7 +166,7 @@ def markdown(args: argparse.Namespace, real: list[dict], synth: list[dict], secs
     if real:
         s = score(real)
         lines += [f"Real demo runs ({args.ranks} ranks, torchrun + gloo, batch 256, {args.steps} profiled steps; "
-                  f"slowdown ranges {REAL_SLOWDOWN}):", "",
+                  f"slowdown ranges {args.ranges_text}):", "",
                   "| straggler runs | rank recall | rank precision | cause accuracy | rank and cause right | "
                   "healthy runs | false positives |", "|---|---|---|---|---|---|---|",
                   f"| {s['straggler_runs']} | {s['recall']:.0%} | {s['precision']:.0%} | {s['cause_accuracy']:.0%} | "
@@ -182,12 +214,23 @@ def main() -> None:
     p.add_argument("--out", default="/tmp/rankscope-bench-stragglers")
     p.add_argument("--write", action="store_true", help="write the section into bench/RESULTS.md")
     p.add_argument("--keep", action="store_true", help="keep the real runs' directories under --out")
+    p.add_argument("--calibrate", action="store_true",
+                   help="scale the data/comm/host slowdowns by the healthy step time at --ranks vs 2 ranks "
+                        "(two uncounted healthy runs first), so each injection is 10-30 %% of that step")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t = time.time()
+    ranges = REAL_SLOWDOWN
+    if args.calibrate and args.real:
+        ranges, scale = calibrated(args.ranks, args.steps, out)
+        args.ranges_text = (", ".join(f"{k} {lo:.3f}-{hi:.3f}" for k, (lo, hi) in ranges.items())
+                            + f"; data/comm/host scaled x{scale:.2f} by --calibrate")
+    else:
+        args.ranges_text = ", ".join(f"{k} {lo:.3f}-{hi:.3f}" for k, (lo, hi) in ranges.items())
     synth = synth_runs([int(x) for x in args.synth_sizes.split(",") if x], out, args.seed, args.synth_reps)
-    real = real_runs(args.real, args.healthy, args.ranks, out, random.Random(args.seed), args.steps, args.keep) \
+    real = real_runs(args.real, args.healthy, args.ranks, out, random.Random(args.seed), args.steps, args.keep,
+                     ranges) \
         if args.real + args.healthy else []
     text = markdown(args, real, synth, time.time() - t)
     (out / "results.json").write_text(json.dumps({"real": real, "synth": synth}, default=str, indent=1))

@@ -8,8 +8,8 @@ time per step (wall minus exposed communication wait) is longest. Algorithm:
    Dixon's Q for 3–10, median/MAD beyond) with a minimum relative excess, and the rank above
    the others' median in at least 60 % of the steps (a single noisy step makes no straggler);
    for 2 ranks also a paired rule: a smaller excess, slower step by step (signed-rank test);
-3. cause = "contention" when at least half of the extra own time was spent waiting for a CPU
-   (run-queue wait of the training thread per step, from rankscope.profile's scheduler samples:
+3. cause = "contention" when at least half of the extra own time (means per step) was spent waiting
+   for a CPU (run-queue wait of the training thread per step, from rankscope.profile's scheduler samples:
    the host, not the code, made the rank slow); else the component (compute, data wait, host idle)
    with the largest excess over the other ranks' median; "imbalance" when a large share of the time of the operators it calls as often
    as the others runs on input shapes no other rank sees (larger inputs: different work, not
@@ -270,6 +270,8 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
     """Stragglers whose own (non-waiting) time per step is an outlier, with cause and time lost."""
     findings = []
     sched = sched_frame(run)
+    done = bd.filter(pl.col("complete")) if bd.filter(pl.col("complete")).height else bd
+    own_steps = done.select("rank", "step", own=pl.col("wall") - pl.col("comm_exposed"))
     for i, rel, test in outliers(pr["own"].to_numpy().astype(float)) or paired(bd, pr, sched):
         rank = int(pr["rank"][i])
         cons = consistency(bd, rank)
@@ -283,7 +285,7 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
             "own_time_ns": row["own"], "others_median_ns": as_float(others["own"].median()),
             "excess_ns": {k: round(v) for k, v in excess.items()}, "relative_excess": float(rel),
             "test": test, "consistency": round(cons, 3)}
-        waited = wait_excess(sched, rank, float(row["own"]) - as_float(others["own"].median()))
+        waited = wait_excess(sched, rank, own_steps)
         if waited is not None:
             evidence["cpu_wait"] = waited
             if waited["share_of_excess"] >= CONTENTION_SHARE and "cpu-available" not in test:

@@ -228,3 +228,21 @@ def test_paired_rule_finds_a_component_the_total_hides():
     assert [(int(pr["rank"][i]), t) for i, _, t in found] == [(2, "signed-rank (host)")]
     free[2] = [0.5] * 12
     assert paired(_ranks({r: [float(v) for v in vs] for r, vs in own.items()}, free), pr) == []
+
+
+def test_bursty_cpu_wait_is_split_by_means():
+    """A contended rank waits in bursts: 12 ms in two of six steps, nothing in the others. Own time is
+    CPU time + run-queue wait step by step, so the mean split puts all of the extra time on the run
+    queue; a median of per-step differences would have said 0 %."""
+    from rankscope.analysis.cpu import wait_excess
+
+    burst = [0, 0, 0, 0, 12_000_000, 12_000_000]
+    rows = [(r, s, 12_000_000, burst[s] if r == 1 else 0) for r in (0, 1, 2) for s in range(6)]
+    sched = pl.DataFrame(rows, schema={"rank": pl.Int64, "step": pl.Int64, "cpu_ns": pl.Int64,
+                                       "runq_wait_ns": pl.Int64}, orient="row")
+    own = sched.select("rank", "step", own=pl.col("cpu_ns") + pl.col("runq_wait_ns") + 500_000)
+    w = wait_excess(sched, 1, own)
+    assert w is not None and w["excess_ns"] == 4_000_000 and w["own_excess_ns"] == 4_000_000
+    assert w["share_of_excess"] == 1.0 and w["cpu_excess_ns"] == 0
+    assert wait_excess(sched, 0, own)["share_of_excess"] == 0.0  # rank 0 has no excess at all
+    assert wait_excess(sched.filter(pl.col("rank") == 1), 1, own) is None  # nobody to compare with
