@@ -246,3 +246,48 @@ def test_bursty_cpu_wait_is_split_by_means():
     assert w["share_of_excess"] == 1.0 and w["cpu_excess_ns"] == 0
     assert wait_excess(sched, 0, own)["share_of_excess"] == 0.0  # rank 0 has no excess at all
     assert wait_excess(sched.filter(pl.col("rank") == 1), 1, own) is None  # nobody to compare with
+
+
+def test_paired_rule_finds_blocked_time_under_cpu_noise():
+    """Rank 1 sleeps 1.5 ms per step (a sleep in its gradient hook, inside "compute"): its own time,
+    CPU time and compute are as noisy as everyone's (4 ranks on 2 cores), but own time minus CPU time
+    minus run-queue wait ("blocked") is ~0 on every healthy rank and +1.5 ms on rank 1, step after
+    step. Without scheduler samples nothing can see it; with them, only the blocked test does (16
+    steps: at 4 ranks and 5 parts the test's level is 0.0002, below what 12 steps can reach)."""
+    from rankscope.analysis.straggler import paired, per_rank
+
+    rng = np.random.default_rng(11)
+    cpu = {r: list(10 + rng.normal(0, 1.5, 16)) for r in range(4)}
+    runq = {r: list(np.abs(rng.normal(0, 0.8, 16))) for r in range(4)}
+    own = {r: [c + q + (1.5 if r == 1 else 0.0) + rng.normal(0, 0.05) for c, q in zip(cpu[r], runq[r])]
+           for r in range(4)}
+    bd = _ranks(own)
+    pr = per_rank(bd)
+    assert paired(bd, pr) == []
+    sched = pl.DataFrame([(r, s, int(cpu[r][s] * 1e6), int(runq[r][s] * 1e6)) for r in range(4) for s in range(16)],
+                         schema={"rank": pl.Int64, "step": pl.Int64, "cpu_ns": pl.Int64, "runq_wait_ns": pl.Int64},
+                         orient="row")
+    bd_ns = bd.with_columns(pl.col(c) * 1e6 for c in ("wall", "computing", "free"))
+    found = paired(bd_ns, per_rank(bd_ns), sched)
+    pr_ns = per_rank(bd_ns)
+    assert [(int(pr_ns["rank"][i]), t) for i, _, t in found] == [(1, "signed-rank (blocked)")]
+    calm = {r: [c + q + rng.normal(0, 0.05) for c, q in zip(cpu[r], runq[r])] for r in range(4)}
+    bd_calm = _ranks(calm).with_columns(pl.col(c) * 1e6 for c in ("wall", "computing", "free"))
+    assert paired(bd_calm, per_rank(bd_calm), sched) == []
+
+
+def test_blocked_time_sits_in_the_component_that_can_hold_it():
+    from rankscope.analysis.straggler import cause
+
+    # measured at 4 ranks on 2 cores (ms/step): a 9 ms sleep in rank 2's gradient hook (inside
+    # compute) came with +4.5 ms data loading under contention; data grew more against its usual size
+    others = pl.DataFrame({"computing": [36.2], "data_wait": [5.4], "free": [0.5]})
+    row = {"computing": 44.9, "data_wait": 9.9, "free": 0.6}
+    assert cause(row, others)[0] == "data"
+    # the thread was blocked (not running, not waiting for a CPU) 9.3 ms more per step: only compute
+    # grew enough to hold that
+    assert cause(row, others, blocked_excess=9.3)[0] == "compute"
+    # a sleep in the data loader: data holds it
+    assert cause({"computing": 38.0, "data_wait": 14.0, "free": 0.5}, others, blocked_excess=8.0)[0] == "data"
+    # little blocked time (CPU work): the usual rule
+    assert cause(row, others, blocked_excess=0.4)[0] == "data"
