@@ -58,6 +58,7 @@ class Work(TypedDict):
     unseen_shape_time_share: float
     same_call_count_ops: int
     example: str
+    more_calls: list[dict[str, Any]]
 
 
 
@@ -228,12 +229,13 @@ def refine(run: Run, kind: str, rank: int, others: list[int], evidence: dict[str
 
 
 def _shapes(run: Run, rank: int) -> pl.DataFrame:
-    """Operator time and calls per step per (name, input shapes) on one rank (ops that record shapes)."""
+    """Operator time (t, whole window), calls per step (n) and calls per (name, input shapes) on one
+    rank (ops that record shapes)."""
     ev = frame(run.table(rank, "events", columns=["name", "kind", "dur", "input_dims"]))
     n_steps = max(run.table(rank, "steps", columns=["step"]).num_rows, 1)
     return (ev.filter((pl.col("kind").cast(pl.Utf8) == "cpu_op") & (pl.col("input_dims").cast(pl.Utf8) != ""))
             .group_by(pl.col("name").cast(pl.Utf8), pl.col("input_dims").cast(pl.Utf8))
-            .agg(t=pl.col("dur").sum(), n=pl.len() / n_steps))
+            .agg(t=pl.col("dur").sum(), n=pl.len() / n_steps, calls=pl.len()))
 
 
 def imbalance(run: Run, rank: int, others: list[int]) -> Work | None:
@@ -246,14 +248,24 @@ def imbalance(run: Run, rank: int, others: list[int]) -> Work | None:
     seen = pl.concat([t.select("name", "input_dims") for t in theirs]).unique()
     calls = pl.concat([t.group_by("name").agg(n=pl.col("n").sum()) for t in theirs]).group_by("name").agg(
         ref=pl.col("n").median())
-    same = (mine.group_by("name").agg(n=pl.col("n").sum()).join(calls, on="name")
-            .filter((pl.col("n") - pl.col("ref")).abs() <= 0.05 * pl.col("ref")))["name"]
+    per_name = (mine.group_by("name").agg(n=pl.col("n").sum(), t=pl.col("t").sum(), calls=pl.col("calls").sum())
+                .join(calls, on="name", how="left"))
+    same = per_name.filter((pl.col("n") - pl.col("ref")).abs() <= 0.05 * pl.col("ref"))["name"]
+    # operators this rank calls more often per step than the others (more work, whatever the shapes):
+    # the extra calls' share of its time in them, per step
+    more = (per_name.with_columns(ref=pl.col("ref").fill_null(0.0))
+            .filter((pl.col("n") - pl.col("ref") >= 0.5) & (pl.col("n") > 1.05 * pl.col("ref")))
+            .with_columns(extra_ns=pl.col("t") / pl.col("calls") * (pl.col("n") - pl.col("ref")))
+            .sort("extra_ns", descending=True).head(3))
     mine = mine.filter(pl.col("name").is_in(same.to_list()))
     new = mine.join(seen, on=["name", "input_dims"], how="anti")
     total = float(mine["t"].sum() or 0)
     share = float(new["t"].sum() or 0) / total if total else 0.0
     return Work(unseen_shape_time_share=round(share, 3), same_call_count_ops=int(same.len()),
-                example=(new.sort("t", descending=True).row(0, named=True)["input_dims"] if new.height else ""))
+                example=(new.sort("t", descending=True).row(0, named=True)["input_dims"] if new.height else ""),
+                more_calls=[{"name": r["name"], "calls_per_step": round(r["n"], 2),
+                             "others_calls_per_step": round(r["ref"], 2), "extra_ns_per_step": round(r["extra_ns"])}
+                            for r in more.iter_rows(named=True)])
 
 
 def time_lost(run: Run, rank: int, results: dict[str, Result], bd: pl.DataFrame) -> dict[str, float | str]:
@@ -285,9 +297,23 @@ def time_lost(run: Run, rank: int, results: dict[str, Result], bd: pl.DataFrame)
     return out
 
 
-def _finding(rank: int, kind: str, rel: float, evidence: dict[str, Any], conf: float) -> Finding:
+def work_note(work: Work, compute_excess_ns: float) -> str:
+    """More work or the same work slower, for a compute straggler's title. Calls per step are counts,
+    not timings: a rank that runs extra operators (the demo's injected matmul blocks: aten::mm 13 vs 7
+    per step) differs from one whose same operators on the same shapes take longer (a slower
+    processor or device; measured here on a slower vCPU: no operator called more often)."""
+    more = work["more_calls"]
+    if more and more[0]["extra_ns_per_step"] >= CAUSE_SHARE * max(compute_excess_ns, 1.0):
+        m = more[0]
+        return f" (more calls: {m['name']} {m['calls_per_step']:g} vs {m['others_calls_per_step']:g} per step)"
+    if not more and work["unseen_shape_time_share"] == 0 and work["same_call_count_ops"] > 0:
+        return " (same operators and shapes, slower)"
+    return ""
+
+
+def _finding(rank: int, kind: str, rel: float, evidence: dict[str, Any], conf: float, note: str = "") -> Finding:
     evidence["cause"] = kind
-    return Finding(kind="straggler", title=f"rank {rank} is slow: {kind}, +{rel:.0%} step time",
+    return Finding(kind="straggler", title=f"rank {rank} is slow: {kind}, +{rel:.0%} step time{note}",
                    severity=Severity.WARNING, ranks=(rank,), evidence=evidence, confidence=round(conf, 2))
 
 
@@ -323,16 +349,19 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
                 kind = "contention"
         if kind != "contention" and bd.filter(pl.col("rank") == rank)["source"][0] == "host":
             kind = refine(run, kind, rank, others["rank"].to_list(), evidence)
+        note = ""
         if kind == "compute":
             imb = imbalance(run, rank, others["rank"].to_list())
             if imb:
                 evidence["work"] = imb
                 if imb["unseen_shape_time_share"] > IMBALANCE_SHARE:
                     kind = "imbalance"
+                else:
+                    note = work_note(imb, excess["compute"])
         evidence["time_lost"] = time_lost(run, rank, results, bd)
         floor = PAIR_MIN if test.startswith("signed-rank") else PAIR_THRESHOLD if test == "ratio" else REL_THRESHOLD
         strength = min(1.0, rel / (2 * floor))
-        findings.append(_finding(rank, kind, rel, evidence, cons * strength))
+        findings.append(_finding(rank, kind, rel, evidence, cons * strength, note))
     return findings
 
 

@@ -291,3 +291,21 @@ def test_blocked_time_sits_in_the_component_that_can_hold_it():
     assert cause({"computing": 38.0, "data_wait": 14.0, "free": 0.5}, others, blocked_excess=8.0)[0] == "data"
     # little blocked time (CPU work): the usual rule
     assert cause(row, others, blocked_excess=0.4)[0] == "data"
+
+
+def test_work_note_tells_more_work_from_the_same_work_slower():
+    from rankscope.analysis.straggler import Work, work_note
+
+    # measured on demo runs (bench/RESULTS.md, stragglers): an injected compute straggler calls
+    # aten::mm 13 times per step where the others call it 7 times; +6.8 ms of its +7.6 ms compute
+    more = Work(unseen_shape_time_share=0.0, same_call_count_ops=42, example="",
+                more_calls=[{"name": "aten::mm", "calls_per_step": 13.0, "others_calls_per_step": 7.0,
+                             "extra_ns_per_step": 6_816_558}])
+    assert work_note(more, 7_558_535) == " (more calls: aten::mm 13 vs 7 per step)"
+    # extra calls that explain little of the excess say nothing
+    assert work_note(more, 40_000_000) == ""
+    # a healthy rank on a slower vCPU: the same 52 operators, same shapes, no extra calls
+    same = Work(unseen_shape_time_share=0.0, same_call_count_ops=52, example="", more_calls=[])
+    assert work_note(same, 4_542_490) == " (same operators and shapes, slower)"
+    assert work_note(Work(unseen_shape_time_share=0.1, same_call_count_ops=52, example="[[8, 4]]",
+                          more_calls=[]), 4_542_490) == ""
