@@ -309,3 +309,29 @@ def test_work_note_tells_more_work_from_the_same_work_slower():
     assert work_note(same, 4_542_490) == " (same operators and shapes, slower)"
     assert work_note(Work(unseen_shape_time_share=0.1, same_call_count_ops=52, example="[[8, 4]]",
                           more_calls=[]), 4_542_490) == ""
+
+
+def test_outlier_rules_also_look_at_cpu_available_time():
+    """Measured beside a CPU hog (2-rank demo, rank 1 with 20 ms of host busy-work per step): both ranks
+    waited ~20 ms per step for a CPU, so rank 1's own time was only +23 % (under the +25 % ratio
+    rule, 6 steps: too few for the step-by-step tests), while own time minus run-queue wait was
+    +45 %. The ratio rule on that names rank 1; on a healthy pair it names nobody."""
+    from rankscope.analysis.straggler import cpu_available_outliers, per_rank, with_sched
+
+    steps = 6
+    own = {0: [47.0] * steps, 1: [57.8] * steps}
+    wait = {0: 21.5, 1: 21.4}
+    bd = _ranks(own).with_columns(pl.col(c) * 1e6 for c in ("wall", "computing", "free"))
+    sched = pl.DataFrame([(r, s, int((own[r][s] - wait[r]) * 1e6), int(wait[r] * 1e6)) for r in (0, 1)
+                          for s in range(steps)],
+                         schema={"rank": pl.Int64, "step": pl.Int64, "cpu_ns": pl.Int64, "runq_wait_ns": pl.Int64},
+                         orient="row")
+    pr = per_rank(bd)
+    assert outliers(pr["own"].to_numpy()) == []
+    found = cpu_available_outliers(with_sched(bd, sched), pr)
+    assert [(i, t) for i, _, t in found] == [(1, "ratio (cpu-available)")] and abs(found[0][1] - (36.4 / 25.5 - 1)) < 1e-6
+    assert cpu_available_outliers(with_sched(bd, None), pr) == []  # no scheduler samples: nothing to say
+    calm = _ranks({0: [47.0] * steps, 1: [49.0] * steps}).with_columns(
+        pl.col(c) * 1e6 for c in ("wall", "computing", "free"))
+    assert cpu_available_outliers(with_sched(calm, sched.with_columns(runq_wait_ns=pl.lit(1_000_000))),
+                                  per_rank(calm)) == []
