@@ -335,3 +335,11 @@ def test_outlier_rules_also_look_at_cpu_available_time():
         pl.col(c) * 1e6 for c in ("wall", "computing", "free"))
     assert cpu_available_outliers(with_sched(calm, sched.with_columns(runq_wait_ns=pl.lit(1_000_000))),
                                   per_rank(calm)) == []
+
+
+def test_title_says_when_the_excess_excludes_cpu_wait(tmp_path):
+    """A rank found on own time minus run-queue wait: the title must not call that excess "step time"."""
+    from rankscope.analysis.straggler import _finding
+
+    f = _finding(1, "host", 0.46, {}, 0.9, " excluding CPU wait")
+    assert f.title == "rank 1 is slow: host, +46% step time excluding CPU wait"
