@@ -8,8 +8,8 @@ import polars as pl
 from rankscope.analysis.registry import run_all
 import numpy as np
 
+from rankscope.analysis.rules import consistency, outliers
 from rankscope.analysis.stats import signed_rank_p
-from rankscope.analysis.straggler import consistency, outliers
 from rankscope.model.run import load_run
 from tests.helpers import write_trace, x
 
@@ -158,7 +158,7 @@ def test_signed_rank_p_values():
 
 
 def test_paired_rule_two_ranks():
-    from rankscope.analysis.straggler import paired, per_rank
+    from rankscope.analysis.rules import paired, per_rank
 
     steady = _pair([0.12, 0.15, 0.11, 0.13, 0.2, 0.12, 0.14, 0.16, 0.1, 0.13])  # +10-20 % in every step
     assert [(i, t) for i, _, t in paired(steady, per_rank(steady))] == [(1, "signed-rank")]
@@ -200,7 +200,7 @@ def _ranks(own: dict[int, list[float]], free: dict[int, list[float]] | None = No
 
 
 def test_paired_rule_four_ranks_where_dixon_cannot_tell():
-    from rankscope.analysis.straggler import paired, per_rank
+    from rankscope.analysis.rules import paired, per_rank
 
     rng = np.random.default_rng(3)
     base = {r: list(10 + rng.normal(0, 0.6, 12)) for r in range(4)}
@@ -214,7 +214,7 @@ def test_paired_rule_four_ranks_where_dixon_cannot_tell():
 
 
 def test_paired_rule_finds_a_component_the_total_hides():
-    from rankscope.analysis.straggler import paired, per_rank
+    from rankscope.analysis.rules import paired, per_rank
 
     # rank 2: 2 ms more idle host time in every step (Python busy-work), but its total own time is
     # as noisy as everyone's (4 ranks sharing 2 cores); the "free" column shows it step after step
@@ -254,7 +254,7 @@ def test_paired_rule_finds_blocked_time_under_cpu_noise():
     minus run-queue wait ("blocked") is ~0 on every healthy rank and +1.5 ms on rank 1, step after
     step. Without scheduler samples nothing can see it; with them, only the blocked test does (16
     steps: at 4 ranks and 5 parts the test's level is 0.0002, below what 12 steps can reach)."""
-    from rankscope.analysis.straggler import paired, per_rank
+    from rankscope.analysis.rules import paired, per_rank
 
     rng = np.random.default_rng(11)
     cpu = {r: list(10 + rng.normal(0, 1.5, 16)) for r in range(4)}
@@ -316,7 +316,7 @@ def test_outlier_rules_also_look_at_cpu_available_time():
     waited ~20 ms per step for a CPU, so rank 1's own time was only +23 % (under the +25 % ratio
     rule, 6 steps: too few for the step-by-step tests), while own time minus run-queue wait was
     +45 %. The ratio rule on that names rank 1; on a healthy pair it names nobody."""
-    from rankscope.analysis.straggler import cpu_available_outliers, per_rank, with_sched
+    from rankscope.analysis.rules import cpu_available_outliers, per_rank, with_sched
 
     steps = 6
     own = {0: [47.0] * steps, 1: [57.8] * steps}
