@@ -66,7 +66,10 @@ def wait_excess(sched: pl.DataFrame, rank: int, own: pl.DataFrame) -> dict[str, 
     cpu = _mean_excess(j, rank, "cpu_ns")
     out: dict[str, Any] = {"runq_wait_ns": round(wait[1]), "others_median_ns": round(wait[2]),
                            "excess_ns": round(wait[0]), "own_excess_ns": round(ex_own[0]),
-                           "cpu_excess_ns": round(cpu[0]) if cpu else None, "steps": wait[3],
+                           "cpu_excess_ns": round(cpu[0]) if cpu else None,
+                           # the rest of the extra own time: neither running nor waiting for a CPU
+                           "blocked_excess_ns": round(ex_own[0] - wait[0] - cpu[0]) if cpu else None,
+                           "steps": wait[3],
                            "statistic": "mean per step, others: median of their means",
                            "source": "/proc/thread-self/schedstat (run-queue wait of the training thread)"}
     out["share_of_excess"] = round(wait[0] / ex_own[0], 3) if ex_own[0] > 0 else 0.0

@@ -29,12 +29,15 @@ PAIR_CONSISTENCY = 0.75  # 2 ranks: one of them is always "above the other's med
 COMPONENTS = {"computing": "compute", "data_wait": "data", "free": "host"}
 
 
+def complete_steps(bd: pl.DataFrame) -> pl.DataFrame:
+    """The complete steps of ``bd``; all of them when none is complete."""
+    done = bd.filter(pl.col("complete"))
+    return done if done.height else bd
+
+
 def per_rank(bd: pl.DataFrame) -> pl.DataFrame:
     """Median per-rank step components over complete steps."""
-    done = bd.filter(pl.col("complete"))
-    if done.height == 0:
-        done = bd
-    return (done.with_columns(own=pl.col("wall") - pl.col("comm_exposed"))
+    return (complete_steps(bd).with_columns(own=pl.col("wall") - pl.col("comm_exposed"))
             .group_by("rank").agg(pl.col(c).median() for c in
                                   ["wall", "own", "computing", "comm_exposed", "data_wait", "free"])
             .sort("rank"))
@@ -67,7 +70,10 @@ def _paired_test(steps: pl.DataFrame, col: str, alpha: float) -> tuple[int, floa
 
 def with_sched(bd: pl.DataFrame, sched: pl.DataFrame | None) -> pl.DataFrame:
     """``bd`` with own time, and where ``sched`` covers every rank and step: own time minus run-queue
-    wait (cpu_available), the training thread's CPU time (cpu) and its blocked time (blocked)."""
+    wait (cpu_available), the training thread's CPU time (cpu) and its blocked time (blocked).
+    A frame that already went through here is returned as it is."""
+    if "cpu_available" in bd.columns:
+        return bd
     steps = bd.with_columns(own=(pl.col("wall") - pl.col("comm_exposed")).cast(pl.Float64))
     if sched is None or not sched.height:
         return steps
@@ -99,7 +105,7 @@ def paired(bd: pl.DataFrame, pr: pl.DataFrame, sched: pl.DataFrame | None = None
         return []
     steps = with_sched(bd, sched)
     tests = [("own", "signed-rank")]
-    parts = {c: COMPONENTS[c] for c in COMPONENTS}
+    parts = dict(COMPONENTS)
     if "cpu_available" in steps.columns:
         tests.append(("cpu_available", "signed-rank (cpu-available)"))
         parts.update(cpu="cpu time", blocked="blocked")
@@ -144,8 +150,7 @@ def cpu_available_outliers(steps: pl.DataFrame, pr: pl.DataFrame) -> list[tuple[
     on these medians flagged a healthy rank on a slower vCPU at +13 %)."""
     if "cpu_available" not in steps.columns:
         return []
-    done = steps.filter(pl.col("complete")) if steps.filter(pl.col("complete")).height else steps
-    med = pr.select("rank").join(done.group_by("rank").agg(pl.col("cpu_available").median()), on="rank", how="left")
+    med = pr.select("rank").join(complete_steps(steps).group_by("rank").agg(pl.col("cpu_available").median()), on="rank", how="left")
     values = med["cpu_available"].to_numpy().astype(float)
     if np.isnan(values).any():
         return []

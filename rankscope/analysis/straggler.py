@@ -34,8 +34,8 @@ import polars as pl
 from rankscope.analysis.base import Finding, Result, Severity, frame
 from rankscope.analysis.cpu import CONTENTION_SHARE, sched_frame, wait_excess
 from rankscope.analysis.rules import (COMPONENTS, CONSISTENCY, PAIR_CONSISTENCY, PAIR_MIN, PAIR_THRESHOLD,
-                                      REL_THRESHOLD, consistency, cpu_available_outliers, outliers, paired,
-                                      per_rank, with_sched)
+                                      REL_THRESHOLD, complete_steps, consistency, cpu_available_outliers,
+                                      outliers, paired, per_rank, with_sched)
 from rankscope.analysis.stats import as_float
 from rankscope.model.run import Run
 
@@ -215,11 +215,10 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
     """Stragglers whose own (non-waiting) time per step is an outlier, with cause and time lost."""
     findings = []
     sched = sched_frame(run)
-    done = bd.filter(pl.col("complete")) if bd.filter(pl.col("complete")).height else bd
-    own_steps = done.select("rank", "step", own=pl.col("wall") - pl.col("comm_exposed"))
     steps = with_sched(bd, sched)
+    own_steps = complete_steps(steps).select("rank", "step", "own")
     for i, rel, test in (outliers(pr["own"].to_numpy().astype(float)) or cpu_available_outliers(steps, pr)
-                         or paired(bd, pr, sched)):
+                         or paired(steps, pr, sched)):
         rank = int(pr["rank"][i])
         cons = consistency(steps, rank, "cpu_available" if test.endswith("(cpu-available)") else "own")
         if cons < (PAIR_CONSISTENCY if test.startswith("ratio") and pr.height == 2 else
@@ -228,16 +227,12 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
         row = pr.row(i, named=True)
         others = pr.filter(pl.col("rank") != rank)
         waited = wait_excess(sched, rank, own_steps)
-        blocked = None
-        if waited is not None and waited["cpu_excess_ns"] is not None:
-            blocked = waited["own_excess_ns"] - waited["excess_ns"] - waited["cpu_excess_ns"]
-        kind, excess = cause(row, others, blocked)
+        kind, excess = cause(row, others, waited["blocked_excess_ns"] if waited else None)
         evidence: dict[str, Any] = {
             "own_time_ns": row["own"], "others_median_ns": as_float(others["own"].median()),
             "excess_ns": {k: round(v) for k, v in excess.items()}, "relative_excess": float(rel),
             "test": test, "consistency": round(cons, 3)}
         if waited is not None:
-            waited["blocked_excess_ns"] = blocked
             evidence["cpu_wait"] = waited
             # most of the extra time waiting for a CPU: the host, whichever test found the rank
             if waited["share_of_excess"] >= CONTENTION_SHARE:
