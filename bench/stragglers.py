@@ -64,7 +64,7 @@ def _retry(fn: Any, *a: Any) -> Any:
         return fn(*a)
 
 
-def healthy_step_ms(ranks: int, steps: int, out: Path) -> float:
+def healthy_step_ms(ranks: int, steps: int, out: Path, rotate: bool = True) -> float:
     """Median step wall time (ms) of a healthy demo run at ``ranks`` ranks, over all ranks and steps."""
     from rankscope.analysis.registry import run_all
     from rankscope.demo.launch import launch
@@ -72,18 +72,20 @@ def healthy_step_ms(ranks: int, steps: int, out: Path) -> float:
 
     d = out / f"calibrate{ranks}"
     shutil.rmtree(d, ignore_errors=True)
-    launch(d, ranks=ranks, steps=steps, warmup=2, slow_rank=None, slow_kind="compute", slowdown=0.0)
+    launch(d, ranks=ranks, steps=steps, warmup=2, slow_rank=None, slow_kind="compute", slowdown=0.0,
+           rotate_cpus=rotate)
     walls = sorted(r["wall"] for r in run_all(load_run(d, jobs=2), names=["breakdown"])["breakdown"]
                    .tables["breakdown"].to_pylist())
     shutil.rmtree(d, ignore_errors=True)
     return walls[len(walls) // 2] / 1e6
 
 
-def calibrated(ranks: int, steps: int, out: Path) -> tuple[dict[str, tuple[float, float]], float]:
+def calibrated(ranks: int, steps: int, out: Path,
+               rotate: bool = True) -> tuple[dict[str, tuple[float, float]], float]:
     """REAL_SLOWDOWN with the fixed-time kinds scaled by step(ranks) / step(2 ranks), each the lower
     of two runs (a disturbed run is slower, never faster)."""
-    base = min(healthy_step_ms(2, steps, out) for _ in range(2))
-    here = min(healthy_step_ms(ranks, steps, out) for _ in range(2))
+    base = min(healthy_step_ms(2, steps, out, rotate) for _ in range(2))
+    here = min(healthy_step_ms(ranks, steps, out, rotate) for _ in range(2))
     scale = here / base
     print(f"calibration: healthy step {base:.1f} ms at 2 ranks, {here:.1f} ms at {ranks}: x{scale:.2f}", flush=True)
     return {k: (lo * scale, hi * scale) if k in FIXED_TIME_KINDS else (lo, hi)
@@ -92,7 +94,7 @@ def calibrated(ranks: int, steps: int, out: Path) -> tuple[dict[str, tuple[float
 
 def real_runs(n: int, healthy: int, ranks: int, out: Path, rng: random.Random,
               steps: int = 20, keep: bool = False,
-              ranges: dict[str, tuple[float, float]] | None = None) -> list[dict[str, Any]]:
+              ranges: dict[str, tuple[float, float]] | None = None, rotate: bool = True) -> list[dict[str, Any]]:
     from rankscope.demo.launch import launch
 
     ranges = ranges or REAL_SLOWDOWN
@@ -104,7 +106,8 @@ def real_runs(n: int, healthy: int, ranks: int, out: Path, rng: random.Random,
         shutil.rmtree(d, ignore_errors=True)
         slow = rng.uniform(*ranges[kind]) if kind else 0.0
         t = time.time()
-        launch(d, ranks=ranks, steps=steps, warmup=2, slow_rank=rank, slow_kind=kind or "compute", slowdown=slow)
+        launch(d, ranks=ranks, steps=steps, warmup=2, slow_rank=rank, slow_kind=kind or "compute", slowdown=slow,
+               rotate_cpus=rotate)
         r = _retry(diagnose, d)
         rows.append({"kind": kind, "rank": rank, "slowdown": round(slow, 3), "verdict": r["verdict"],
                      "load1": round(os.getloadavg()[0], 1),
@@ -170,7 +173,9 @@ def markdown(args: argparse.Namespace, real: list[dict], synth: list[dict], secs
              f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}; {secs:.0f} s in all.", ""]
     if real:
         s = score(real)
-        lines += [f"Real demo runs ({args.ranks} ranks, torchrun + gloo, batch 256, {args.steps} profiled steps; "
+        cpus = ("each rank moved to CPU (rank + step) mod n every step" if args.cpus == "rotate"
+                else "ranks placed by the OS scheduler")
+        lines += [f"Real demo runs ({args.ranks} ranks, torchrun + gloo, batch 256, {args.steps} profiled steps, {cpus}; "
                   f"slowdown ranges {args.ranges_text}):", "",
                   "| straggler runs | rank recall | rank precision | cause accuracy | rank and cause right | "
                   "healthy runs | false positives (of which contention only) |", "|---|---|---|---|---|---|---|",
@@ -222,20 +227,25 @@ def main() -> None:
     p.add_argument("--calibrate", action="store_true",
                    help="scale the data/comm/host slowdowns by the healthy step time at --ranks vs 2 ranks "
                         "(two uncounted healthy runs first), so each injection is 10-30 %% of that step")
+    p.add_argument("--cpus", choices=["rotate", "free"], default="rotate",
+                   help="rotate (default): every rank moves to CPU (rank + step) mod n each step, so all ranks "
+                        "see the same mix of processors; free: where the OS scheduler puts them. On a VM whose "
+                        "vCPUs differ in speed from second to second (measured here: one vCPU up to 60 %% "
+                        "slower for seconds) a 'healthy' free run can have a really slower rank")
     args = p.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t = time.time()
     ranges = REAL_SLOWDOWN
     if args.calibrate and args.real:
-        ranges, scale = calibrated(args.ranks, args.steps, out)
+        ranges, scale = calibrated(args.ranks, args.steps, out, args.cpus == "rotate")
         args.ranges_text = (", ".join(f"{k} {lo:.3f}-{hi:.3f}" for k, (lo, hi) in ranges.items())
                             + f"; data/comm/host scaled x{scale:.2f} by --calibrate")
     else:
         args.ranges_text = ", ".join(f"{k} {lo:.3f}-{hi:.3f}" for k, (lo, hi) in ranges.items())
     synth = synth_runs([int(x) for x in args.synth_sizes.split(",") if x], out, args.seed, args.synth_reps)
     real = real_runs(args.real, args.healthy, args.ranks, out, random.Random(args.seed), args.steps, args.keep,
-                     ranges) \
+                     ranges, args.cpus == "rotate") \
         if args.real + args.healthy else []
     text = markdown(args, real, synth, time.time() - t)
     (out / "results.json").write_text(json.dumps({"real": real, "synth": synth}, default=str, indent=1))

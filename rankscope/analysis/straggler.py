@@ -9,8 +9,9 @@ time per step (wall minus exposed communication wait) is longest. Algorithm:
    the others' median in at least 60 % of the steps (a single noisy step makes no straggler);
    for 2 ranks also a paired rule: a smaller excess, slower step by step (signed-rank test);
 3. cause = "contention" when at least half of the extra own time (means per step) was spent waiting
-   for a CPU (run-queue wait of the training thread per step, from rankscope.profile's scheduler samples:
-   the host, not the code, made the rank slow); else, among the components (compute, data wait, host
+   for a CPU beyond the wait its own extra CPU time brings where ranks share cores (run-queue wait of
+   the training thread per step, from rankscope.profile's scheduler samples: the host, not the code,
+   made the rank slow; see ``cpu.wait_excess``); else, among the components (compute, data wait, host
    idle) carrying a good share of the extra time, the one that grew most against its usual size
    (restricted to those that can hold the extra *blocked* time: sleeps, I/O, locks, when the scheduler
    samples show it); "imbalance" when a large share of the time of the operators it calls as often

@@ -33,6 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="rankscope-runs", help="parent directory of the run (default ./rankscope-runs)")
     p.add_argument("--run-id", default=None, help="run directory name (default demo-<timestamp>)")
     p.add_argument("--jobs", "-j", type=int, default=None, help="ingest worker processes")
+    p.add_argument("--rotate-cpus", action="store_true",
+                   help="move every rank to CPU (rank + step) mod n each step. On a VM whose vCPUs differ in "
+                        "speed (a busy neighbour on the host), a rank that stays on the slower one is really "
+                        "slower and is reported as such; rotating gives every rank the same mix, as "
+                        "bench/stragglers.py does for its healthy runs")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.out) / (args.run_id or time.strftime("demo-%Y%m%d-%H%M%S"))
     with console.status(f"training {args.ranks} ranks × {args.warmup + args.steps} steps (profiling every rank)"):
         launch(run_dir, ranks=args.ranks, steps=args.steps, warmup=args.warmup,
-               slow_rank=args.slow_rank, slow_kind=args.slow_kind, slowdown=args.slowdown)
+               slow_rank=args.slow_rank, slow_kind=args.slow_kind, slowdown=args.slowdown, rotate_cpus=args.rotate_cpus)
     console.print(f"run directory: {run_dir}")
     run, results = load_and_analyze(str(run_dir), args.jobs or 0, False)
     report = render(run, results, run_dir / "report.html")

@@ -90,6 +90,15 @@ def host_busy(seconds: float) -> None:
         x += 1
 
 
+def pin_process(cpu: int) -> None:
+    """Move every thread of this process (training, gloo, profiler) to ``cpu`` (Linux only)."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), {cpu})
+        except OSError:  # the thread ended meanwhile
+            pass
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--run-dir", required=True, help="run directory or fsspec URL")
@@ -103,6 +112,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-kind", choices=["compute", "data", "comm", "host"], default="compute")
     p.add_argument("--slowdown", type=float, default=1.0, help="strength of the injected slowdown")
+    p.add_argument("--rotate-cpus", action="store_true",
+                   help="each step, move this rank to CPU (rank + step) mod n: on a machine whose processors "
+                        "differ in speed every rank then sees the same mix of them")
     return p.parse_args(argv)
 
 
@@ -141,7 +153,10 @@ def main(argv: list[str] | None = None) -> None:
         upload=UploadConfig(jitter_s=0.1, exit_timeout_s=60),
     ) as prof:
         it = iter(loader)
-        for _ in range(args.warmup + args.steps + 1):
+        cpus = sorted(os.sched_getaffinity(0)) if args.rotate_cpus and hasattr(os, "sched_getaffinity") else []
+        for i in range(args.warmup + args.steps + 1):
+            if cpus:
+                pin_process(cpus[(rank + i) % len(cpus)])
             x, y = next(it)
             opt.zero_grad(set_to_none=True)
             if kind == "host":

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from rankscope.analysis.registry import run_all
 import numpy as np
@@ -228,6 +229,33 @@ def test_paired_rule_finds_a_component_the_total_hides():
     assert [(int(pr["rank"][i]), t) for i, _, t in found] == [(2, "signed-rank (host)")]
     free[2] = [0.5] * 12
     assert paired(_ranks({r: [float(v) for v in vs] for r, vs in own.items()}, free), pr) == []
+
+
+def test_cpu_wait_that_comes_with_its_own_extra_work_is_not_contention():
+    """Ranks sharing cores wait for a CPU in proportion to the CPU they use. Numbers of a real 4-rank
+    run on 2 cores (bench/stragglers.py seed 109, run 1: 11.7 ms of host busy-work per step on rank 3):
+    rank 3 used 5.2 ms more CPU per step and waited 6.1 ms more, the others waited 0.96 ms per CPU ms.
+    Only the wait beyond 0.96 x 5.2 ms is the host's doing; the same wait excess with no extra CPU
+    time is contention."""
+    from rankscope.analysis.cpu import CONTENTION_SHARE, wait_excess
+
+    def split(cpu3: float, wait3: float) -> dict:
+        base = {0: (27.1, 25.5), 1: (26.3, 25.1), 2: (26.0, 25.2), 3: (cpu3, wait3)}
+        rows = [(r, s, int(c * 1e6), int(w * 1e6)) for r, (c, w) in base.items() for s in range(8)]
+        sched = pl.DataFrame(rows, schema={"rank": pl.Int64, "step": pl.Int64, "cpu_ns": pl.Int64,
+                                           "runq_wait_ns": pl.Int64}, orient="row")
+        own = sched.select("rank", "step", own=pl.col("cpu_ns") + pl.col("runq_wait_ns"))
+        w = wait_excess(sched, 3, own)
+        assert w is not None
+        return w
+
+    busy = split(31.5, 31.3)
+    assert busy["others_wait_per_cpu"] == pytest.approx(25.2 / 26.3, abs=1e-3)
+    assert busy["excess_ns"] == 6_100_000 and busy["share_of_excess"] < 0.15 < CONTENTION_SHARE
+    assert busy["expected_from_cpu_ns"] == pytest.approx(5_200_000 * 25.2 / 26.3, rel=1e-3)
+    hogged = split(26.3, 31.3)  # same wait excess, no extra CPU time: the host took the CPU
+    assert hogged["unexplained_ns"] == hogged["excess_ns"] == 6_100_000
+    assert hogged["share_of_excess"] >= CONTENTION_SHARE
 
 
 def test_bursty_cpu_wait_is_split_by_means():
