@@ -130,7 +130,7 @@ def synth_runs(sizes: list[int], out: Path, seed: int, reps: int) -> list[dict[s
             shutil.rmtree(d, ignore_errors=True)
             rank = rng.randrange(1, size)
             kw: dict[str, Any] = {}
-            if what == "straggler":
+            if what == "straggler" and kind:
                 kw["stragglers"] = [f"{rank}:{kind}:{SYNTH_FACTOR[kind]}"]
             if what == "link":
                 a = rng.randrange(0, size, 2)

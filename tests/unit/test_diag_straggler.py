@@ -321,6 +321,23 @@ def test_blocked_time_sits_in_the_component_that_can_hold_it():
     assert cause(row, others, blocked_excess=0.4)[0] == "data"
 
 
+def test_extra_operator_calls_make_compute_the_cause():
+    from rankscope.analysis.straggler import cause
+
+    # medians per step (ms) of a real 4-rank run on 2 cores, CPUs rotated (bench/stragglers.py seed 127,
+    # run 17): 6 extra matmul blocks on rank 3; its data loading, run beside its CPU partner's compute
+    # once it fell out of step, grew more against its usual size than compute did
+    others = pl.DataFrame({"computing": [43.6, 39.8, 40.5], "data_wait": [5.6, 5.6, 5.1], "free": [2.6, 3.4, 1.5]})
+    row = {"computing": 51.0, "data_wait": 10.4, "free": 1.5}
+    assert cause(row, others)[0] == "data"
+    # aten::mm 13 vs 7 calls per step, 12.0 ms per step in the extra calls: counts, not noise
+    assert cause(row, others, extra_calls_ns=12.0)[0] == "compute"
+    # a little extra work (0.5 ms of 15 ms) does not override the timings
+    assert cause(row, others, extra_calls_ns=0.5)[0] == "data"
+    # nor does it make compute a candidate when compute did not grow
+    assert cause({"computing": 40.5, "data_wait": 14.0, "free": 1.5}, others, extra_calls_ns=9.0)[0] == "data"
+
+
 def test_work_note_tells_more_work_from_the_same_work_slower():
     from rankscope.analysis.straggler import Work, work_note
 
