@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import sys
@@ -64,7 +65,7 @@ def main() -> None:
             rows[mode].append((verdict, spread))
             print(f"{i} {mode}: CPU time spread x{spread:.3f} -> {verdict}", flush=True)
             shutil.rmtree(d, ignore_errors=True)
-    print(f"\nCommand: `.venv/bin/python bench/healthy_cpus.py {' '.join(sys.argv[1:])}`  ")
+    print(f"\nCommand: `.venv/bin/python bench/healthy_cpus.py {shlex.join(sys.argv[1:])}`  ")
     print(f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"{time.strftime('%Y-%m-%d %H:%M')}; {time.time() - t0:.0f} s in all.\n")
     print("| ranks placed | healthy runs | straggler reported | CPU time per step, slowest rank / fastest: "

@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import random
+import shlex
 import shutil
 import sys
 import time
@@ -168,14 +169,15 @@ def score(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def markdown(args: argparse.Namespace, real: list[dict], synth: list[dict], secs: float) -> str:
-    lines = ["## stragglers", "", f"Command: `.venv/bin/python bench/stragglers.py {' '.join(sys.argv[1:])}`  ",
+    lines = ["## stragglers", "", f"Command: `.venv/bin/python bench/stragglers.py {shlex.join(sys.argv[1:])}`  ",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared with other jobs), Python "
              f"{platform.python_version()}, {time.strftime('%Y-%m-%d')}; {secs:.0f} s in all.", ""]
     if real:
         s = score(real)
         cpus = ("each rank moved to CPU (rank + step) mod n every step" if args.cpus == "rotate"
                 else "ranks placed by the OS scheduler")
-        lines += [f"Real demo runs ({args.ranks} ranks, torchrun + gloo, batch 256, {args.steps} profiled steps, {cpus}; "
+        lines += [f"Real demo runs ({args.ranks} ranks, torchrun + gloo, batch 256, {args.steps} profiled steps, "
+                  f"{cpus}; "
                   f"slowdown ranges {args.ranges_text}):", "",
                   "| straggler runs | rank recall | rank precision | cause accuracy | rank and cause right | "
                   "healthy runs | false positives (of which contention only) |", "|---|---|---|---|---|---|---|",

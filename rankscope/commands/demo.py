@@ -52,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.out) / (args.run_id or time.strftime("demo-%Y%m%d-%H%M%S"))
     with console.status(f"training {args.ranks} ranks × {args.warmup + args.steps} steps (profiling every rank)"):
         launch(run_dir, ranks=args.ranks, steps=args.steps, warmup=args.warmup,
-               slow_rank=args.slow_rank, slow_kind=args.slow_kind, slowdown=args.slowdown, rotate_cpus=args.rotate_cpus)
+               slow_rank=args.slow_rank, slow_kind=args.slow_kind, slowdown=args.slowdown,
+               rotate_cpus=args.rotate_cpus)
     console.print(f"run directory: {run_dir}")
     run, results = load_and_analyze(str(run_dir), args.jobs or 0, False)
     report = render(run, results, run_dir / "report.html")

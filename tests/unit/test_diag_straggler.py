@@ -18,10 +18,11 @@ STEP_US = 20_000
 
 
 def make(root: Path, slow: dict[int, float], dims: dict[int, int] | None = None, world: int = 3,
-         steps: int = 6, data: dict[int, float] | None = None) -> Path:
-    """Gloo-like traces: per step a data load, 4 mm ops, one all-reduce that ends on every rank together."""
-    dims, data = dims or {}, data or {}
-    worst = max(4 * 2000 * slow.get(r, 1.0) + 1000 * data.get(r, 1.0) for r in range(world))
+         steps: int = 6, data: dict[int, float] | None = None, calls: dict[int, int] | None = None) -> Path:
+    """Gloo-like traces: per step a data load, 4 mm ops (``calls``: other counts per rank), one all-reduce
+    that ends on every rank together."""
+    dims, data, calls = dims or {}, data or {}, calls or {}
+    worst = max(calls.get(r, 4) * 2000 * slow.get(r, 1.0) + 1000 * data.get(r, 1.0) for r in range(world))
     for r in range(world):
         ev = []
         for s in range(steps):
@@ -29,7 +30,7 @@ def make(root: Path, slow: dict[int, float], dims: dict[int, int] | None = None,
             load = 1000 * data.get(r, 1.0)
             ev.append(x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0, load, cat="user_annotation"))
             t = t0 + load
-            for _ in range(4):
+            for _ in range(calls.get(r, 4)):
                 d, dur = dims.get(r, 256), 2000 * slow.get(r, 1.0)
                 ev.append(x("aten::mm", t, dur, **{"Input Dims": [[32, d], [d, 512]]}))
                 t += dur
@@ -54,6 +55,17 @@ def test_compute_straggler_named_with_cause_and_time_lost(tmp_path):
     assert f.evidence["time_lost"]["last_arrival_share"] == 1.0
     assert set(pl.from_arrow(res.tables["per_rank"]).columns) >= {"rank", "wall", "own", "computing",
                                                                   "comm_exposed", "data_wait", "free"}
+
+
+def test_extra_operator_calls_name_a_straggler_timings_alone_cannot(tmp_path):
+    """Two ranks, 6 steps: rank 1 runs 5 mm per step where rank 0 runs 4 (+2 ms, own time +11 %): under
+    the +25 % ratio rule, too few steps for the signed-rank test, but the count of calls is not noise.
+    The same +2 ms from 4 slower mm ops is left to the timing rules: no straggler."""
+    more = _diagnose(make(tmp_path / "more", {}, world=2, calls={1: 5}))["straggler"]
+    assert more.summary["verdict"] == "rank 1 is slow: compute, +11% step time (more calls: aten::mm 5 vs 4 per step)"
+    assert more.findings[0].evidence["test"] == "more calls"
+    slower = _diagnose(make(tmp_path / "slower", {1: 1.25}, world=2))["straggler"]
+    assert slower.summary["verdict"] == "no straggler"
 
 
 def test_healthy_run_has_no_straggler(tmp_path):
