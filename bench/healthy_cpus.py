@@ -23,20 +23,20 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 
-def cpu_spread(path: Path) -> float:
+def cpu_spread(run: Any) -> float:
     """Mean CPU time per step of the training thread: the slowest rank's over the fastest rank's."""
     import polars as pl
 
     from rankscope.analysis.cpu import sched_frame
-    from rankscope.model.run import load_run
 
-    means = sched_frame(load_run(path, jobs=1)).group_by("rank").agg(m=pl.col("cpu_ns").cast(pl.Float64).mean())
+    means = sched_frame(run).group_by("rank").agg(m=pl.col("cpu_ns").cast(pl.Float64).mean())
     return float(means["m"].max()) / float(means["m"].min())  # type: ignore[arg-type]
 
 
@@ -61,7 +61,8 @@ def main() -> None:
             shutil.rmtree(d, ignore_errors=True)
             launch(d, ranks=args.ranks, steps=args.steps, warmup=2, slow_rank=None, slow_kind="compute",
                    slowdown=0.0, rotate_cpus=mode == "rotate")
-            verdict, spread = diagnose(d)["verdict"], cpu_spread(d)
+            r = diagnose(d)
+            verdict, spread = r["verdict"], cpu_spread(r["run"])
             rows[mode].append((verdict, spread))
             print(f"{i} {mode}: CPU time spread x{spread:.3f} -> {verdict}", flush=True)
             shutil.rmtree(d, ignore_errors=True)

@@ -27,7 +27,7 @@ The statistical rules of steps 1-2 live in :mod:`rankscope.analysis.rules`.
 """
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, Callable, TypedDict
 
 import numpy as np
 import polars as pl
@@ -224,7 +224,7 @@ def _finding(rank: int, kind: str, rel: float, evidence: dict[str, Any], conf: f
                    severity=Severity.WARNING, ranks=(rank,), evidence=evidence, confidence=round(conf, 2))
 
 
-def more_work(run: Run, pr: pl.DataFrame) -> list[tuple[int, float, str]]:
+def more_work(pr: pl.DataFrame, work_of: Callable[[int], Work | None]) -> list[tuple[int, float, str]]:
     """The rank with the longest median own time, when it is >= PAIR_MIN above the others' median and
     operators it calls more often per step than the others (``Work.more_calls``: counts, no noise) hold
     >= CAUSE_SHARE of that excess. Healthy data-parallel ranks call the same operators; where timings
@@ -240,9 +240,13 @@ def more_work(run: Run, pr: pl.DataFrame) -> list[tuple[int, float, str]]:
     rest = as_float(others["own"].median(), 0.0)
     if rest <= 0 or own / rest - 1 < PAIR_MIN:
         return []
-    imb = imbalance(run, rank, others["rank"].to_list())
-    extra = max((m["extra_ns_per_step"] for m in imb["more_calls"]), default=0.0) if imb else 0.0
-    return [(i, own / rest - 1, "more calls")] if extra >= CAUSE_SHARE * (own - rest) else []
+    return [(i, own / rest - 1, "more calls")] if extra_calls_ns(work_of(rank)) >= CAUSE_SHARE * (own - rest) else []
+
+
+def extra_calls_ns(work: Work | None) -> float:
+    """Time per step in the operators called more often than on the other ranks; the largest, not the
+    sum: operator times are inclusive (aten::matmul holds aten::mm)."""
+    return max((m["extra_ns_per_step"] for m in work["more_calls"]), default=0.0) if work else 0.0
 
 
 def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
@@ -256,23 +260,30 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
         """The candidates slower than the others' median in enough of the steps, with that share."""
         out = []
         for i, rel, test in cands:
-            cons = consistency(steps, int(pr["rank"][i]), "cpu_available" if test.endswith("(cpu-available)") else "own")
+            col = "cpu_available" if test.endswith("(cpu-available)") else "own"
+            cons = consistency(steps, int(pr["rank"][i]), col)
             if cons >= (PAIR_CONSISTENCY if test.startswith("ratio") and pr.height == 2 else
                         0.0 if test.startswith("signed-rank") else CONSISTENCY):
                 out.append((i, rel, test, cons))
         return out
 
+    works: dict[int, Work | None] = {}
+
+    def work_of(rank: int) -> Work | None:
+        """``imbalance`` of ``rank`` against all other ranks, read once per analysis."""
+        if rank not in works:
+            works[rank] = imbalance(run, rank, [r for r in pr["rank"].to_list() if r != rank])
+        return works[rank]
+
     found = steady(outliers(pr["own"].to_numpy().astype(float)) or cpu_available_outliers(steps, pr)
                    or paired(steps, pr, sched))
-    for i, rel, test, cons in found or steady(more_work(run, pr)):
+    for i, rel, test, cons in found or steady(more_work(pr, work_of)):
         rank = int(pr["rank"][i])
         row = pr.row(i, named=True)
         others = pr.filter(pl.col("rank") != rank)
         waited = wait_excess(sched, rank, own_steps)
-        imb = imbalance(run, rank, others["rank"].to_list())
-        kind, excess = cause(row, others, waited["blocked_excess_ns"] if waited else None,
-                             # the largest, not the sum: operator times are inclusive (aten::matmul holds aten::mm)
-                             max((m["extra_ns_per_step"] for m in imb["more_calls"]), default=0.0) if imb else 0.0)
+        imb = work_of(rank)
+        kind, excess = cause(row, others, waited["blocked_excess_ns"] if waited else None, extra_calls_ns(imb))
         evidence: dict[str, Any] = {
             "own_time_ns": row["own"], "others_median_ns": as_float(others["own"].median()),
             "excess_ns": {k: round(v) for k, v in excess.items()}, "relative_excess": float(rel),
