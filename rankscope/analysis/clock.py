@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from rankscope.analysis import edgesolve
 from rankscope.analysis.base import Finding, Result, Severity, frame
 from rankscope.analysis.stats import as_int
 from rankscope.model.run import Run
@@ -157,17 +158,11 @@ def refine(sync: pl.DataFrame, prior: dict[int, int]) -> tuple[dict[int, int], p
              .group_by("grp", "rank", "a").agg(d=(pl.col("t") - pl.col("ta")).median(), n=pl.len()))
     ranks = sorted(set(df["rank"].to_list()))
     idx = {r: i for i, r in enumerate(ranks)}
-    m = edges.height
-    a_mat = np.zeros((m + 1, len(ranks)))
-    w = np.sqrt(edges["n"].to_numpy().astype(float))
-    rows = np.arange(m)
-    a_mat[rows, [idx[r] for r in edges["rank"].to_list()]] = w
-    a_mat[rows, [idx[r] for r in edges["a"].to_list()]] = -w
-    a_mat[m, 0] = 1.0
-    b = np.append(edges["d"].to_numpy().astype(float) * w, 0.0)
-    # Normal equations: a ranks × ranks system instead of an edges × ranks one (same least-squares
-    # solution; lstsq on the small square matrix still copes with ranks that no edge connects).
-    sol = np.linalg.lstsq(a_mat.T @ a_mat, a_mat.T @ b, rcond=None)[0] if m else np.zeros(len(ranks))
+    # Sparse weighted least squares (analysis/edgesolve.py): memory linear in the edges, nothing
+    # that can fail to converge (a dense lstsq was 400 MB at 4,096 ranks and raised LinAlgError).
+    sol = edgesolve.solve(len(ranks), np.array([idx[r] for r in edges["rank"].to_list()], dtype=np.int64),
+                          np.array([idx[r] for r in edges["a"].to_list()], dtype=np.int64),
+                          edges["d"].to_numpy().astype(float), edges["n"].to_numpy().astype(float))
     off = {r: int(round(sol[idx[r]])) + int(prior.get(r, 0)) for r in ranks}
     for r, v in prior.items():
         off.setdefault(r, int(v))
