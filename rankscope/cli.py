@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from typing import Sequence
 
@@ -67,6 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     from rankscope.errors import RankscopeError
+
+    if getattr(args, "dask", None):  # read by rankscope.model.run.load_run, whichever verb loads runs
+        os.environ["RANKSCOPE_DASK"] = args.dask
 
     try:
         return int(args._module.run(args) or 0)

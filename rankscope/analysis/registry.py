@@ -1,6 +1,7 @@
 """The registry of analyses (data, not if/elif chains) and the runner over it."""
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 from rankscope.analysis.base import Analysis, Result
@@ -56,17 +57,35 @@ def _builtin() -> None:
 
 def per_rank_pass(run: Run, analyses: list[Analysis]) -> dict[str, list[tuple[int, Any]]]:
     """One walk over the ranks: each rank's events are read once (``RankData``) and given to the
-    ``rank_part`` of every analysis listed; only one rank's events are in memory at a time."""
+    ``rank_part`` of every analysis listed; only one rank's events are in memory at a time.
+
+    With a Dask cluster configured (``$RANKSCOPE_DASK``, the CLI's ``--dask``) the walk runs on the
+    workers, one task per rank; each task gets only its own rank's summary and sends back only the
+    small per-rank parts."""
+    parts: dict[str, list[tuple[int, Any]]] = {a.name: [] for a in analyses}
+    dask = os.environ.get("RANKSCOPE_DASK")
+    fns = tuple((a.name, a.rank_part) for a in analyses)
+    if dask and len(run.ranks) > 1:
+        from rankscope.model.executors import run_tasks
+
+        got = run_tasks(rank_parts, [(run.only(r), fns) for r in run.rank_ids], jobs=os.cpu_count() or 1,
+                        dask=dask)
+    else:
+        got = [rank_parts((run, fns), r) for r in run.rank_ids]
+    for r, per in zip(run.rank_ids, got):
+        for name, part in per.items():
+            parts[name].append((r, part))
+    return parts
+
+
+def rank_parts(task: tuple[Run, tuple[tuple[str, Any], ...]], rank: int | None = None) -> dict[str, Any]:
+    """Every listed ``rank_part`` on one rank's ``RankData`` (a module-level function: it runs on
+    Dask workers). ``rank`` defaults to the run's only rank (``Run.only``)."""
     from rankscope.analysis.rankdata import RankData
 
-    parts: dict[str, list[tuple[int, Any]]] = {a.name: [] for a in analyses}
-    for r in run.rank_ids:
-        data = RankData(run, r)
-        for a in analyses:
-            assert a.rank_part is not None
-            parts[a.name].append((r, a.rank_part(data)))
-        del data
-    return parts
+    run, fns = task
+    data = RankData(run, run.rank_ids[0] if rank is None else rank)
+    return {name: fn(data) for name, fn in fns}
 
 
 def run_all(run: Run, names: list[str] | None = None,

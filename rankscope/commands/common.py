@@ -20,6 +20,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", metavar="RUN", help="run directory, a directory of Kineto traces, or one trace file")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
                    help="worker processes for ingest (default: all cores)")
+    p.add_argument("--dask", metavar="ADDRESS", default=None,
+                   help="ingest the ranks on Dask: 'local' (a LocalCluster of --jobs workers) or a "
+                        "scheduler address like tcp://host:8786 (workers must see RUN at the same path; "
+                        "pip install 'rankscope[dask]')")
     p.add_argument("--allow-missing-ranks", action="store_true",
                    help="analyze the ranks that are there when some are missing or duplicated")
     p.add_argument("--no-clock-align", dest="clock_align", action="store_false",

@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from rankscope.errors import RankscopeError, TraceError
 from rankscope.intlist import format_int_list
+from rankscope.model.executors import run_tasks
 from rankscope.model.info import RankInfo
 from rankscope.model.ingest import RankTask, ingest, system_pool
 
@@ -59,6 +59,12 @@ class Run:
         # them per rank-sized table: peak RSS, no speed difference measured).
         with system_pool(), pq.ParquetFile(os.path.join(info.cache, name + ".parquet")) as f:
             return f.read(columns=columns)
+
+    def only(self, rank: int) -> "Run":
+        """The same run reduced to one rank (what a per-rank task on another process needs)."""
+        from dataclasses import replace
+
+        return replace(self, ranks={rank: self.ranks[rank]}, problems=[])
 
     def to_json(self) -> dict[str, Any]:
         return {"format_version": self.format_version, "path": self.path, "run_id": self.run_id,
@@ -150,30 +156,22 @@ def _rank_from_name(p: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _map(tasks: list[RankTask], jobs: int, progress: Progress | None) -> Iterable[RankInfo | TraceError]:
-    if jobs <= 1 or len(tasks) <= 1:
-        for i, t in enumerate(tasks):
-            yield ingest(t)
-            if progress:
-                progress(i + 1, len(tasks))
-        return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for i, res in enumerate(pool.map(ingest, tasks)):
-            yield res
-            if progress:
-                progress(i + 1, len(tasks))
-
-
 def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_missing_ranks: bool = False,
-             progress: Progress | None = None) -> Run:
-    """Ingest (or re-open from the cache) every rank under ``path``."""
+             progress: Progress | None = None, dask: str | None = None) -> Run:
+    """Ingest (or re-open from the cache) every rank under ``path``.
+
+    ``jobs`` worker processes (1: in this process), or a Dask cluster with ``dask="local"`` or a
+    scheduler address (``rankscope.model.executors``; default: ``$RANKSCOPE_DASK``, which the
+    CLI's ``--dask`` sets).
+    """
+    dask = dask or os.environ.get("RANKSCOPE_DASK") or None
     p = Path(path)
     cache = cache_root(p)
     tasks, manifest = discover(p, cache)
     jobs = jobs or os.cpu_count() or 1
     infos: list[RankInfo] = []
     problems: list[str] = []
-    for res in _map(tasks, jobs, progress):
+    for res in run_tasks(ingest, tasks, jobs=jobs, dask=dask, progress=progress):
         if isinstance(res, TraceError):
             problems.append(str(res))
         else:
