@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -28,6 +29,17 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="analyze the ranks that are there when some are missing or duplicated")
     p.add_argument("--no-clock-align", dest="clock_align", action="store_false",
                    help="trust every rank's own clock (no offsets from anchors or matched collectives)")
+
+
+def default_output(run: str, name: str) -> Path:
+    """Where an output goes without -o: inside a local run directory, beside a run file, and in the
+    current directory (``<run name>.<name>``) for a run on remote storage."""
+    from rankscope.store import source
+
+    if source.is_url(run):
+        return Path(f"{run.rstrip('/').rsplit('/', 1)[-1]}.{name}")
+    p = Path(source.local_path(run))
+    return p / name if p.is_dir() else p.with_suffix(f".{name}")
 
 
 def progress() -> Progress:

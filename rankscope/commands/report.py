@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rankscope.commands.common import add_run_arguments, load_and_analyze, print_summary
+from rankscope.commands.common import add_run_arguments, default_output, load_and_analyze, print_summary
 
 HELP = "write the HTML report of a run"
 
@@ -28,8 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
         b, rb = load_and_analyze(args.baseline, args.jobs, args.allow_missing_ranks, args.clock_align)
         diff = run_diff(r, results, b, rb)
-    target = Path(args.output) if args.output else (Path(args.run) / "report.html" if Path(args.run).is_dir()
-                                                     else Path(args.run).with_suffix(".report.html"))
+    target = Path(args.output) if args.output else default_output(args.run, "report.html")
     path = render(r, results, target, diff=diff)
     print_summary(r, results, str(path))
     return 0

@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rankscope.commands.common import add_run_arguments, console
+from rankscope.commands.common import add_run_arguments, console, default_output
 
 if TYPE_CHECKING:
     from rankscope.model.run import Run
@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     from rankscope.render.timeline import aligned_offsets, parse_ints, write_timeline
 
     fmt = args.format or ("json" if args.output and args.output.endswith((".json", ".json.gz")) else "perfetto")
-    base = Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent
-    target = Path(args.output) if args.output else base / ("merged.json" if fmt == "json" else "merged.pftrace")
+    target = Path(args.output) if args.output else default_output(
+        args.run, "merged.json" if fmt == "json" else "merged.pftrace")
     r = load_run_quiet(args.run, args.jobs, args.allow_missing_ranks)
     offsets = None if args.no_align else aligned_offsets(r)
     path = write_timeline(r, target, fmt=fmt, ranks=parse_ints(args.ranks, "--ranks"),

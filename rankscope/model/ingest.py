@@ -36,13 +36,16 @@ class RankTask:
 
 
 def source_key(files: tuple[str, ...]) -> str:
-    """Cache key: size, mtime and a hash of the first 64 KiB of every source file."""
+    """Cache key: size, mtime and a hash of the first 64 KiB of every source file (objects on
+    remote storage: size and ETag, no read)."""
+    from rankscope.store import source
+
     h = hashlib.sha256(CACHE_VERSION.encode())
     for f in files:
-        st = os.stat(f)
-        h.update(f"{os.path.basename(f)}:{st.st_size}:{st.st_mtime_ns}".encode())
-        with open(f, "rb") as fh:
-            h.update(fh.read(65536))
+        h.update(f"{os.path.basename(f)}:{source.version(f)}".encode())
+        if not source.is_url(f):
+            with open(source.local_path(f), "rb") as fh:
+                h.update(fh.read(65536))
     return h.hexdigest()[:24]
 
 

@@ -218,8 +218,10 @@ def _gunzip(raw: bytes, path: str, limit: int) -> tuple[bytes, list[str]]:
 def read_bytes(path: str | Path) -> tuple[bytes, list[str]]:
     """Read a (possibly gzipped) file; refuses files larger than ``max_json_bytes()``."""
     p, limit = str(path), max_json_bytes()
-    size = os.stat(p).st_size
-    with open(p, "rb") as fh:
+    from rankscope.store import source
+
+    size = source.size(p)
+    with source.open_binary(p) as fh:
         magic = fh.read(2)
         if magic != b"\x1f\x8b" and size > limit:
             raise _too_large(p, size, limit)

@@ -165,9 +165,19 @@ def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_mis
     CLI's ``--dask`` sets).
     """
     dask = dask or os.environ.get("RANKSCOPE_DASK") or None
-    p = Path(path)
-    cache = cache_root(p)
-    tasks, manifest = discover(p, cache)
+    from rankscope.store import source
+
+    if source.is_url(str(path)):  # streamed from remote storage, cached on this machine
+        from rankscope.model import remote
+
+        url = str(path).rstrip("/")
+        p: Path | str = url
+        cache = remote.cache_dir(url)
+        tasks, manifest = remote.discover(url, cache)
+    else:
+        p = Path(source.local_path(str(path)))
+        cache = cache_root(p)
+        tasks, manifest = discover(p, cache)
     jobs = jobs or os.cpu_count() or 1
     infos: list[RankInfo] = []
     problems: list[str] = []
@@ -181,7 +191,7 @@ def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_mis
     return run
 
 
-def _assemble(p: Path, infos: list[RankInfo], problems: list[str], manifest: dict[str, Any]) -> Run:
+def _assemble(p: Path | str, infos: list[RankInfo], problems: list[str], manifest: dict[str, Any]) -> Run:
     ranks: dict[int, RankInfo] = {}
     known = [i for i in infos if i.rank >= 0]
     unknown = [i for i in infos if i.rank < 0]
@@ -213,7 +223,8 @@ def _assemble(p: Path, infos: list[RankInfo], problems: list[str], manifest: dic
         problems.append(f"ranks come from {len(run_ids)} different runs: {', '.join(sorted(run_ids))}")
     for info in ranks.values():
         problems += [f"rank {info.rank}: {x}" for x in info.problems]
-    return Run(path=str(p), run_id=expected_id or p.name, ranks=ranks, world_size=world,
+    name = p.name if isinstance(p, Path) else p.rstrip("/").rsplit("/", 1)[-1]
+    return Run(path=str(p), run_id=expected_id or name, ranks=ranks, world_size=world,
                missing=missing, problems=problems, manifest=manifest)
 
 

@@ -41,8 +41,10 @@ def stream_threshold() -> int:
 
 def inflated_size(path: str) -> int:
     """Size of the JSON: the file size, or for gzip the ISIZE trailer (size mod 4 GiB)."""
-    size = os.stat(path).st_size
-    with open(path, "rb") as fh:
+    from rankscope.store import source
+
+    size = source.size(path)
+    with source.open_binary(path) as fh:
         if fh.read(2) != b"\x1f\x8b" or size < 18:
             return size
         fh.seek(-4, os.SEEK_END)
@@ -52,7 +54,9 @@ def inflated_size(path: str) -> int:
 
 def pieces(path: str) -> Iterator[bytes]:
     """The file's (inflated) bytes a few MB at a time."""
-    with open(path, "rb") as fh:
+    from rankscope.store import source
+
+    with source.open_binary(path) as fh:
         first = fh.read(PIECE)
         if first[:2] != b"\x1f\x8b":
             while first:

@@ -1,0 +1,100 @@
+"""Discovering the ranks of a run on remote storage (any fsspec URL), without downloading it.
+
+The same rules as for a local directory (``model.run.discover``): a rankscope run directory
+(``run.json``, ``ranks/<rank>/`` with ``meta.json`` and traces), or any tree of Kineto traces.
+Listings carry sizes and ETags, so nothing but ``run.json`` and the ``meta.json`` files is read
+here; the traces are streamed later by the worker that parses each rank.
+
+The Parquet cache of a remote run lives on this machine, keyed by the URL (``cache_dir``) and, per
+rank, by the objects' sizes and ETags (``ingest.source_key``): a second analysis of an unchanged
+run lists the run and reads only the cache.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+from pathlib import Path
+from typing import Any
+
+from rankscope.errors import RankscopeError
+from rankscope.model.ingest import RankTask
+
+SKIP = ("meta.json", "MANIFEST.json", "run.json", "info.json", "synth_truth.json")
+
+
+def cache_dir(url: str) -> Path:
+    """Local cache of a remote run: ``$RANKSCOPE_CACHE`` or ``~/.cache/rankscope``, by URL."""
+    key = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
+    root = Path(os.environ.get("RANKSCOPE_CACHE", Path.home() / ".cache" / "rankscope"))
+    out = root / f"url-{key}"
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _is_trace(name: str) -> bool:
+    return name.endswith((".json", ".json.gz")) and name not in SKIP and not name.startswith(("comms.", "."))
+
+
+def discover(url: str, cache: Path) -> tuple[list[RankTask], dict[str, Any]]:
+    """Tasks for every rank of the run at ``url`` (same rules as a local directory)."""
+    from rankscope.store import source
+
+    fs, root = source.filesystem(url)
+    proto = url.split("://", 1)[0]
+    root = root.rstrip("/")
+
+    def full(p: str) -> str:
+        return f"{proto}://{p}"
+
+    try:
+        listing = fs.find(root, detail=True, withdirs=False)
+    except FileNotFoundError:
+        listing = {}
+    except Exception as exc:  # noqa: BLE001 - any driver error: one line naming the URL
+        raise RankscopeError(f"{url}: cannot list ({exc.__class__.__name__}: {exc})") from exc
+    if not listing:
+        raise RankscopeError(f"{url}: no such run (nothing stored under this prefix)")
+    manifest: dict[str, Any] = {}
+    if f"{root}/run.json" in listing:
+        try:
+            manifest = json.loads(source.read_text(full(f"{root}/run.json")))
+        except ValueError as exc:
+            raise RankscopeError(f"{url}/run.json: not valid JSON ({exc})") from exc
+    by_rank: dict[str, list[str]] = {}
+    for path in sorted(listing):
+        rel = path[len(root) + 1:]
+        parts = rel.split("/")
+        if len(parts) == 3 and parts[0] == "ranks" and _is_trace(parts[2]):
+            by_rank.setdefault(parts[1], []).append(path)
+    tasks = []
+    for name, files in sorted(by_rank.items()):
+        meta = _meta(full(f"{root}/ranks/{name}/meta.json"), f"{root}/ranks/{name}/meta.json" in listing)
+        hint = meta.get("rank")
+        source_name = "meta.json" if isinstance(hint, int) else "directory name"
+        if not isinstance(hint, int):
+            hint = int(name) if name.isdigit() else None
+        tasks.append(RankTask(tuple(full(f) for f in files), str(cache), hint, meta, source_name))
+    if not tasks:
+        from rankscope.model.run import _rank_from_name
+
+        files = [p for p in sorted(listing) if _is_trace(posixpath.basename(p)) and "/analysis/" not in p]
+        tasks = [RankTask((full(p),), str(cache), _rank_from_name(Path(posixpath.basename(p))), None,
+                          "file name") for p in files]
+    if not tasks:
+        raise RankscopeError(f"{url}: no trace files found (expected *.json or *.json.gz, or a rankscope "
+                             "run directory with ranks/<rank>/)")
+    return tasks, manifest
+
+
+def _meta(url: str, exists: bool) -> dict[str, Any]:
+    from rankscope.store import source
+
+    if not exists:
+        return {}
+    try:
+        got = json.loads(source.read_text(url))
+    except ValueError:
+        return {"problem": f"{url}: not valid JSON"}
+    return got if isinstance(got, dict) else {"problem": f"{url}: not a JSON object"}
