@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from rankscope.errors import TraceError
-from rankscope.model.info import RankInfo
+from rankscope.model.info import RankInfo, compact_groups
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = "3"
@@ -172,8 +172,8 @@ def _identity(info: RankInfo, raw: Any, task: RankTask) -> None:
         info.rank, info.rank_source = content_rank, "content"
         info.world_size = d.world_size
         info.backend = d.backend
-        info.process_groups = [{"name": p.pg_name, "desc": p.pg_desc, "ranks": p.ranks}
-                               for p in (d.pg_config or [])]
+        info.process_groups = compact_groups([{"name": p.pg_name, "desc": p.pg_desc, "ranks": p.ranks}
+                                              for p in (d.pg_config or [])])
     elif info.rank < 0 and task.rank_hint is not None:
         info.rank, info.rank_source = task.rank_hint, task.hint_source
     if task.rank_hint is not None and content_rank is not None and task.rank_hint != content_rank:

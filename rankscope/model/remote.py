@@ -97,4 +97,6 @@ def _meta(url: str, exists: bool) -> dict[str, Any]:
         got = json.loads(source.read_text(url))
     except ValueError:
         return {"problem": f"{url}: not valid JSON"}
-    return got if isinstance(got, dict) else {"problem": f"{url}: not a JSON object"}
+    from rankscope.model.info import compact_meta
+
+    return compact_meta(got) if isinstance(got, dict) else {"problem": f"{url}: not a JSON object"}

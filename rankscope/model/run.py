@@ -17,7 +17,7 @@ from typing import Any, Callable
 from rankscope.errors import RankscopeError, TraceError
 from rankscope.intlist import format_int_list
 from rankscope.model.executors import run_tasks
-from rankscope.model.info import RankInfo
+from rankscope.model.info import RankInfo, compact_meta
 from rankscope.model.ingest import RankTask, ingest, system_pool
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -143,6 +143,7 @@ def _rank_dir_task(d: Path, cache: Path) -> RankTask | None:
             meta = json.loads((d / "meta.json").read_text())
         except ValueError:
             meta = {"problem": f"{d / 'meta.json'}: not valid JSON"}
+    meta = compact_meta(meta)  # world-sized member lists, once per rank: O(world²) otherwise
     hint = meta.get("rank")
     if hint is None and d.name.isdigit():
         return RankTask(files, str(cache), int(d.name), meta, "directory name")
