@@ -96,9 +96,21 @@ def _dask(fn: Callable[[Any], Any], tasks: Sequence[Any], address: str, jobs: in
     from distributed import as_completed as dask_completed
 
     with dask_client(address, jobs) as client:
+        threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values()) or 1
+        # Chunks of ranks, ~8 per worker thread: one task per rank costs the scheduler ~ms each and
+        # made a 1,024-rank analysis 1.8x slower than the local pool on the same cores; 8 per
+        # thread still balances uneven ranks and loses little to a killed worker.
+        size = max(1, -(-len(tasks) // (8 * threads)))
+        chunks = [(fn, list(range(k, min(k + size, len(tasks)))), list(tasks[k:k + size]))
+                  for k in range(0, len(tasks), size)]
         # pure=False: a rank is ingested once per call even if two tasks look alike; the cache
         # (keyed by the files' sizes, mtimes and first bytes) makes a repeat cheap anyway.
-        futures = client.map(fn, list(tasks), pure=False, retries=1)
-        index = {f.key: k for k, f in enumerate(futures)}
+        futures = client.map(_chunk, chunks, pure=False, retries=1)
         for f in dask_completed(futures):
-            yield index[f.key], f.result()
+            yield from f.result()
+
+
+def _chunk(args: tuple[Callable[[Any], Any], list[int], list[Any]]) -> list[tuple[int, Any]]:
+    """One Dask task: ``fn`` over a few consecutive tasks (module level: pickled by reference)."""
+    fn, index, items = args
+    return [(k, fn(t)) for k, t in zip(index, items)]
