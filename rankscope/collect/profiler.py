@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import logging
 import threading
 import time
 from typing import Any, Callable, Iterable
@@ -36,6 +37,7 @@ from rankscope.collect.sched import SchedSampler
 from rankscope.collect.trigger import Plan, Watcher
 from rankscope.store.uploader import UploadConfig
 
+log = logging.getLogger(__name__)
 _PENDING = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _SESSIONS: dict[str, int] = {}
 
@@ -136,19 +138,41 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
 
     # ---- schedule: user schedule, overridden by trigger plans ----------------------------
     def _schedule(self, step: int) -> Any:
-        A = self._mod.ProfilerAction
-        for plan in self._plans:
-            act = plan.action(step)
-            if act is not None and (plan.ranks is None or self._ident_rank() in plan.ranks):
-                action = {"warmup": A.WARMUP, "record": A.RECORD, "save": A.RECORD_AND_SAVE}[act]
-                break
-        else:
-            if self._user_schedule is not None:
-                action = self._user_schedule(step)
-            else:
-                action = A.NONE if self.on_demand else A.RECORD
+        action = self._action_at(step)
         self._actions[step] = action
         return action
+
+    def _action_at(self, step: int, plans: list[Plan] | None = None) -> Any:
+        """What ``step`` does: a trigger plan's action where one covers it, else the user's schedule."""
+        A = self._mod.ProfilerAction
+        for plan in self._plans if plans is None else plans:
+            act = plan.action(step)
+            if act is not None and (plan.ranks is None or self._ident_rank() in plan.ranks):
+                return {"warmup": A.WARMUP, "record": A.RECORD, "save": A.RECORD_AND_SAVE}[act]
+        if self._user_schedule is not None:
+            return self._user_schedule(step)
+        return A.NONE if self.on_demand else A.RECORD
+
+    def _safe_start(self, start: int) -> int | None:
+        """The first step from ``start`` at which a trigger's warm-up may begin.
+
+        torch's profiler cannot go from RECORD to WARMUP: its action map stops the trace without
+        saving it, and the next start_trace without prepare_trace crashed every rank (SIGSEGV) when
+        a trigger landed inside the job's own ``schedule=`` window. Entering from NONE, WARMUP (the
+        job's warm-up is merged with the trigger's) or RECORD_AND_SAVE (its window just saved) is
+        safe, so a trigger that lands while the job records is deferred to the end of that window.
+        Every rank computes the same step from the same schedule and plan. None when the job
+        records every step (no schedule): there is nothing to add then.
+        """
+        try:
+            record = self._mod.ProfilerAction.RECORD
+            for s in range(start, start + 100_000):
+                prev = self._actions[s - 1] if s - 1 in self._actions else self._action_at(s - 1)
+                if prev != record:
+                    return s
+        except Exception:  # a user schedule that raises: never let it reach the training loop
+            log.debug("schedule probe failed", exc_info=True)
+        return None
 
     def _ident_rank(self) -> int:
         return self.collector.ident.rank if self.collector else 0
@@ -232,11 +256,21 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
     def _adopt(self, plan: Plan) -> None:
         if plan.start <= self.step_num:  # seen late: start now; meta shows the steps really captured
             plan = Plan(plan.id, self.step_num + 1, plan.warmup, plan.steps, plan.ranks, plan.created_ns)
-        self._plans = [p for p in self._plans if p.end > self.step_num] + [plan]
+        wanted = plan.start
+        start = self._safe_start(plan.start)
+        note: dict[str, Any] = {}
+        if start is None:
+            note = {"ignored": "the job records every step already (no schedule)"}
+        else:
+            if start != wanted:
+                plan = Plan(plan.id, start, plan.warmup, plan.steps, plan.ranks, plan.created_ns)
+                note = {"deferred_from_step": wanted,
+                        "reason": "the job's own profiling window was recording; the trigger starts when it ends"}
+            self._plans = [p for p in self._plans if p.end > self.step_num] + [plan]
         if self.collector is not None and self.collector.ident.rank == 0:
             self.collector.extra.setdefault("triggers", []).append(
-                {"id": plan.id, "start_step": plan.start, "seen_wall_ns": time.time_ns(),
-                 "created_ns": plan.created_ns})
+                {"id": plan.id, "start_step": plan.start if start is not None else None,
+                 "seen_wall_ns": time.time_ns(), "created_ns": plan.created_ns, **note})
 
     def _on_ready(self, prof: Any) -> None:
         steps, self._win_steps = self._win_steps, []

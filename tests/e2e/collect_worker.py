@@ -1,6 +1,7 @@
 """Training worker for the collect e2e tests (run under torchrun, gloo, CPU).
 
-Modes: ``ok`` (9 steps, two scheduled windows), ``kill`` (SIGKILL after the steps, uploads
+Modes: ``ok`` (9 steps, two scheduled windows), ``scheduled`` (its own window cycling until the stop
+file, for triggers that land inside it), ``kill`` (SIGKILL after the steps, uploads
 pending), ``idle`` (no DDP; rank 1 stops calling step() inside the second window and the idle
 backstop closes it), ``trigger`` (on-demand only; steps every ~50 ms, or ``RS_STEP_S``, until the file named by
 ``RS_STOP`` exists, ranks agreeing through an all_reduce each step), ``subset`` (``ranks=[1]``,
@@ -36,7 +37,10 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     up = UploadConfig(jitter_s=0.1, backoff_base_s=0.1, backoff_max_s=0.5,
                       exit_timeout_s=float(os.environ.get("RS_EXIT_S", "3")))
-    sched = None if mode == "trigger" else torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=2)
+    looping = mode in ("trigger", "scheduled")  # run until the stop file appears
+    # "scheduled": the job's own window cycles forever (triggers land in it at any offset)
+    sched = None if mode == "trigger" else (torch.profiler.schedule(wait=2, warmup=1, active=3) if mode == "scheduled"
+                                            else torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=2))
     prof = rankscope.profile(run=run, schedule=sched, on_demand=mode == "trigger",
                              ranks=[1] if mode == "subset" else None,
                              metadata={"mode": mode}, layout={"dp": dist.get_world_size(), "tp": 1, "pp": 1},
@@ -48,7 +52,7 @@ def main() -> None:
         prof.add_metadata("note", "subset")
         prof.add_metadata_json("cfg", '{"lr": 0.01, "bs": 8}')
     print("TRAINING-STARTED", flush=True)
-    steps = 4000 if mode == "trigger" else 9
+    steps = 4000 if looping else 9
     for i in range(steps):
         if mode == "idle" and rank == 1 and i == 6:
             t_end = time.monotonic() + 2.5  # stuck in Python (a dataloader, a hang): no step() for 2.5 s
@@ -57,7 +61,7 @@ def main() -> None:
             break
         model(torch.randn(8, 32)).sum().backward()
         opt.step()
-        if mode == "trigger":
+        if looping:
             time.sleep(float(os.environ.get("RS_STEP_S", "0.05")))
             if _stop_agreed(os.environ["RS_STOP"]):
                 break

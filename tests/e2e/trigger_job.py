@@ -38,7 +38,7 @@ class Capture:
 class TriggerJob:
     """A running 2-rank job; ``trigger()`` runs the real CLI and waits for both ranks' windows."""
 
-    def __init__(self, work: Path, nproc: int = 2, step_s: float = 0.05) -> None:
+    def __init__(self, work: Path, nproc: int = 2, step_s: float = 0.05, mode: str = "trigger") -> None:
         self.work, self.nproc = work, nproc
         self.run = work / "run"
         self.stop_file = work / "STOP"
@@ -46,7 +46,7 @@ class TriggerJob:
         env = {**os.environ, "PYTHONPATH": ROOT, "RS_SPOOL": str(work / "spool"), "RS_STOP": str(self.stop_file),
                "OMP_NUM_THREADS": "1", "RS_STEP_S": str(step_s)}
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-               "--master-addr=127.0.0.1", f"--master-port={free_port()}", WORKER, str(self.run), "trigger"]
+               "--master-addr=127.0.0.1", f"--master-port={free_port()}", WORKER, str(self.run), mode]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         threading.Thread(target=self._read, daemon=True).start()
 
