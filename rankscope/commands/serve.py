@@ -25,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", nargs="?", default="rankscope-runs", metavar="DIR", help="directory of runs")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    p.add_argument("--cache-dir", default=None, metavar="DIR",
+                   help="keep the parsed runs' Parquet cache here between servers (default: a private temporary "
+                        "directory, removed at exit; nothing is ever written under the served DIR)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,5 +47,5 @@ def run(args: argparse.Namespace) -> int:
                       "these traces (no authentication)", highlight=False, soft_wrap=True)
     console.print(f"serving {root.resolve()} on http://{args.host}:{args.port}/ (Ctrl-C to stop)", highlight=False,
                   soft_wrap=True)
-    uvicorn.run(create_app(root), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(create_app(root, args.cache_dir), host=args.host, port=args.port, log_level="warning")
     return 0

@@ -84,6 +84,13 @@ def _is_trace(p: Path) -> bool:
         "meta.json", "MANIFEST.json", "run.json", "info.json", "synth_truth.json") and not p.name.startswith("comms.")
 
 
+def private_cache(root: str | os.PathLike[str], run_path: Path) -> Path:
+    """``root/<hash of the run's path>``: a cache that writes nothing into the run."""
+    out = Path(root) / hashlib.sha256(str(run_path.resolve()).encode()).hexdigest()[:16]
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
 def cache_root(run_path: Path) -> Path:
     """RUN/analysis/cache when writable, else a per-user cache keyed by the run's path."""
     target = run_path / "analysis" / "cache" if run_path.is_dir() else run_path.parent / ".rankscope-cache"
@@ -158,12 +165,14 @@ def _rank_from_name(p: Path) -> int | None:
 
 
 def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_missing_ranks: bool = False,
-             progress: Progress | None = None, dask: str | None = None) -> Run:
+             progress: Progress | None = None, dask: str | None = None,
+             cache_dir: str | os.PathLike[str] | None = None) -> Run:
     """Ingest (or re-open from the cache) every rank under ``path``.
 
     ``jobs`` worker processes (1: in this process), or a Dask cluster with ``dask="local"`` or a
     scheduler address (``rankscope.model.executors``; default: ``$RANKSCOPE_DASK``, which the
-    CLI's ``--dask`` sets).
+    CLI's ``--dask`` sets). ``cache_dir``: keep the Parquet cache there (keyed by the run's path)
+    instead of next to the run, e.g. to leave a served directory untouched.
     """
     dask = dask or os.environ.get("RANKSCOPE_DASK") or None
     from rankscope.store import source
@@ -177,7 +186,7 @@ def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_mis
         tasks, manifest = remote.discover(url, cache)
     else:
         p = Path(source.local_path(str(path)))
-        cache = cache_root(p)
+        cache = private_cache(cache_dir, p) if cache_dir else cache_root(p)
         tasks, manifest = discover(p, cache)
     jobs = jobs or os.cpu_count() or 1
     infos: list[RankInfo] = []

@@ -1,12 +1,15 @@
 """The web UI: list the runs under a directory, show each run's report views, compare two runs.
 
-Read-only: only GET routes; nothing under the directory is written except the ingest cache that
-``load_run`` keeps in each run. ``/runs/NAME/timeline?format=perfetto|json&steps=3-4&ranks=0-7``
-serves the run's merged multi-rank timeline, made on demand (clock offsets refined with matched
-collectives, as ``rankscope timeline`` does) and cached as files in a private temporary directory.
-A run is named by its directory name; names are checked against a strict pattern and against the
-listing itself, so ``../`` and names that are not runs under the directory are refused (400 / 404)
-before any path is built; the timeline's filters must look like ``3-4`` or ``0,2,5-7``.
+Read-only: only GET routes, and nothing under the directory is written: the Parquet cache of every
+run goes to a private cache directory (``cache_dir``, default a temporary one). ``/runs/NAME/timeline?
+format=perfetto|json&steps=3-4&ranks=0-7`` serves the run's merged multi-rank timeline, made on
+demand (clock offsets refined with matched collectives, as ``rankscope timeline`` does) in a child
+process (its memory goes back to the system when it is done) and kept as files in a private
+temporary directory; a response holds its file open, so evicting it from the cache never cuts a
+download short. A run is named by its directory name; names are checked against a strict pattern
+and against the listing itself, so ``../`` and names that are not runs under the directory are
+refused (400 / 404) before any path is built, and a run with a link leading outside the served
+directory is refused (403). Responses never show the server's absolute paths.
 
 Example::
 
@@ -19,19 +22,21 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import html
+import multiprocessing
 import os
 import re
 import shutil
 import tempfile
 import threading
 from collections import OrderedDict
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from rankscope.errors import RankscopeError
@@ -59,9 +64,12 @@ def list_runs(root: Path) -> list[str]:
 class Runs:
     """Resolves run names safely and caches rendered pages per (names, modification times)."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, cache_dir: str | Path | None = None, pages: int = 16) -> None:
         self.root = Path(root).resolve()
-        self._cache: dict[tuple[Any, ...], str] = {}
+        self._own_cache = cache_dir is None
+        self.cache_dir = Path(cache_dir) if cache_dir else Path(tempfile.mkdtemp(prefix="rankscope-serve-cache-"))
+        self._cache: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+        self._pages = pages  # rendered pages kept (a few MB each): memory bounded
         self._lock = threading.Lock()
 
     def path(self, name: str) -> Path | None:
@@ -70,6 +78,25 @@ class Runs:
             return None
         p = (self.root / name).resolve()
         return p if p.parent == self.root else None
+
+    def close(self) -> None:
+        """Remove the private cache when this server made it."""
+        if self._own_cache:
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+    def escapes(self, run: Path) -> str | None:
+        """The first link inside ``run`` that leads outside the served directory (relative), or None."""
+        for dirpath, dirnames, filenames in os.walk(run, followlinks=False):
+            for n in dirnames + filenames:
+                p = Path(dirpath) / n
+                if p.is_symlink() and not p.resolve().is_relative_to(self.root):
+                    return str(p.relative_to(self.root))
+        return None
+
+    def public(self, text: str) -> str:
+        """``text`` without the server's absolute paths (the served root becomes relative)."""
+        text = text.replace(str(self.root) + os.sep, "").replace(str(self.root), ".")
+        return re.sub(r"(?<![\w.])/(?:[\w.\-]+/)+", "", text.replace(str(self.cache_dir), "<cache>"))
 
     def page(self, name: str, baseline: str | None = None) -> str:
         """The report page of ``name`` (with a diff view against ``baseline``), rendered once."""
@@ -80,6 +107,9 @@ class Runs:
         with self._lock:
             if key not in self._cache:
                 self._cache[key] = self._render(a, b)
+                while len(self._cache) > self._pages:
+                    self._cache.popitem(last=False)
+            self._cache.move_to_end(key)
             return self._cache[key]
 
     def _render(self, a: Path, b: Path | None) -> str:
@@ -87,13 +117,13 @@ class Runs:
         from rankscope.model.run import load_run
         from rankscope.render.html import build
 
-        run = load_run(a, jobs=1, allow_missing_ranks=True)
+        run = load_run(a, jobs=1, allow_missing_ranks=True, cache_dir=self.cache_dir)
         results = run_all(run)
         diff = None
         if b is not None:
             from rankscope.analysis.diff import run_diff
 
-            base = load_run(b, jobs=1, allow_missing_ranks=True)
+            base = load_run(b, jobs=1, allow_missing_ranks=True, cache_dir=self.cache_dir)
             diff = run_diff(run, results, base, run_all(base))
         return build(run, results, diff=diff, nav_extra=self.switcher(a.name, b.name if b else None),
                      timeline_html=timeline_form(a.name))
@@ -131,29 +161,27 @@ class Timelines:
         self._made: OrderedDict[tuple[Any, ...], Path] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, name: str, fmt: str, steps: list[int] | None, ranks: list[int] | None) -> Path:
-        """The timeline file of run ``name`` (a run under the root) for these filters."""
-        from rankscope.model.run import load_run
-        from rankscope.render.timeline import aligned_offsets, write_timeline
-
+    def get(self, name: str, fmt: str, steps: list[int] | None, ranks: list[int] | None) -> Any:
+        """The timeline of run ``name`` (a run under the root) for these filters, as an open binary
+        file: the caller streams and closes it. Unlinking a file evicted from the cache does not
+        affect a response still reading it."""
         a = self.runs.path(name)
         assert a is not None
         key = (name, _stamp(a), fmt, tuple(steps or ()), tuple(ranks or ()))
         with self._lock:
-            if key in self._made and self._made[key].exists():
-                self._made.move_to_end(key)
-                return self._made[key]
-            if self.dir is None:
-                self.dir = Path(tempfile.mkdtemp(prefix="rankscope-timelines-"))
-            out = self.dir / (hashlib.sha256(repr(key).encode()).hexdigest()[:32] + FORMATS[fmt][0])
-            run = load_run(a, jobs=1, allow_missing_ranks=True)
-            tmp = write_timeline(run, out.with_name(out.name + ".part"), fmt=fmt, steps=steps, ranks=ranks,
-                                 offsets=aligned_offsets(run))
-            os.replace(tmp, out)
-            self._made[key] = out
-            while len(self._made) > self.keep:
-                self._made.popitem(last=False)[1].unlink(missing_ok=True)
-            return out
+            if key not in self._made or not self._made[key].exists():
+                if self.dir is None:
+                    self.dir = Path(tempfile.mkdtemp(prefix="rankscope-timelines-"))
+                out = self.dir / (hashlib.sha256(repr(key).encode()).hexdigest()[:32] + FORMATS[fmt][0])
+                # A child process: reading the run and building the timeline takes memory in proportion
+                # to the run, which a long-lived server would otherwise keep (~1.8 GB seen per request).
+                with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as ex:
+                    ex.submit(_build_timeline, str(a), str(out), fmt, steps, ranks, str(self.runs.cache_dir)).result()
+                self._made[key] = out
+                while len(self._made) > self.keep:
+                    self._made.popitem(last=False)[1].unlink(missing_ok=True)
+            self._made.move_to_end(key)
+            return open(self._made[key], "rb")  # noqa: SIM115 - closed by the response
 
     def close(self) -> None:
         """Remove the cached files."""
@@ -161,6 +189,17 @@ class Timelines:
             if self.dir is not None:
                 shutil.rmtree(self.dir, ignore_errors=True)
             self.dir, self._made = None, OrderedDict()
+
+
+def _build_timeline(run: str, out: str, fmt: str, steps: list[int] | None, ranks: list[int] | None,
+                    cache_dir: str) -> None:
+    """Write one merged timeline (runs in a child process of the server)."""
+    from rankscope.model.run import load_run
+    from rankscope.render.timeline import aligned_offsets, write_timeline
+
+    r = load_run(run, jobs=1, allow_missing_ranks=True, cache_dir=cache_dir)
+    tmp = write_timeline(r, Path(out + ".part"), fmt=fmt, steps=steps, ranks=ranks, offsets=aligned_offsets(r))
+    os.replace(tmp, out)
 
 
 def _stamp(p: Path) -> tuple[tuple[str, int, int], ...]:
@@ -189,24 +228,25 @@ def _stamp(p: Path) -> tuple[tuple[str, int, int], ...]:
 def _index(runs: Runs) -> str:
     names = list_runs(runs.root)
     items = "".join(f'<li><a class="run" href="/runs/{html.escape(n)}">{html.escape(n)}</a></li>' for n in names)
-    body = f"<ul>{items}</ul>" if names else f"<p>no runs under {html.escape(str(runs.root))}</p>"
+    body = f"<ul>{items}</ul>" if names else f"<p>no runs under {html.escape(runs.root.name)}</p>"
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
             f'<title>rankscope runs</title>'
             f'<style>body{{font-family:system-ui,sans-serif;margin:24px;color:#1d2330}}</style></head><body>'
-            f"<h1>rankscope · runs under {html.escape(str(runs.root))}</h1>{body}"
+            f"<h1>rankscope · runs under {html.escape(runs.root.name)}</h1>{body}"
             f"{runs.switcher(names[0], None) if names else ''}</body></html>")
 
 
-def create_app(root: str | Path) -> Starlette:
-    """The ASGI app serving the runs under ``root`` read-only."""
-    runs = Runs(root)
+def create_app(root: str | Path, cache_dir: str | Path | None = None) -> Starlette:
+    """The ASGI app serving the runs under ``root`` read-only (caches in ``cache_dir``, default a
+    private temporary directory)."""
+    runs = Runs(root, cache_dir)
     timelines = Timelines(runs)
 
     async def index(request: Request) -> Response:
         return HTMLResponse(_index(runs))
 
     async def api_runs(request: Request) -> Response:
-        return JSONResponse({"root": str(runs.root), "runs": list_runs(runs.root)})
+        return JSONResponse({"root": runs.root.name, "runs": list_runs(runs.root)})
 
     async def show(request: Request) -> Response:
         return await _page(runs, request.path_params["name"], None)
@@ -222,6 +262,7 @@ def create_app(root: str | Path) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         timelines.close()
+        runs.close()
 
     return Starlette(routes=[Route("/", index), Route("/api/runs", api_runs), Route("/runs/{name}", show),
                              Route("/runs/{name}/timeline", timeline), Route("/compare", compare)],
@@ -232,8 +273,13 @@ def _refusal(runs: Runs, name: str) -> Response | None:
     """400 for what is not a run name, 404 for a name that is not a run under the root; None when fine."""
     if not NAME.match(name):
         return HTMLResponse(f"refused: {html.escape(name)!s} is not a run name", status_code=400)
-    if runs.path(name) is None:
+    p = runs.path(name)
+    if p is None:
         return HTMLResponse(f"not found: no run named {html.escape(name)} here", status_code=404)
+    link = runs.escapes(p)
+    if link is not None:
+        return HTMLResponse(f"refused: {html.escape(link)} is a link to outside the served directory",
+                            status_code=403)
     return None
 
 
@@ -245,16 +291,27 @@ async def _timeline(timelines: Timelines, name: str, q: Any) -> Response:
     if fmt not in FORMATS or not SPEC.match(steps) or not SPEC.match(ranks):
         return PlainTextResponse("refused: format is perfetto or json; steps and ranks look like 3-4 or 0,2,5-7",
                                  status_code=400)
+    runs = timelines.runs
     try:
         from rankscope.render.timeline import parse_ints
 
-        path = await run_in_threadpool(timelines.get, name, fmt, parse_ints(steps, "steps"),
-                                       parse_ints(ranks, "ranks"))
+        fh = await run_in_threadpool(timelines.get, name, fmt, parse_ints(steps, "steps"),
+                                     parse_ints(ranks, "ranks"))
     except RankscopeError as exc:
-        return PlainTextResponse(f"cannot make the timeline of {name}: {exc}", status_code=400)
+        return PlainTextResponse(runs.public(f"cannot make the timeline of {name}: {exc}"), status_code=400)
     except Exception as exc:  # noqa: BLE001 - a broken run gets an error, the server stays up
-        return PlainTextResponse(f"cannot make the timeline of {name}: {type(exc).__name__}: {exc}", status_code=500)
-    return FileResponse(path, media_type=FORMATS[fmt][1], filename=f"{name}-timeline{FORMATS[fmt][0]}")
+        return PlainTextResponse(runs.public(f"cannot make the timeline of {name}: {type(exc).__name__}: {exc}"),
+                                 status_code=500)
+
+    def chunks() -> Any:
+        with fh:
+            while piece := fh.read(1 << 20):
+                yield piece
+
+    size = os.fstat(fh.fileno()).st_size
+    return StreamingResponse(chunks(), media_type=FORMATS[fmt][1], headers={
+        "content-disposition": f'attachment; filename="{name}-timeline{FORMATS[fmt][0]}"',
+        "content-length": str(size)})
 
 
 async def _page(runs: Runs, name: str, baseline: str | None) -> Response:
@@ -265,5 +322,5 @@ async def _page(runs: Runs, name: str, baseline: str | None) -> Response:
     try:
         page = await run_in_threadpool(runs.page, name, baseline)
     except Exception as exc:  # noqa: BLE001 - a broken run gets an error page, the server stays up
-        return HTMLResponse(f"cannot show {html.escape(name)}: {html.escape(str(exc))}", status_code=500)
+        return HTMLResponse(f"cannot show {html.escape(name)}: {html.escape(runs.public(str(exc)))}", status_code=500)
     return HTMLResponse(page)

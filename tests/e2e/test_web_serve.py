@@ -115,7 +115,18 @@ def test_timeline_cache(tmp_path):
     from rankscope.web.app import Runs, Timelines
 
     tiny_run(tmp_path / "tiny")
-    tl = Timelines(Runs(tmp_path), keep=2)
+    runs = Runs(tmp_path, cache_dir=tmp_path.parent / f"{tmp_path.name}-cache")
+    timelines = Timelines(runs, keep=2)
+
+    class TL:  # get() hands out an open file (the response streams and closes it): its path here
+        @staticmethod
+        def get(*a: object) -> Path:
+            with timelines.get(*a) as fh:
+                return Path(fh.name)
+
+        close = timelines.close
+
+    tl = TL()
     a = tl.get("tiny", "perfetto", None, None)
     made = a.stat().st_mtime_ns
     assert tl.get("tiny", "perfetto", None, None) == a and a.stat().st_mtime_ns == made  # cached
@@ -123,6 +134,7 @@ def test_timeline_cache(tmp_path):
     # CI once saw the mtime tick between two calls and a cache miss (mtime resolution is a clock tick).
     touched = time.time() + 3
     os.utime(tmp_path / "tiny", (touched, touched))
+    (tmp_path / "tiny" / "analysis").mkdir(exist_ok=True)  # serve writes none; a user's report may be there
     (tmp_path / "tiny" / "analysis" / "report.html").write_text("x")
     assert tl.get("tiny", "perfetto", None, None) == a and a.stat().st_mtime_ns == made
     b = tl.get("tiny", "json", [2], [1])
@@ -168,3 +180,80 @@ def test_cli_serve_warns_on_public_host(tmp_path_factory):
     finally:
         p.terminate()
         p.wait(10)
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def test_concurrent_timelines_while_evicting_and_served_dir_untouched(tmp_path: Path) -> None:
+    """50 parallel timeline requests over 5 filter sets with a cache of 1 file: every response is
+    whole (the file a response is sending may be evicted meanwhile); nothing under the served
+    directory changes; no response shows an absolute path of the server."""
+    import concurrent.futures
+
+    import uvicorn
+
+    from rankscope.web.app import Timelines, create_app
+
+    root = tmp_path / "served"
+    tiny_run(root / "tiny")
+    before = _tree(root)
+    orig_init = Timelines.__init__
+
+    def small(self, runs, keep=8):  # type: ignore[no-untyped-def]
+        orig_init(self, runs, keep=1)  # evict on every new filter set
+
+    Timelines.__init__ = small  # type: ignore[method-assign]
+    try:
+        srv = Served.__new__(Served)
+        srv.port = free_port()
+        srv.server = uvicorn.Server(uvicorn.Config(create_app(root), host="127.0.0.1", port=srv.port,
+                                                   log_level="warning"))
+        srv.thread = threading.Thread(target=srv.server.run, daemon=True)
+        with srv:
+            paths = [f"/runs/tiny/timeline?format=json&steps={s}" for s in ("", "1", "2", "1-2", "1,2")] * 10
+            with concurrent.futures.ThreadPoolExecutor(16) as ex:
+                got = list(ex.map(srv.fetch, paths))
+            assert [g[0] for g in got] == [200] * 50
+            bodies: dict[str, set[bytes]] = {}
+            for p, (_, headers, body) in zip(paths, got):
+                assert int(headers["content-length"]) == len(body)
+                json.loads(body)  # whole, parseable
+                bodies.setdefault(p, set()).add(body)
+            assert all(len(v) == 1 for v in bodies.values())  # same filters, same bytes
+            for path in ("/api/runs", "/", "/runs/tiny/timeline?steps=1-999999", "/runs/nope"):
+                _, _, body = srv.fetch(path)
+                assert str(tmp_path) not in body.decode(errors="replace"), path
+    finally:
+        Timelines.__init__ = orig_init  # type: ignore[method-assign]
+    assert _tree(root) == before  # no cache, no report, nothing written into the served directory
+
+
+def test_link_out_of_the_served_directory_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "served"
+    tiny_run(root / "tiny")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "secret.pt.trace.json").write_text('{"traceEvents": [], "TOP": "SECRET"}')
+    os.symlink(tmp_path / "elsewhere", root / "tiny" / "ranks" / "3")
+    with Served(root) as srv:
+        for path in ("/runs/tiny", "/runs/tiny/timeline", "/compare?run=tiny"):
+            status, body = srv.get(path)
+            assert status == 403 and "outside the served directory" in body and "SECRET" not in body, path
+            assert str(tmp_path) not in body
+
+
+def test_server_memory_bounded_over_many_timeline_filters(tmp_path: Path) -> None:
+    """Each timeline is built in a child process: 12 different filter sets leave the server's RSS
+    within 150 MB of where it was after the first (it was ~1.8 GB per long request before)."""
+    import psutil
+
+    root = tmp_path / "served"
+    tiny_run(root / "tiny")
+    with Served(root) as srv:
+        assert srv.fetch("/runs/tiny/timeline?steps=1")[0] == 200
+        rss0 = psutil.Process().memory_info().rss
+        for k in range(12):
+            assert srv.fetch(f"/runs/tiny/timeline?format=json&ranks={k % 2}&steps={1 + k % 2}")[0] in (200, 400)
+        assert psutil.Process().memory_info().rss - rss0 < 150 * 2**20
