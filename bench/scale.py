@@ -122,7 +122,15 @@ def main() -> None:
     ap.add_argument("--backends", nargs="+", default=["pool", "dask"], choices=["pool", "dask"])
     ap.add_argument("--cache", type=Path, default=Path("/tmp/rankscope-scale"))
     ap.add_argument("--out", type=Path, default=Path("/tmp/rankscope-scale.json"))
+    ap.add_argument("--plot", type=Path, default=None, help="also draw wall time vs ranks as an SVG here")
+    ap.add_argument("--from-json", type=Path, default=None, help="only print / plot the rows of an earlier run")
     a = ap.parse_args()
+    if a.from_json:
+        rows = json.loads(a.from_json.read_text())
+        print_table(rows)
+        if a.plot:
+            plot_svg(rows, a.plot)
+        return
     a.cache.mkdir(parents=True, exist_ok=True)
     s3 = start_s3() if "s3" in a.storage else None
     env = {**os.environ, "PYTHONPATH": str(ROOT), "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
@@ -158,6 +166,12 @@ def main() -> None:
     finally:
         if s3:
             s3[0].kill()
+    print_table(rows)
+    if a.plot:
+        plot_svg(rows, a.plot)
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
     print("| ranks | trace MB | storage | backend | wall s (median) | per-rank ms | client peak RSS MB "
           "| largest worker RSS MB | read MB |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -165,6 +179,46 @@ def main() -> None:
         print(f"| {r['ranks']} | {r['trace_mb']:.1f} | {r['storage']} | {r['backend']} | {r['wall_s']:.1f} | "
               f"{1000 * r['wall_s'] / r['ranks']:.1f} | {r['client_rss_mb']:.0f} | {r['worker_rss_mb']:.0f} | "
               f"{r['read_mb']:.1f} |")
+
+
+
+def plot_svg(rows: list[dict[str, Any]], out: Path) -> None:
+    """Wall time vs ranks on log-log axes, one line per storage/backend (a plain SVG, no plot library)."""
+    import math
+
+    w, h, m = 640, 400, 60
+    xs = sorted({r["ranks"] for r in rows})
+    ys = [r["wall_s"] for r in rows]
+    lx0, lx1 = math.log10(min(xs)), math.log10(max(xs))
+    ly0, ly1 = math.log10(min(ys)) - 0.1, math.log10(max(ys)) + 0.1
+
+    def px(x: float) -> float:
+        return m + (math.log10(x) - lx0) / (lx1 - lx0) * (w - 2 * m)
+
+    def py(y: float) -> float:
+        return h - m - (math.log10(y) - ly0) / (ly1 - ly0) * (h - 2 * m)
+
+    colors = {"local/pool": "#1f77b4", "local/dask": "#2ca02c", "s3/pool": "#d62728", "s3/dask": "#ff7f0e"}
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
+             f'font-size="12"><rect width="{w}" height="{h}" fill="white"/>',
+             f'<text x="{w / 2}" y="20" text-anchor="middle" font-size="14">rankscope analyze: wall time vs ranks '
+             f'(2 cores, cold cache)</text>']
+    for x in xs:
+        parts.append(f'<line x1="{px(x):.1f}" y1="{h - m}" x2="{px(x):.1f}" y2="{m}" stroke="#eee"/>'
+                     f'<text x="{px(x):.1f}" y="{h - m + 16}" text-anchor="middle">{x}</text>')
+    for e in range(math.floor(ly0), math.ceil(ly1) + 1):
+        if ly0 <= e <= ly1:
+            parts.append(f'<line x1="{m}" y1="{py(10 ** e):.1f}" x2="{w - m}" y2="{py(10 ** e):.1f}" stroke="#eee"/>'
+                         f'<text x="{m - 6}" y="{py(10 ** e) + 4:.1f}" text-anchor="end">{10 ** e:g} s</text>')
+    parts.append(f'<text x="{w / 2}" y="{h - 18}" text-anchor="middle">ranks (log)</text>')
+    for i, (key, color) in enumerate(colors.items()):
+        pts = sorted((r["ranks"], r["wall_s"]) for r in rows if f"{r['storage']}/{r['backend']}" == key)
+        if not pts:
+            continue
+        line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
+        parts.append(f'<polyline points="{line}" fill="none" stroke="{color}" stroke-width="2"/>')
+        parts.append(f'<text x="{m + 10}" y="{m + 16 * i}" fill="{color}">{key}</text>')
+    out.write_text("".join(parts) + "</svg>")
 
 
 if __name__ == "__main__":
