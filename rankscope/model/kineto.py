@@ -11,9 +11,7 @@ and the rank is marked partial. Chrome's bare-array form (``[...]``) is read too
 """
 from __future__ import annotations
 
-import os
 import re
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Optional, Union
@@ -21,6 +19,7 @@ from typing import Any, ClassVar, Iterator, Optional, Union
 import msgspec
 
 from rankscope.errors import TraceError
+from rankscope.model import inflate
 
 
 # gc=False: hundreds of thousands of decoded structs must not be traversed by every garbage
@@ -62,8 +61,8 @@ class _Complete(msgspec.Struct, gc=False):
     cat: Optional[str] = None
     ts: Any = None
     dur: Any = None
-    pid: Union[int, str, None] = None
-    tid: Union[int, str, None] = None
+    pid: Any = None
+    tid: Any = None
     args: Optional[Args] = None
 
 
@@ -94,18 +93,13 @@ _OTHERS = tuple(msgspec.defstruct(f"Phase{ord(c)}", [], tag_field="ph", tag=c, g
                                   namespace={"ph": c, "name": ""}) for c in _OTHER_PHASES)
 
 
-class PGConfig(msgspec.Struct, gc=False):
-    pg_name: str = ""
-    pg_desc: str = ""
-    ranks: Union[list, str, None] = None
-    pg_size: Optional[int] = None
-
-
 class DistInfo(msgspec.Struct):
-    backend: Optional[str] = None
-    rank: Optional[int] = None
-    world_size: Optional[int] = None
-    pg_config: Optional[list[PGConfig]] = None
+    # Loose types: a rank written as a string or a huge world size is checked (model/sanity.py) and
+    # dropped as one field, not a reason to refuse the whole file.
+    backend: Any = None
+    rank: Any = None
+    world_size: Any = None
+    pg_config: Any = None
 
 
 class Trace(msgspec.Struct, gc=False):
@@ -113,18 +107,29 @@ class Trace(msgspec.Struct, gc=False):
     # them into structs a chunk at a time: peak memory is the JSON plus one chunk of structs,
     # not the JSON plus every event as Python objects.
     traceEvents: list[msgspec.Raw] = []
-    distributedInfo: Optional[DistInfo] = None
-    baseTimeNanoseconds: Optional[int] = None
-    deviceProperties: Optional[list[dict[str, Any]]] = None
+    distributedInfo: Any = None  # read through ``dist_info``
+    baseTimeNanoseconds: Any = None
+    deviceProperties: Any = None
 
 
 class _TypedTrace(msgspec.Struct, gc=False):
     """A whole document with its events decoded at once (small files, ``decode``)."""
 
     traceEvents: list[Union[(XEvent, Instant) + _OTHERS]] = []  # type: ignore[valid-type]
-    distributedInfo: Optional[DistInfo] = None
-    baseTimeNanoseconds: Optional[int] = None
-    deviceProperties: Optional[list[dict[str, Any]]] = None
+    distributedInfo: Any = None  # read through ``dist_info``
+    baseTimeNanoseconds: Any = None
+    deviceProperties: Any = None
+
+
+def dist_info(trace: Any) -> DistInfo | None:
+    """``distributedInfo`` as a DistInfo, None when absent or not an object (fields stay unchecked:
+    model/sanity.py bounds them)."""
+    d = trace.distributedInfo
+    if isinstance(d, DistInfo) or d is None:
+        return d
+    if not isinstance(d, dict):
+        return None
+    return DistInfo(**{k: d.get(k) for k in ("backend", "rank", "world_size", "pg_config")})
 
 
 _DECODER = msgspec.json.Decoder(Trace)
@@ -147,16 +152,9 @@ def decode_events(buf: bytes) -> list[Any]:
         return _EVENTS.decode(buf)
 CHUNK = 8192
 # Decoding needs the JSON bytes plus the structs (~3x the JSON); refuse above this many JSON bytes
-# instead of letting the OS kill the worker. Override with RANKSCOPE_MAX_JSON_BYTES.
-DEFAULT_MAX_JSON_BYTES = 8 << 30
-
-
-def max_json_bytes() -> int:
-    """The largest (decompressed) trace this process will decode."""
-    try:
-        return int(os.environ.get("RANKSCOPE_MAX_JSON_BYTES", DEFAULT_MAX_JSON_BYTES))
-    except ValueError:
-        return DEFAULT_MAX_JSON_BYTES
+# instead of letting the OS kill the worker. Override with RANKSCOPE_MAX_JSON_BYTES (--max-inflated-size).
+DEFAULT_MAX_JSON_BYTES = inflate.DEFAULT_MAX_INFLATED
+max_json_bytes = inflate.max_inflated_bytes
 
 
 @dataclass
@@ -169,6 +167,7 @@ class RawTrace:
     partial: bool = False
     nbytes: int = 0
     streamed: bool = False  # events decoded while the file is read (model/stream.py)
+    source: Optional[inflate.Source] = None  # how the bytes were read: sha256, damage
 
     # Subclasses that rewrite events in place (Ascend) need plain ``Event`` structs.
     typed = True
@@ -195,38 +194,11 @@ class RawTrace:
             self.problems.append(f"{bad} malformed events (not trace event objects) were left out")
 
 
-def _too_large(path: str, size: int, limit: int) -> TraceError:
-    return TraceError(path, f"too large to decode in memory ({size / 1e9:.2f} GB of JSON, limit "
-                      f"{limit / 1e9:.2f} GB); split the trace (shorter profiling window) or raise "
-                      "RANKSCOPE_MAX_JSON_BYTES on a machine with more memory")
-
-
-def _gunzip(raw: bytes, path: str, limit: int) -> tuple[bytes, list[str]]:
-    """Inflate with a size cap; a truncated stream yields what could be inflated."""
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        data = d.decompress(raw, limit + 1)
-    except zlib.error as exc:
-        return b"", [f"gzip stream damaged ({exc}); nothing could be inflated"]
-    if len(data) > limit:
-        raise _too_large(path, max(len(data), int.from_bytes(raw[-4:], "little")), limit)
-    if not d.eof:
-        return data, [f"gzip stream damaged (ends early); kept {len(data)} bytes"]
-    return data, []
-
-
 def read_bytes(path: str | Path) -> tuple[bytes, list[str]]:
     """Read a (possibly gzipped) file; refuses files larger than ``max_json_bytes()``."""
-    p, limit = str(path), max_json_bytes()
-    size = os.stat(p).st_size
-    with open(p, "rb") as fh:
-        magic = fh.read(2)
-        if magic != b"\x1f\x8b" and size > limit:
-            raise _too_large(p, size, limit)
-        raw = magic + fh.read()
-    if magic != b"\x1f\x8b":
-        return raw, []
-    return _gunzip(raw, p, limit)
+    src = inflate.Source(str(path))
+    data = src.read_all()
+    return data, src.problems
 
 
 _EVENT_END = re.compile(rb"\}\s*[,\]]")
@@ -300,10 +272,12 @@ class DecodedTrace(RawTrace):
 def decode(path: str | Path) -> RawTrace:
     """Decode one trace file; raises TraceError only when nothing at all can be read."""
     p = str(path)
+    src = inflate.Source(p)
     try:
-        data, problems = read_bytes(path)
+        data = src.read_all()
     except OSError as exc:
         raise TraceError(p, f"cannot read file ({exc.strerror or exc})") from exc
+    problems = list(src.problems)
     if not problems and len(data) <= DIRECT_BYTES and _first_char(data) == b"{":
         try:  # one pass, no intermediate Raw slices; anything unusual takes the general path
             doc = _TYPED_DOC.decode(data)
@@ -314,8 +288,10 @@ def decode(path: str | Path) -> RawTrace:
                           deviceProperties=doc.deviceProperties)
             empty = [] if doc.traceEvents else [
                 "no trace events (metadata only: was the profiler stopped before any step?)"]
-            return DecodedTrace(p, trace, empty, False, len(data), events=doc.traceEvents)
-    return decode_bytes(p, data, problems)
+            return DecodedTrace(p, trace, empty, False, len(data), source=src, events=doc.traceEvents)
+    got = decode_bytes(p, data, problems)
+    got.source = src
+    return got
 
 
 def decode_bytes(p: str, data: bytes, problems: list[str]) -> RawTrace:
