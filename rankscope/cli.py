@@ -66,14 +66,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    from rankscope.errors import RankscopeError
+    from rankscope.errors import RankscopeError, safe
 
     try:
         return int(args._module.run(args) or 0)
     except RankscopeError as exc:
         if args.debug:
             raise
-        print(f"rankscope: error: {exc}", file=sys.stderr)
+        print(f"rankscope: error: {safe(exc)}", file=sys.stderr)
+        return 1
+    except (OSError, MemoryError, RecursionError) as exc:  # a file system or memory problem: one line
+        if args.debug:
+            raise
+        where = getattr(exc, "filename", None)
+        what = getattr(exc, "strerror", None) or exc.__class__.__name__
+        print(f"rankscope: error: {safe(where) + ': ' if where else ''}{safe(what)} "
+              "(rerun with --debug for the traceback)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("rankscope: interrupted", file=sys.stderr)
