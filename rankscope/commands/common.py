@@ -73,7 +73,7 @@ def warn(text: str) -> None:
     """One warning line on stderr: file names escaped (no terminal escapes, no rich markup)."""
     from rankscope.errors import safe
 
-    console.print(f"[yellow]warning:[/] {escape(safe(text))}", highlight=False)
+    console.print(f"[yellow]warning:[/] {escape(safe(text))}", highlight=False, soft_wrap=True)  # one line each
 
 
 def coverage_lines(run: Run) -> list[str]:
@@ -127,7 +127,7 @@ def print_summary(run: Run, results: dict[str, Result], report: str | None = Non
     from rankscope.render.terminal import findings_lines, rank_table
 
     for line in coverage_lines(run):  # first: what the results below do not cover
-        out.print(f"[yellow]{escape(line)}[/]", highlight=False)
+        out.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
     st = results.get("straggler")
     if st is None or st.skipped:
         out.print(f"straggler analysis skipped: {st.skipped if st else 'not run'}")

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from rankscope.commands.common import coverage_lines, warn
 
     for line in coverage_lines(r):
-        out.print(line, highlight=False, markup=False)
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
     for p in s["problems"]:
         warn(p)
     return 0

@@ -11,6 +11,7 @@ and the rank is marked partial. Chrome's bare-array form (``[...]``) is read too
 """
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,6 +250,18 @@ def _nonstandard(data: bytes, problems: list[str]) -> tuple[Trace | None, bytes]
         return None, fixed
 
 
+def _valid_utf8(data: bytes, problems: list[str]) -> bytes:
+    """Invalid UTF-8 bytes (a name cut mid-character, latin-1 text) become U+FFFD instead of failing
+    the file; only on the error path, so valid files pay nothing."""
+    try:
+        data.decode("utf-8")
+        return data
+    except UnicodeDecodeError:
+        fixed = data.decode("utf-8", "replace").encode("utf-8")
+        problems.append("invalid UTF-8 bytes in names were replaced by U+FFFD")
+        return fixed
+
+
 def _decode_doc(data: bytes) -> Trace:
     """Object form ({"traceEvents": [...]}) or Chrome's bare array form ([...])."""
     if _first_char(data) == b"[":
@@ -278,6 +291,8 @@ def decode(path: str | Path) -> RawTrace:
     except OSError as exc:
         raise TraceError(p, f"cannot read file ({exc.strerror or exc})") from exc
     problems = list(src.problems)
+    if data[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte order mark (Windows editors): not JSON, harmless
+        data = data[3:]
     if not problems and len(data) <= DIRECT_BYTES and _first_char(data) == b"{":
         try:  # one pass, no intermediate Raw slices; anything unusual takes the general path
             doc = _TYPED_DOC.decode(data)
@@ -304,7 +319,13 @@ def decode_bytes(p: str, data: bytes, problems: list[str]) -> RawTrace:
     except msgspec.ValidationError as exc:
         raise TraceError(p, f"not a Kineto trace ({exc})") from exc
     except msgspec.DecodeError as exc:
-        fixed, data = _nonstandard(data, problems)
+        repaired, fixed = _valid_utf8(data, problems), None
+        if repaired is not data:
+            data = repaired
+            with contextlib.suppress(msgspec.DecodeError):
+                fixed = _decode_doc(data)
+        if fixed is None:
+            fixed, data = _nonstandard(data, problems)
         got = fixed or _salvage(data)
         if got is None:
             raise TraceError(p, f"not valid JSON ({exc})") from exc
