@@ -143,9 +143,11 @@ def _rank_dir_task(d: Path, cache: Path, found: Found, published: bool) -> RankT
         return None
     has_manifest = (d / "MANIFEST.json").exists()
     if not files:
+        why = "not published yet (no MANIFEST.json: is the job still writing?)" if not has_manifest else \
+            "no readable trace file (removed, or a broken link?)"
+        found.problems.append(f"{safe(d)}: {why}")
         if num is not None:
-            found.absent[num] = "not published yet (no MANIFEST.json: is the job still writing?)" \
-                if not has_manifest else "no trace file (MANIFEST.json lists none)"
+            found.absent[num] = why
         return None
     meta: dict[str, Any] = {}
     if (d / "meta.json").exists():

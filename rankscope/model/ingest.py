@@ -127,13 +127,19 @@ def _read_kineto(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | Trac
             info.partial = True
             continue
         info.problems += [f"{f}: {p}" for p in raw.problems + problems]
-        info.damage += _damage(f, raw, expected.get(os.path.basename(f)))
+        damage = _damage(f, raw, expected.get(os.path.basename(f)))
+        info.problems += [f"{os.path.dirname(f)}/{d}" for d in damage if "MANIFEST" in d]  # said like the rest
+        info.damage += damage
         info.partial |= bool(info.damage)
         _identity(info, raw, task)
         del raw
         parts.append(tabs)
     if not parts:
         return TraceError(task.files[0], "no readable trace among the rank's files")
+    if not any(p["events"].num_rows for p in parts):  # nothing usable left: the rank is dropped, with why
+        why = "; ".join(x.split(": ", 1)[-1] for x in info.problems[:3]) or "no usable events"
+        return TraceError(task.files[0] if len(task.files) == 1 else os.path.dirname(task.files[0]),
+                          f"no usable trace events ({why})")
     return info, parts
 
 

@@ -173,6 +173,12 @@ class RawTrace:
     # Subclasses that rewrite events in place (Ascend) need plain ``Event`` structs.
     typed = True
 
+    def _one_by_one(self, part: list[msgspec.Raw], dec: Any) -> Iterator[list[Event]]:
+        try:
+            yield dec(b"[" + b",".join(part) + b"]")
+        except msgspec.DecodeError:
+            yield [e for e in (_maybe_event(r) for r in part) if e is not None]
+
     def chunks(self, size: int | None = None) -> Iterator[list[Event]]:
         """The events as structs, ``size`` at a time. An event that is not a valid trace event
         (not an object, 'ph' not a string, ...) is left out and counted in ``problems``."""
@@ -181,8 +187,13 @@ class RawTrace:
         bad = 0
         for i in range(0, len(evs), size):
             part = evs[i:i + size]
+            buf = b"[" + b",".join(part) + b"]"
             try:
-                yield dec(b"[" + b",".join(part) + b"]")
+                yield dec(buf)
+            except UnicodeError:  # invalid UTF-8 inside an event (the document decoder keeps them raw)
+                self.problems.append("invalid UTF-8 bytes in names were replaced by U+FFFD")
+                part = _ARRAY_DECODER.decode(buf.decode("utf-8", "replace").encode("utf-8"))
+                yield from self._one_by_one(part, dec)
             except msgspec.DecodeError:
                 good = []
                 for r in part:
@@ -193,6 +204,13 @@ class RawTrace:
                 yield good
         if bad:
             self.problems.append(f"{bad} malformed events (not trace event objects) were left out")
+
+
+def _maybe_event(r: msgspec.Raw) -> Event | None:
+    try:
+        return _EVENT.decode(r)
+    except (msgspec.DecodeError, UnicodeError):
+        return None
 
 
 def read_bytes(path: str | Path) -> tuple[bytes, list[str]]:
@@ -250,16 +268,23 @@ def _nonstandard(data: bytes, problems: list[str]) -> tuple[Trace | None, bytes]
         return None, fixed
 
 
+_LONE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
 def _valid_utf8(data: bytes, problems: list[str]) -> bytes:
     """Invalid UTF-8 bytes (a name cut mid-character, latin-1 text) become U+FFFD instead of failing
     the file; only on the error path, so valid files pay nothing."""
     try:
         data.decode("utf-8")
-        return data
     except UnicodeDecodeError:
-        fixed = data.decode("utf-8", "replace").encode("utf-8")
+        data = data.decode("utf-8", "replace").encode("utf-8")
         problems.append("invalid UTF-8 bytes in names were replaced by U+FFFD")
+    # A lone UTF-16 surrogate escape ("\ud800" without its pair) is rejected by the decoder.
+    fixed, n = _LONE.subn(rb"\\ufffd", data)
+    if n:
+        problems.append(f"{n} invalid text escapes (lone surrogates) in names were replaced by U+FFFD")
         return fixed
+    return data
 
 
 def _decode_doc(data: bytes) -> Trace:
@@ -296,7 +321,7 @@ def decode(path: str | Path) -> RawTrace:
     if not problems and len(data) <= DIRECT_BYTES and _first_char(data) == b"{":
         try:  # one pass, no intermediate Raw slices; anything unusual takes the general path
             doc = _TYPED_DOC.decode(data)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeError):
             pass
         else:
             trace = Trace(distributedInfo=doc.distributedInfo, baseTimeNanoseconds=doc.baseTimeNanoseconds,
@@ -318,7 +343,7 @@ def decode_bytes(p: str, data: bytes, problems: list[str]) -> RawTrace:
         trace = _decode_doc(data)
     except msgspec.ValidationError as exc:
         raise TraceError(p, f"not a Kineto trace ({exc})") from exc
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeError) as exc:
         repaired, fixed = _valid_utf8(data, problems), None
         if repaired is not data:
             data = repaired

@@ -74,7 +74,7 @@ def _last(pattern: re.Pattern[bytes], buf: bytes) -> re.Match[bytes] | None:
 def _events(body: bytes) -> list[Event]:
     try:
         return decode_events(b"[" + body + b"]")
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeError) as exc:
         raise StreamFallback(f"events did not decode ({exc})") from exc
 
 

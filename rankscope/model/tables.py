@@ -153,7 +153,9 @@ def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
         parts.append(pa.table(cols))
         del xs, cols
     # baseTimeNanoseconds may sit after the events (streamed files): added once at the end.
-    base = raw.trace.baseTimeNanoseconds or 0
+    from rankscope.model.sanity import base_time
+
+    base = base_time(raw.trace.baseTimeNanoseconds, raw.path, [])  # the problem is said once, by ingest
     events = _finish_events(parts, base)
     del parts
     memory = pa.concat_tables(mems) if mems else schema.empty("memory")
