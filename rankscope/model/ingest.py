@@ -205,7 +205,7 @@ def _identity(info: RankInfo, raw: Any, task: RankTask) -> None:
     if raw.trace.distributedInfo is not None and d is None:
         info.problems.append(f"{raw.path}: distributedInfo is not an object; ignored")
     content_rank = sanity.rank(d.rank, f"{raw.path}: distributedInfo", info.problems) if d is not None else None
-    if content_rank is not None:
+    if d is not None and content_rank is not None:
         if info.rank >= 0 and info.rank != content_rank:
             info.problems.append(f"{raw.path}: distributedInfo says rank {content_rank}, "
                                  f"other files of this rank say {info.rank}")
@@ -218,14 +218,21 @@ def _identity(info: RankInfo, raw: Any, task: RankTask) -> None:
     if task.rank_hint is not None and content_rank is not None and task.rank_hint != content_rank:
         info.problems.append(f"{raw.path}: {task.hint_source} says rank {task.rank_hint} "
                              f"but the trace content says rank {content_rank} (content wins)")
+    _from_meta(info, raw, task.meta or {})
+
+
+def _from_meta(info: RankInfo, raw: Any, meta: dict[str, Any]) -> None:
+    """Host, run id, clock offsets and device memory from meta.json and the trace header, each
+    bounded (model/sanity.py): a bad value drops that field with one line, never the rank."""
+    from rankscope.model import sanity
+
     info.base_time_ns = sanity.base_time(raw.trace.baseTimeNanoseconds, raw.path, info.problems)
-    meta = task.meta or {}
     where = f"meta.json of rank {info.rank}"
     info.host = _str(meta.get("host")) or info.host
     info.run_id = _str(meta.get("run_id")) or info.run_id
     info.world_size = info.world_size or sanity.world_size(meta.get("world_size"), where, info.problems)
     info.backend = info.backend or _str(meta.get("backend"))
-    clock = meta.get("clock") if isinstance(meta.get("clock"), dict) else {}
+    clock: dict[str, Any] = meta["clock"] if isinstance(meta.get("clock"), dict) else {}
     info.clock_offset_ns = sanity.clock_offset(clock.get("offset_to_rank0_ns"), where, info.problems)
     info.clock_error_ns = sanity.clock_offset(clock.get("offset_error_ns"), where, info.problems)
     props = raw.trace.deviceProperties

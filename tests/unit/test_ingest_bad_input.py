@@ -84,8 +84,9 @@ def test_truncated_json_keeps_complete_events_and_marks_partial(tmp_path):
 def test_metadata_without_events_is_reported(tmp_path):
     d, bad = _bad_rank1(tmp_path, json.dumps(_doc(events=[])).encode())
     run = load_run(d, jobs=1)
-    assert run.ranks[1].counts["events"] == 0
-    assert "no trace events" in _problems_of(run, 1)
+    # Nothing usable is left: the rank is dropped, named missing, and the reason is kept and said.
+    assert 1 not in run.ranks and run.missing == [1]
+    assert "no trace events" in run.absent[1] and any("no trace events" in p for p in run.problems)
 
 
 def test_events_missing_fields_and_bad_durations(tmp_path):
