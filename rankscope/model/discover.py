@@ -80,8 +80,8 @@ def discover(path: Path, cache: Path) -> Found:
 
 def _nothing(path: Path, found: Found) -> str:
     if found.absent and all("not published" in w for w in found.absent.values()):
-        return (f"{safe(path)}: no rank has published its traces yet (no MANIFEST.json): is the job still "
-                "running? Analyze it once the profiling window has been written")
+        return (f"{safe(path)}: not published yet (no rank has its MANIFEST.json): is the job still running? "
+                "Analyze it once the profiling window has been written")
     if _is_run(path):
         return (f"{safe(path)}: a rankscope run, but it holds no trace files: did the training loop call "
                 "prof.step() every iteration? (traces are written when a profiling window completes)")
@@ -142,9 +142,12 @@ def _rank_dir_task(d: Path, cache: Path, found: Found, published: bool) -> RankT
             found.absent[num] = why
         return None
     has_manifest = (d / "MANIFEST.json").exists()
+    expected = _manifest(d, found.problems) if has_manifest else ()
     if not files:
+        listed = any(n.endswith(TRACE_SUFFIXES) for n, _, _ in expected)
         why = "not published yet (no MANIFEST.json: is the job still writing?)" if not has_manifest else \
-            "no readable trace file (removed, or a broken link?)"
+            "no readable trace file (removed, or a broken link?)" if listed else \
+            "no trace written (no profiling window completed: does the loop call prof.step()?)"
         found.problems.append(f"{safe(d)}: {why}")
         if num is not None:
             found.absent[num] = why
@@ -155,7 +158,6 @@ def _rank_dir_task(d: Path, cache: Path, found: Found, published: bool) -> RankT
     if published and not has_manifest:
         found.problems.append(f"{safe(d)}: not published yet (no MANIFEST.json: is the job still writing?); "
                               "read as found")
-    expected = _manifest(d, found.problems) if has_manifest else ()
     hint = sanity.rank(meta.get("rank"), f"{d / 'meta.json'}", found.problems)
     if hint is None and num is not None:
         return RankTask(files, str(cache), num, meta, "directory name", expected=expected)
