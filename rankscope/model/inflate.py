@@ -77,7 +77,9 @@ class Source:
 
     def pieces(self) -> Iterator[bytes]:
         with open(self.path, "rb") as fh:
-            first = self._read(fh, self.piece)
+            # A small first read: the ratio bound compares with the compressed bytes read so far, so a
+            # large first read would let a bomb inflate 100x that much before it is stopped.
+            first = self._read(fh, min(self.piece, 64 << 10))
             if first[:2] != b"\x1f\x8b":
                 total = 0
                 while first:

@@ -122,3 +122,37 @@ def test_size_argument():
 
 def test_terminal_escapes_are_escaped():
     assert safe("a\x1b[2Jb\nc\rd\x07") == "a\\x1b[2Jb\\nc\\rd\\x07"
+
+
+def test_numbers_from_files_never_size_memory(tmp_path):
+    """World size 10**9 (trace and run.json) and a 1 GiB gzip bomb: a subprocess's peak RSS stays far
+    below what honouring them would take (measured before the fix: 8-14 GB and 6.2 GB)."""
+    import os
+    import subprocess
+    import sys
+    import zlib
+
+    root = healthy_run(tmp_path / "run")
+    m = json.loads((root / "run.json").read_text())
+    m["world_size"] = 10**9
+    m.pop("ranks_expected")
+    (root / "run.json").write_text(json.dumps(m))
+    d = rank_doc(0)
+    d["distributedInfo"]["world_size"] = 10**9
+    (root / "ranks" / "0" / "rank0.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(d).encode()))
+    (root / "ranks" / "0" / "MANIFEST.json").unlink()
+    co = zlib.compressobj(9, zlib.DEFLATED, 31)
+    with open(root / "ranks" / "1" / "rank1.pt.trace.json.gz", "wb") as f:
+        for _ in range(64):
+            f.write(co.compress(b" " * (1 << 24)))
+        f.write(co.flush())
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    # -j 1: all reading happens in this one process, whose own peak RSS it prints at exit.
+    code = ("import resource, sys; from rankscope.cli import main; rc = main(sys.argv[1:]); "
+            "print('MAXRSS_KIB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(rc)")
+    p = subprocess.run([sys.executable, "-c", code, "analyze", str(root), "-j", "1"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "world size 1000000000 ignored" in p.stderr and "gzip inflates more than 100x" in p.stderr
+    peak_mib = int(p.stderr.rsplit("MAXRSS_KIB", 1)[1].split()[0]) / 1024
+    assert peak_mib < 600, f"peak RSS {peak_mib:.0f} MiB"
