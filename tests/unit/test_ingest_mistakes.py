@@ -156,3 +156,20 @@ def test_numbers_from_files_never_size_memory(tmp_path):
     assert "world size 1000000000 ignored" in p.stderr and "gzip inflates more than 100x" in p.stderr
     peak_mib = int(p.stderr.rsplit("MAXRSS_KIB", 1)[1].split()[0]) / 1024
     assert peak_mib < 600, f"peak RSS {peak_mib:.0f} MiB"
+
+
+def test_report_names_missing_and_damaged_ranks_above_the_verdict(tmp_path, capsys):
+    from tests.hostile import CASES
+
+    root = healthy_run(tmp_path / "run")
+    next(c for c in CASES if c.name == "truncated_gzip").make(root)
+    (root / "ranks" / "2" / "rank2.pt.trace.json.gz").write_bytes(b"")
+    out = tmp_path / "r.html"
+    assert main(["report", str(root), "-o", str(out), "-j", "1"]) == 0
+    html = out.read_text()
+    banner = html.index('class="warn coverage"')
+    assert "damaged rank 1: rank1.pt.trace.json.gz: gzip stream damaged" in html
+    assert "missing rank 2: empty file" in html
+    # one undamaged rank left: no verdict, and the page says why, below the banner
+    assert banner < html.index("straggler analysis skipped: needs at least 2 undamaged ranks")
+    assert '"coverage": {"world_size": 3, "ranks_read": 2' in html  # the page's JSON data too
