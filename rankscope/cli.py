@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from typing import Sequence
 
@@ -26,6 +27,8 @@ VERBS: dict[str, str] = {
     "trigger": "rankscope.commands.trigger",
     "gather": "rankscope.commands.gather",
 }
+
+_ENV_OPTIONS = ("RANKSCOPE_MAX_JSON_BYTES", "RANKSCOPE_CLOCK_ALIGN")
 
 EPILOG = """examples:
   rankscope demo                       profile a real 4-rank DDP job on this machine and diagnose it
@@ -68,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     from rankscope.errors import RankscopeError, safe
 
+    # Verbs pass options to ingest workers through the environment (--max-inflated-size,
+    # --no-clock-align); put it back afterwards so that an in-process caller (tests, notebooks) is unchanged.
+    saved = {k: os.environ.get(k) for k in _ENV_OPTIONS}
     try:
         return int(args._module.run(args) or 0)
     except RankscopeError as exc:
@@ -86,6 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rankscope: interrupted", file=sys.stderr)
         return 130
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 if __name__ == "__main__":
