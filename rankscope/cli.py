@@ -28,6 +28,8 @@ VERBS: dict[str, str] = {
     "gather": "rankscope.commands.gather",
 }
 
+_ENV_OPTIONS = ("RANKSCOPE_MAX_JSON_BYTES", "RANKSCOPE_CLOCK_ALIGN", "RANKSCOPE_DASK")
+
 EPILOG = """examples:
   rankscope demo                       profile a real 4-rank DDP job on this machine and diagnose it
   rankscope demo --slow-rank 2 --slow-kind data
@@ -67,21 +69,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    from rankscope.errors import RankscopeError
+    from rankscope.errors import RankscopeError, safe
 
+    # Verbs pass options to ingest workers through the environment (--max-inflated-size,
+    # --no-clock-align, --dask); put it back afterwards so that an in-process caller (tests, notebooks) is unchanged.
+    saved = {k: os.environ.get(k) for k in _ENV_OPTIONS}
     if getattr(args, "dask", None):  # read by rankscope.model.run.load_run, whichever verb loads runs
         os.environ["RANKSCOPE_DASK"] = args.dask
-
     try:
         return int(args._module.run(args) or 0)
     except RankscopeError as exc:
         if args.debug:
             raise
-        print(f"rankscope: error: {exc}", file=sys.stderr)
+        print(f"rankscope: error: {safe(exc)}", file=sys.stderr)
+        return 1
+    except (OSError, MemoryError, RecursionError) as exc:  # a file system or memory problem: one line
+        if args.debug:
+            raise
+        where = getattr(exc, "filename", None)
+        what = getattr(exc, "strerror", None) or exc.__class__.__name__
+        print(f"rankscope: error: {safe(where) + ': ' if where else ''}{safe(what)} "
+              "(rerun with --debug for the traceback)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("rankscope: interrupted", file=sys.stderr)
         return 130
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 if __name__ == "__main__":

@@ -40,18 +40,23 @@ def ranges(steps: list[int] | set[int] | tuple[int, ...]) -> str:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
+    """A JSON object, {} when missing or damaged (ingest already said what is wrong with it)."""
+    from rankscope.model.sanity import read_object
+
+    return read_object(path, []) if path.exists() else {}
+
+
+def _ints(xs: Any) -> list[int]:
+    """The integer steps of a list read from a file (anything else is skipped)."""
+    return [s for s in xs if type(s) is int] if isinstance(xs, list) else []
 
 
 def _rank_dirs(run: Run) -> dict[int, Path]:
     root = Path(run.path) / "ranks"
-    if not root.is_dir():
+    try:
+        return {int(d.name): d for d in root.iterdir() if d.is_dir() and d.name.isdigit() and len(d.name) < 8}
+    except OSError:  # no ranks/ folder, or an unreadable one (ingest said so)
         return {}
-    return {int(d.name): d for d in root.iterdir() if d.is_dir() and d.name.isdigit()}
 
 
 def _trace_steps(run: Run, rank: int) -> list[int] | None:
@@ -66,17 +71,19 @@ def _trace_steps(run: Run, rank: int) -> list[int] | None:
 
 def rank_capture(rank: int, meta: dict[str, Any], dropped: list[str], trace_steps: list[int] | None) -> dict[str, Any]:
     """What one rank captured: steps (meta windows minus dropped files, else trace steps), idle, drops."""
-    windows = [w for w in meta.get("windows") or [] if isinstance(w, dict)]
+    raw_windows = meta.get("windows")
+    windows = [w for w in raw_windows if isinstance(w, dict)] if isinstance(raw_windows, list) else []
     # dropped from a full spool, or never written (export failed / unfinished at exit)
     gone = set(dropped) | {str(w.get("file")) for w in windows if w.get("error")}
-    dropped_steps = sorted({int(s) for w in windows if w.get("file") in gone for s in w.get("steps") or []})
+    dropped_steps = sorted({s for w in windows if w.get("file") in gone for s in _ints(w.get("steps"))})
     if windows:
-        kept = {int(s) for w in windows if w.get("file") not in gone for s in w.get("steps") or []}
+        kept = {s for w in windows if w.get("file") not in gone for s in _ints(w.get("steps"))}
         source = "meta"
     else:
         kept, source = set(trace_steps or []), "trace" if trace_steps is not None else "none"
     idle = meta.get("idle") if isinstance(meta.get("idle"), dict) else None
-    closed_idle = [int(w.get("index", i)) for i, w in enumerate(windows) if w.get("closed_by") == "idle_timeout"]
+    closed_idle = [w["index"] if type(w.get("index")) is int else i for i, w in enumerate(windows)
+                   if w.get("closed_by") == "idle_timeout"]
     if idle is None and closed_idle:
         idle = {"closed_windows": closed_idle}
     return {"rank": rank, "source": source, "windows": len(windows), "steps": sorted(kept),
@@ -96,7 +103,7 @@ def collect(run: Run) -> list[dict[str, Any]]:
         if not meta and d is not None:
             meta = _read_json(d / "meta.json")
         man = _read_json(d / "MANIFEST.json") if d is not None else {}
-        dropped = [str(x) for x in man.get("dropped") or []]
+        dropped = [str(x) for x in man.get("dropped") or []] if isinstance(man.get("dropped"), list) else []
         if r not in run.ranks and not meta and not dropped:
             continue
         out.append(rank_capture(r, meta, dropped, _trace_steps(run, r)))

@@ -351,14 +351,35 @@ def per_step(bd: pl.DataFrame) -> pl.DataFrame:
 
 def run_straggler(run: Run, results: dict[str, Result]) -> Result:
     """Registered analysis "straggler": the verdict, per-rank and per-step tables."""
-    bd = frame(results["breakdown"].tables["breakdown"])
+    bd, excluded, note = verdict_input(run, frame(results["breakdown"].tables["breakdown"]))
     pr = per_rank(bd)
     if pr.height < 2:
-        return Result("straggler", skipped="needs at least 2 ranks with steps")
+        return Result("straggler", skipped="needs at least 2 undamaged ranks with complete steps" +
+                      (f" ({note})" if note else ""))
     findings = own_time_stragglers(run, results, bd, pr)
     findings += link_stragglers(results, bd, {f.ranks[0] for f in findings})
+    findings = [f for f in findings if not set(f.ranks) & set(excluded)]  # never a verdict on broken data
     verdict = "; ".join(f.title for f in findings) if findings else "no straggler"
+    if note:
+        verdict += f" ({note})"
     return Result("straggler", tables={"per_rank": pr.to_arrow(), "per_step": per_step(bd).to_arrow()},
                   findings=findings,
-                  summary={"verdict": verdict,
+                  summary={"verdict": verdict, "excluded_ranks": excluded, "coverage_note": note,
                            "time_lost_per_step_ns": sum(f.evidence["time_lost"]["lost_per_step_ns"] for f in findings)})
+
+
+def verdict_input(run: Run, bd: pl.DataFrame) -> tuple[pl.DataFrame, list[int], str]:
+    """The breakdown rows a verdict may use: complete steps of undamaged ranks (a truncated trace
+    looks fast or slow for want of data, never because of the rank). Returns (rows, excluded ranks,
+    a note saying what was left out, "" when nothing was)."""
+    damaged = sorted(run.damaged)
+    notes = []
+    if damaged:
+        from rankscope.intlist import format_int_list
+
+        bd = bd.filter(~pl.col("rank").is_in(damaged))
+        notes.append(f"damaged ranks {format_int_list(damaged)} left out of the verdict")
+    # Incomplete steps: per_rank (rules.complete_steps) already keeps only the complete ones.
+    if run.missing:
+        notes.append(f"{len(run.missing)} rank{'s' if len(run.missing) > 1 else ''} missing")
+    return bd, damaged, "; ".join(notes)

@@ -9,7 +9,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from rankscope.commands.common import add_run_arguments, load_and_analyze, out, print_summary
+from rankscope.commands.common import add_run_arguments, apply_limits, load_and_analyze, out, print_summary
 
 if TYPE_CHECKING:
     from rankscope.analysis.base import Result
@@ -29,13 +29,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def summary_json(run: Run, results: dict[str, Result]) -> dict[str, Any]:
     """The run and every analysis's summary and findings, as JSON-ready dicts (``--json``)."""
-    return {"run": run.to_json(), "analyses": {
+    return {"coverage": run.coverage(), "run": run.to_json(), "analyses": {
         n: {"skipped": r.skipped, "summary": r.summary, "findings": [f.to_json() for f in r.findings]}
         for n, r in results.items()}}
 
 
 def run(args: argparse.Namespace) -> int:
-    r, results = load_and_analyze(args.run, args.jobs, args.allow_missing_ranks, args.clock_align)
+    apply_limits(args)
+    r, results = load_and_analyze(args.run, args.jobs, True, args.clock_align, args.strict)
     if getattr(args, "export", None):
         _export(args, r, results)
     if args.json:

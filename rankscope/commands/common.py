@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 if TYPE_CHECKING:  # the CLI imports the model and analyses only when a verb runs
@@ -26,7 +27,13 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                         "scheduler address like tcp://host:8786 (workers must see RUN at the same path; "
                         "pip install 'rankscope[dask]')")
     p.add_argument("--allow-missing-ranks", action="store_true",
-                   help="analyze the ranks that are there when some are missing or duplicated")
+                   help="accepted for old scripts; the default now (the ranks that are there are analyzed and "
+                        "every output names the missing and damaged ones)")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when any rank is missing, duplicated or damaged (for scripts that want all or nothing)")
+    p.add_argument("--max-inflated-size", type=size_arg, default=None, metavar="SIZE",
+                   help="largest decompressed trace read, e.g. 16G (default 8G; also lifts the gzip inflation-ratio "
+                        "check that stops gzip bombs)")
     p.add_argument("--no-clock-align", dest="clock_align", action="store_false",
                    help="trust every rank's own clock (no offsets from anchors or matched collectives)")
 
@@ -42,13 +49,73 @@ def default_output(run: str, name: str) -> Path:
     return p / name if p.is_dir() else p.with_suffix(f".{name}")
 
 
+def size_arg(text: str) -> int:
+    """'16G', '512M', '1000000' -> bytes (argparse type)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().rstrip("B").rstrip("I")
+    try:
+        n = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 16G, 512M)") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive size: {text!r}")
+    return int(n)
+
+
+def apply_limits(args: argparse.Namespace) -> None:
+    """--max-inflated-size: read by the readers in every worker (the CLI process owns its environment)."""
+    if getattr(args, "max_inflated_size", None):
+        os.environ["RANKSCOPE_MAX_JSON_BYTES"] = str(args.max_inflated_size)
+
+
+def ensure_output_dir(path: str | None) -> None:
+    """Create the folder of ``-o`` before any work (not a traceback after all of it)."""
+    if not path:
+        return
+    from pathlib import Path
+
+    from rankscope.errors import RankscopeError, safe
+
+    parent = Path(path).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RankscopeError(f"{safe(path)}: cannot create its folder ({exc.strerror or exc})") from exc
+    if Path(path).is_dir():
+        raise RankscopeError(f"{safe(path)} is a folder; give a file name, e.g. {safe(Path(path) / 'report.html')}")
+
+
+def warn(text: str) -> None:
+    """One warning line on stderr: file names escaped (no terminal escapes, no rich markup)."""
+    from rankscope.errors import safe
+
+    console.print(f"[yellow]warning:[/] {escape(safe(text))}", highlight=False, soft_wrap=True)  # one line each
+
+
+def coverage_lines(run: Run) -> list[str]:
+    """What the results cover, said first: missing ranks (and why) and damaged ranks (and why)."""
+    from rankscope.errors import safe
+    from rankscope.intlist import format_int_list
+
+    cov = run.coverage()
+    lines = []
+    if cov["missing"]:
+        whys = {m["why"] for m in cov["missing"]}
+        why = whys.pop() if len(whys) == 1 else "; ".join(f"rank {m['rank']}: {m['why']}" for m in cov["missing"][:4])
+        lines.append(f"missing ranks: {format_int_list(run.missing)} of {run.world_size} ({safe(why)}); "
+                     "results cover the other ranks")
+    for d in cov["damaged"]:
+        lines.append(f"damaged rank {d['rank']}: {safe(d['why'])}; analyzed, left out of the verdict")
+    return lines
+
+
 def progress() -> Progress:
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=console, transient=True)
 
 
-def load_and_analyze(path: str, jobs: int, allow_missing: bool, clock_align: bool = True
-                     ) -> tuple[Run, dict[str, Result]]:
+def load_and_analyze(path: str, jobs: int, allow_missing: bool = True, clock_align: bool = True,
+                     strict: bool = False) -> tuple[Run, dict[str, Result]]:
     from rankscope.analysis.registry import run_all
     from rankscope.model.run import load_run
 
@@ -57,7 +124,7 @@ def load_and_analyze(path: str, jobs: int, allow_missing: bool, clock_align: boo
 
     with progress() as prog:
         task = prog.add_task("reading ranks", total=None)
-        run = load_run(path, jobs=jobs, allow_missing_ranks=allow_missing,
+        run = load_run(path, jobs=jobs, strict=strict,
                        progress=lambda done, total: prog.update(task, completed=done, total=total))
         names = {"n": 0}
         atask = prog.add_task("analyzing", total=None)
@@ -68,13 +135,15 @@ def load_and_analyze(path: str, jobs: int, allow_missing: bool, clock_align: boo
 
         results = run_all(run, progress=step)
     for p in run.problems:
-        console.print(f"[yellow]warning:[/] {p}", highlight=False)
+        warn(p)
     return run, results
 
 
 def print_summary(run: Run, results: dict[str, Result], report: str | None = None) -> None:
     from rankscope.render.terminal import findings_lines, rank_table
 
+    for line in coverage_lines(run):  # first: what the results below do not cover
+        out.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
     st = results.get("straggler")
     if st is None or st.skipped:
         out.print(f"straggler analysis skipped: {st.skipped if st else 'not run'}")
@@ -84,9 +153,5 @@ def print_summary(run: Run, results: dict[str, Result], report: str | None = Non
         out.print(f"[bold]{'⚠ ' if stragglers else '✓ '}{st.summary['verdict']}[/]")
     for line in findings_lines(results):
         out.print(line, highlight=False, markup=False)
-    if run.missing:
-        from rankscope.intlist import format_int_list
-
-        out.print(f"[yellow]missing ranks: {format_int_list(run.missing)} (results cover the other ranks)[/]")
     if report:
         out.print(f"report: {report}")

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
                slow_rank=args.slow_rank, slow_kind=args.slow_kind, slowdown=args.slowdown,
                rotate_cpus=args.rotate_cpus)
     console.print(f"run directory: {run_dir}")
-    run, results = load_and_analyze(str(run_dir), args.jobs or 0, False)
+    run, results = load_and_analyze(str(run_dir), args.jobs or 0)
     report = render(run, results, run_dir / "report.html")
     print_summary(run, results, str(report))
     return 0

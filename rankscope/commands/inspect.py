@@ -39,14 +39,18 @@ def summarize(run: Any) -> dict[str, Any]:
                       "events": {k["values"]: k["counts"] for k in kinds}, "counts": info.counts,
                       "time_range_ns": list(info.time_range) if info.time_range else None,
                       "world_size": info.world_size, "backend": info.backend})
-    return {"path": run.path, "run_id": run.run_id, "world_size": run.world_size, "missing": run.missing,
-            "ranks": ranks, "problems": run.problems}
+    return {"coverage": run.coverage(), "path": run.path, "run_id": run.run_id, "world_size": run.world_size,
+            "missing": run.missing, "ranks": ranks, "problems": run.problems}
 
 
 def _table(s: dict[str, Any]) -> Any:
     from rich.table import Table
 
-    t = Table(title=f"{s['path']}  (world size {s['world_size'] or '?'}, {len(s['ranks'])} ranks read)")
+    from rich.markup import escape
+
+    from rankscope.errors import safe
+
+    t = Table(title=f"{escape(safe(s['path']))}  (world size {s['world_size'] or '?'}, {len(s['ranks'])} ranks read)")
     for col in ("rank", "from", "steps", "events", "span (ms)", "collectives", "memory", "partial"):
         t.add_column(col, justify="left" if col == "from" else "right")
     for r in s["ranks"]:
@@ -81,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         r = load_run(args.run, jobs=args.jobs, allow_missing_ranks=True,
                      progress=lambda done, total: prog.update(task, completed=done, total=total))
     s = summarize(r)
-    if args.json:
+    if args.json:  # coverage first: what the numbers below do not cover
         out.file.write(json.dumps(s, indent=1) + "\n")
         return 0
     out.print(_table(s))
@@ -91,10 +95,10 @@ def run(args: argparse.Namespace) -> int:
         lo = min(x["time_range_ns"][0] for x in s["ranks"] if x["time_range_ns"])
         hi = max(x["time_range_ns"][1] for x in s["ranks"] if x["time_range_ns"])
         out.print(f"time range: {lo} .. {hi} ns ({(hi - lo) / 1e6:,.1f} ms, each rank's own clock)")
-    if s["missing"]:
-        from rankscope.intlist import format_int_list
+    from rankscope.commands.common import coverage_lines, warn
 
-        out.print(f"[yellow]missing ranks: {format_int_list(s['missing'])}[/]")
+    for line in coverage_lines(r):
+        out.print(line, highlight=False, markup=False, soft_wrap=True)
     for p in s["problems"]:
-        console.print(f"[yellow]problem:[/] {p}", highlight=False)
+        warn(p)
     return 0

@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rankscope.commands.common import add_run_arguments, default_output, load_and_analyze, print_summary
+from rankscope.commands.common import (add_run_arguments, apply_limits, default_output, ensure_output_dir,
+                                       load_and_analyze, print_summary)
 
 HELP = "write the HTML report of a run"
 
@@ -21,12 +22,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rankscope.render.html import render
 
-    r, results = load_and_analyze(args.run, args.jobs, args.allow_missing_ranks, args.clock_align)
+    apply_limits(args)
+    ensure_output_dir(args.output)
+    r, results = load_and_analyze(args.run, args.jobs, True, args.clock_align, args.strict)
     diff = None
     if getattr(args, "baseline", None):
         from rankscope.analysis.diff import run_diff
 
-        b, rb = load_and_analyze(args.baseline, args.jobs, args.allow_missing_ranks, args.clock_align)
+        b, rb = load_and_analyze(args.baseline, args.jobs, True, args.clock_align, args.strict)
         diff = run_diff(r, results, b, rb)
     target = Path(args.output) if args.output else default_output(args.run, "report.html")
     path = render(r, results, target, diff=diff)

@@ -15,7 +15,10 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rankscope.commands.common import add_run_arguments, console, default_output
+from rich.markup import escape
+
+from rankscope.commands.common import add_run_arguments, apply_limits, console, default_output, ensure_output_dir
+from rankscope.errors import safe
 
 if TYPE_CHECKING:
     from rankscope.model.run import Run
@@ -23,14 +26,16 @@ if TYPE_CHECKING:
 HELP = "write a merged multi-rank timeline (Perfetto protobuf or Chrome JSON)"
 
 
-def load_run_quiet(path: str, jobs: int, allow_missing: bool) -> Run:
-    """Load a run (no analyses), printing read problems as warnings."""
+def load_run_quiet(path: str, jobs: int, allow_missing: bool = True, strict: bool = False) -> Run:
+    """Load a run (no analyses), printing what it covers and read problems as warnings."""
+    from rankscope.commands.common import coverage_lines, warn
+    from rankscope.errors import safe
     from rankscope.model.run import load_run
 
-    with console.status(f"reading {path}"):
-        r = load_run(path, jobs=jobs, allow_missing_ranks=allow_missing)
-    for prob in r.problems:
-        console.print(f"[yellow]warning:[/] {prob}", highlight=False)
+    with console.status(f"reading {escape(safe(path))}"):
+        r = load_run(path, jobs=jobs, strict=strict)
+    for line in coverage_lines(r) + r.problems:
+        warn(line)
     return r
 
 
@@ -52,9 +57,11 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.format or ("json" if args.output and args.output.endswith((".json", ".json.gz")) else "perfetto")
     target = Path(args.output) if args.output else default_output(
         args.run, "merged.json" if fmt == "json" else "merged.pftrace")
-    r = load_run_quiet(args.run, args.jobs, args.allow_missing_ranks)
+    apply_limits(args)
+    ensure_output_dir(str(target))
+    r = load_run_quiet(args.run, args.jobs, True, args.strict)
     offsets = None if args.no_align else aligned_offsets(r)
     path = write_timeline(r, target, fmt=fmt, ranks=parse_ints(args.ranks, "--ranks"),
                           steps=parse_ints(args.steps, "--steps"), offsets=offsets)
-    console.print(f"timeline: {path} ({path.stat().st_size / 2**20:.1f} MiB)", highlight=False)
+    console.print(f"timeline: {escape(safe(path))} ({path.stat().st_size / 2**20:.1f} MiB)", highlight=False)
     return 0

@@ -78,19 +78,19 @@ def identity(d: Path) -> tuple[int | None, str, dict[str, Any]]:
     if meta_file.is_file():
         try:
             dist = dict(json.loads(meta_file.read_text()).get("distributed_args") or {})
-        except (ValueError, AttributeError, TypeError):
+        except (OSError, ValueError, AttributeError, TypeError, RecursionError):
             dist = {}
     for f in sorted(d.glob("profiler_info*.json")):
         try:
             rank = json.loads(f.read_text()).get("rank_id")
-        except (ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             rank = None
         if isinstance(rank, int) and rank >= 0:
             return rank, "profiler_info.json", dist
         m = _INFO_RE.search(f.name)
         if m:
             return int(m.group(1)), "profiler_info file name", dist
-    if isinstance(dist.get("rank"), int):
+    if type(dist.get("rank")) is int and 0 <= dist["rank"] < (1 << 20):
         return dist["rank"], "profiler_metadata.json", dist
     return None, "unknown", dist
 
@@ -143,35 +143,59 @@ def read_trace_view(path: Path) -> RawTrace:
 def collectives(path: Path) -> tuple[pa.Table, list[str]]:
     """The ``collectives`` table from communication.json."""
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        return schema.empty("collectives"), [f"{path}: not readable JSON ({exc}); no collectives"]
-    rows = [r for step in (doc.values() if isinstance(doc, dict) else []) if isinstance(step, dict)
-            for kind in ("collective", "p2p") for r in _comm_rows(step.get(kind) or {})]
+        doc = json.loads(Path(path).read_bytes().decode("utf-8-sig", errors="replace"))
+    except (OSError, ValueError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        return schema.empty("collectives"), [f"{path}: not readable JSON ({why}); no collectives"]
+    if not isinstance(doc, dict):
+        return schema.empty("collectives"), [f"{path}: expected a JSON object, found {type(doc).__name__}; "
+                                             "no collectives"]
+    bad: list[int] = [0]
+    rows = [r for step in doc.values() if isinstance(step, dict)
+            for kind in ("collective", "p2p") for r in _comm_rows(step.get(kind), bad)]
+    problems = [f"{path}: {bad[0]} communication entries with wrong types were left out"] if bad[0] else []
     if not rows:
-        return schema.empty("collectives"), []
+        return schema.empty("collectives"), problems
     cols = {f.name: [r[f.name] for r in rows] for f in schema.COLLECTIVES}
-    return pa.table(cols, schema=schema.COLLECTIVES).sort_by("ts"), []
+    return pa.table(cols, schema=schema.COLLECTIVES).sort_by("ts"), problems
 
 
-def _comm_rows(ops: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _comm_rows(ops: Any, bad: list[int]) -> Iterator[dict[str, Any]]:
+    """Rows of one step's "collective" / "p2p" object; an entry with wrong types is counted in ``bad``."""
+    if not isinstance(ops, dict):
+        bad[0] += ops is not None
+        return
+    for name, info in ops.items():
+        try:
+            row = _comm_row(name, info)
+        except (TypeError, ValueError, AttributeError, OverflowError):
+            row = None
+        if row is None:
+            bad[0] += 1
+        else:
+            yield row
+
+
+def _comm_row(name: str, info: Any) -> dict[str, Any] | None:
     from rankscope.model.comms import normalize_op
 
-    for name, info in ops.items():
-        t = (info or {}).get("Communication Time Info") or {}
-        start = t.get("Start Timestamp(us)")
-        if not isinstance(start, (int, float)):
-            continue
-        m = _HCOM_RE.match(name)
-        size = sum(float(v.get("Transit Size(MB)", 0) or 0)
-                   for v in ((info.get("Communication Bandwidth Info") or {}).values()) if isinstance(v, dict))
-        ts = int(math.floor(start)) * 1000 + round((start - math.floor(start)) * 1000)
-        dur = int(round(float(t.get("Elapse Time(ms)", 0) or 0) * 1e6))
-        nbytes = int(round(size * 1e6)) if size else -1
-        yield {"op": normalize_op(m.group(1)) if m else "other", "name": name, "ts": ts, "dur": dur,
-               "dev_ts": ts, "dev_dur": dur, "pg_name": (m.group(3) if m else None) or "", "pg_ranks": "",
-               "group_size": 0, "seq": int(m.group(2)) if m and m.group(2) else -1, "nelems_in": -1,
-               "nelems_out": -1, "dtype": "", "bytes_in": nbytes, "bytes_out": nbytes, "external_id": -1}
+    # One entry; a wrong type raises (TypeError, ...) and is counted by the caller.
+    t = (info or {}).get("Communication Time Info") or {}
+    start = t.get("Start Timestamp(us)")
+    if not isinstance(start, (int, float)) or not math.isfinite(start) or abs(start) > 4.1e15:
+        return None
+    m = _HCOM_RE.match(name)
+    size = sum(float(v.get("Transit Size(MB)", 0) or 0)
+               for v in ((info.get("Communication Bandwidth Info") or {}).values()) if isinstance(v, dict))
+    ts = int(math.floor(start)) * 1000 + round((start - math.floor(start)) * 1000)
+    dur = int(round(float(t.get("Elapse Time(ms)", 0) or 0) * 1e6))
+    nbytes = int(round(size * 1e6)) if size and 0 < size < 1e12 else -1
+    if not isinstance(name, str) or abs(dur) > 86_400 * 10**9:
+        return None
+    return {"op": normalize_op(m.group(1)) if m else "other", "name": name, "ts": ts, "dur": dur,
+            "dev_ts": ts, "dev_dur": dur, "pg_name": (m.group(3) if m else None) or "", "pg_ranks": "",
+            "group_size": 0, "seq": int(m.group(2)) if m and m.group(2) and len(m.group(2)) < 18 else -1, "nelems_in": -1,
+            "nelems_out": -1, "dtype": "", "bytes_in": nbytes, "bytes_out": nbytes, "external_id": -1}
 
 
 def memory(path: Path) -> pa.Table:
@@ -222,7 +246,10 @@ def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
         except (OSError, KeyError, ValueError, pa.ArrowException) as exc:
             problems.append(f"{out / 'memory_record.csv'}: unreadable ({exc}); no memory table")
     if (out / "step_trace_time.csv").is_file() and not tabs["steps"].num_rows:
-        ids = step_ids(out / "step_trace_time.csv")
+        try:
+            ids = step_ids(out / "step_trace_time.csv")
+        except (OSError, KeyError, ValueError, pa.ArrowException):
+            ids = []
         if ids:
             problems.append(f"{tv}: no ProfilerStep spans, so steps {ids} of step_trace_time.csv "
                             "have no timestamps; per-step analyses are skipped")

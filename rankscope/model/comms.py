@@ -39,10 +39,11 @@ def _nelems(a: Args | None) -> tuple[int, str]:
     try:
         dims = orjson.loads(bytes(a.input_dims))
         types = orjson.loads(bytes(a.input_type)) if bytes(a.input_type) else []
-    except orjson.JSONDecodeError:
-        return -1, ""
-    n = _count(dims[0]) if dims else -1
-    t = types[0] if types and isinstance(types[0], str) else ""
+        n = _count(dims[0]) if dims and isinstance(dims, list) else -1
+    except (orjson.JSONDecodeError, TypeError, ValueError, KeyError, IndexError, OverflowError, RecursionError):
+        return -1, ""  # odd 'Input Dims': the element count is unknown, the event is kept
+    n = n if 0 <= n < (1 << 50) else -1  # an absurd shape is unknown, not a 2**70-element tensor
+    t = types[0] if isinstance(types, list) and types and isinstance(types[0], str) else ""
     return n, t
 
 
@@ -58,7 +59,7 @@ def _count(shape: Any) -> int:
 
 def _pg_ranks(v: Any) -> str:
     if isinstance(v, list):
-        return ",".join(str(int(x)) for x in v)
+        return ",".join(str(x) for x in v if type(x) is int)
     return ",".join(re.findall(r"-?\d+", str(v or "")))
 
 
@@ -131,32 +132,48 @@ def _row(i: int, name: str, a: Args | None, ts: int, dur: int, default_pg: tuple
     n_out = n_in
     if a is not None and a.coll_name:
         op = normalize_op(a.coll_name)
-        n_in = a.in_nelems if a.in_nelems is not None else n_in
-        n_out = a.out_nelems if a.out_nelems is not None else n_in
+        n_in = _int(a.in_nelems, -1) if a.in_nelems is not None else n_in
+        n_out = _int(a.out_nelems, -1) if a.out_nelems is not None else n_in
         dtype = a.dtype or dtype
     else:
         op = normalize_op(name)
     pg_name = a.pg_name if a is not None and a.pg_name is not None else default_pg[0]
     ranks = _pg_ranks(a.pg_ranks) if a is not None and a.pg_ranks is not None else default_pg[1]
-    gsize = a.group_size if a is not None and a.group_size else (len(ranks.split(",")) if ranks else default_pg[2])
+    gsize = _int(a.group_size, 0) if a is not None and a.group_size else 0
+    gsize = gsize if 0 < gsize <= (1 << 20) else (len(ranks.split(",")) if ranks else default_pg[2])
     width = schema.DTYPE_BYTES.get(str(dtype).lower(), 0)
     return {"op": op, "name": name, "ts": ts, "dur": dur, "pg_name": str(pg_name), "pg_ranks": ranks,
-            "group_size": int(gsize), "seq": -1 if a is None or a.seq is None else int(a.seq),
-            "nelems_in": int(n_in), "nelems_out": int(n_out), "dtype": str(dtype),
-            "bytes_in": int(n_in) * width if n_in >= 0 and width else -1,
-            "bytes_out": int(n_out) * width if n_out >= 0 and width else -1,
-            "external_id": -1 if a is None or a.external_id is None else int(a.external_id)}
+            "group_size": int(gsize), "seq": -1 if a is None else _int(a.seq, -1),
+            "nelems_in": n_in, "nelems_out": n_out, "dtype": str(dtype),
+            "bytes_in": n_in * width if 0 <= n_in < (1 << 50) and width else -1,
+            "bytes_out": n_out * width if 0 <= n_out < (1 << 50) and width else -1,
+            "external_id": -1 if a is None else _int(a.external_id, -1)}
 
 
 def _default_pg(raw: RawTrace) -> tuple[str, str, int]:
-    info = raw.trace.distributedInfo
-    if info and info.pg_config:
-        pg = info.pg_config[0]
-        ranks = _pg_ranks(pg.ranks)
-        return pg.pg_name, ranks, len(ranks.split(",")) if ranks else (pg.pg_size or 0)
-    if info and info.world_size:
-        return "0", ",".join(map(str, range(info.world_size))), info.world_size
-    return "0", "", 0
+    from rankscope.model import sanity
+    from rankscope.model.kineto import dist_info
+
+    info = dist_info(raw.trace)
+    cfg = info.pg_config if info is not None and isinstance(info.pg_config, list) else None
+    if cfg and isinstance(cfg[0], dict):
+        pg = cfg[0]
+        ranks = _pg_ranks(pg.get("ranks")) if isinstance(pg.get("ranks"), (list, str)) else ""
+        size = _int(pg.get("pg_size"), 0)
+        return str(pg.get("pg_name") or "0"), ranks, len(ranks.split(",")) if ranks else size
+    world = sanity.world_size(info.world_size, raw.path, []) if info is not None else None
+    if world and world <= 4096:  # spelled out only when small: never a string sized by a number from a file
+        return "0", ",".join(map(str, range(world))), world
+    return "0", "", world or 0
+
+
+def _int(v: Any, fill: int) -> int:
+    """An int from a value of any type (strings, floats, junk -> ``fill``), bounded to int64."""
+    try:
+        i = int(v)
+    except (TypeError, ValueError, OverflowError):
+        return fill
+    return i if -(1 << 63) <= i < (1 << 63) else fill
 
 
 def _device_spans(events: pa.Table, ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

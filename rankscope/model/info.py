@@ -50,6 +50,9 @@ class RankInfo:
     clock_error_ns: int | None = None
     problems: list[str] = field(default_factory=list)
     partial: bool = False
+    # Why the rank's data is not whole (truncated, CRC, MANIFEST mismatch, unreadable file): a damaged
+    # rank is analyzed but never gives or takes part in a verdict.
+    damage: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     time_range: tuple[int, int] | None = None
     meta: dict[str, Any] = field(default_factory=dict)

@@ -33,14 +33,18 @@ class RankTask:
     hint_source: str = "meta.json"
     reader: str = "kineto"  # key of READERS
     root: str | None = None  # the directory an "ascend" task reads
+    # (file name, size, sha256) per file from the rank's MANIFEST.json: checked while the file is read.
+    expected: tuple[tuple[str, int, str], ...] = ()
 
 
-def source_key(files: tuple[str, ...]) -> str:
+def source_key(files: tuple[str, ...], expected: tuple[tuple[str, int, str], ...] = ()) -> str:
     """Cache key: size, mtime and a hash of the first 64 KiB of every source file (objects on
-    remote storage: size and ETag, no read)."""
+    remote storage: size and ETag, no read), and the MANIFEST entries they are checked against."""
     from rankscope.store import source
 
     h = hashlib.sha256(CACHE_VERSION.encode())
+    for e in expected:  # a changed MANIFEST re-checks the files
+        h.update(repr(e).encode())
     for f in files:
         h.update(f"{os.path.basename(f)}:{source.version(f)}".encode())
         if not source.is_url(f):
@@ -63,16 +67,30 @@ def cached(task: RankTask, key: str) -> RankInfo | None:
 
 
 def ingest(task: RankTask) -> RankInfo | TraceError:
-    """Decode, build tables, write Parquet; a fully unreadable rank comes back as a TraceError."""
+    """Decode, build tables, write Parquet; a fully unreadable rank comes back as a TraceError.
+
+    Never raises (it runs in pool workers: whatever happens comes back as plain data, one line)."""
+    where = task.files[0] if task.files else str(task.root)
     try:
-        key = source_key(task.files)
+        key = source_key(task.files, task.expected)
     except OSError as exc:
-        return TraceError(task.files[0] if task.files else str(task.root), f"cannot read ({exc})")
-    hit = cached(task, key)
-    if hit is not None:
-        return hit
-    with system_pool():
-        return _ingest_uncached(task, key)
+        return TraceError(where, f"cannot read ({exc.strerror or exc})")
+    try:
+        hit = cached(task, key)
+        if hit is not None:
+            return hit
+        with system_pool():
+            return _ingest_uncached(task, key)
+    except TraceError as err:
+        return err
+    except OSError as exc:
+        return TraceError(getattr(exc, "filename", None) or where, f"cannot read or write ({exc.strerror or exc})")
+    except RecursionError:
+        return TraceError(where, "JSON nested too deeply to be a trace")
+    except Exception as exc:  # noqa: BLE001 - a worker must hand back one line, never crash the pool
+        log.debug("ingest of %s failed", task.files, exc_info=True)
+        return TraceError(where, f"could not be read ({exc.__class__.__name__}: {exc}); "
+                          "rerun with --debug for details")
 
 
 @contextlib.contextmanager
@@ -90,13 +108,7 @@ def system_pool() -> Iterator[None]:
 
 
 def _ingest_uncached(task: RankTask, key: str) -> RankInfo | TraceError:
-    try:
-        got = READERS[task.reader](task)
-    except (ValueError, TypeError, KeyError, IndexError, OverflowError, MemoryError) as exc:
-        # A file odd in a way no check foresaw: one line for the user, the traceback in the debug log.
-        log.debug("ingest of %s failed", task.files, exc_info=True)
-        return TraceError(task.files[0] if task.files else str(task.root),
-                          f"could not be read ({exc.__class__.__name__}: {exc}); rerun with --debug for details")
+    got = READERS[task.reader](task)
     if isinstance(got, TraceError):
         return got
     info, parts = got
@@ -106,6 +118,7 @@ def _ingest_uncached(task: RankTask, key: str) -> RankInfo | TraceError:
 def _read_kineto(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | TraceError:
     parts: list[dict[str, Any]] = []
     info = RankInfo(rank=-1, files=list(task.files), meta=task.meta or {})
+    expected = {name: (size, sha) for name, size, sha in task.expected}
     for f in task.files:
         try:
             raw, tabs, problems = _read_one(f)
@@ -113,16 +126,40 @@ def _read_kineto(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | Trac
             if len(task.files) == 1:
                 return err
             info.problems.append(str(err))
+            info.damage.append(f"{os.path.basename(f)} unreadable")
             info.partial = True
             continue
         info.problems += [f"{f}: {p}" for p in raw.problems + problems]
-        info.partial |= raw.partial
+        damage = _damage(f, raw, expected.get(os.path.basename(f)))
+        info.problems += [f"{os.path.dirname(f)}/{d}" for d in damage if "MANIFEST" in d]  # said like the rest
+        info.damage += damage
+        info.partial |= bool(info.damage)
         _identity(info, raw, task)
         del raw
         parts.append(tabs)
     if not parts:
         return TraceError(task.files[0], "no readable trace among the rank's files")
+    if not any(p["events"].num_rows for p in parts):  # nothing usable left: the rank is dropped, with why
+        why = "; ".join(x.split(": ", 1)[-1] for x in info.problems[:3]) or "no usable events"
+        return TraceError(task.files[0] if len(task.files) == 1 else os.path.dirname(task.files[0]),
+                          f"no usable trace events ({why})")
     return info, parts
+
+
+def _damage(f: str, raw: Any, want: tuple[int, str] | None) -> list[str]:
+    """Why this file's content is not whole: truncation, gzip CRC, or a MANIFEST size/sha256 mismatch
+    (the hash was computed while the file was read: no second pass)."""
+    name = os.path.basename(f)
+    out = [f"{name}: {d}" for d in (raw.source.damage if raw.source else [])]
+    if raw.partial and not out:
+        out.append(f"{name}: truncated")
+    if want is not None and raw.source is not None and raw.source.size:
+        size, sha = want
+        if raw.source.size != size:
+            out.append(f"{name}: size {raw.source.size} differs from MANIFEST.json ({size})")
+        elif raw.source.sha256 != sha:
+            out.append(f"{name}: sha256 differs from MANIFEST.json")
+    return out
 
 
 def _read_one(f: str) -> tuple[Any, dict[str, Any], list[str]]:
@@ -163,34 +200,70 @@ READERS: dict[str, Callable[[RankTask], "tuple[RankInfo, list[dict[str, Any]]] |
 
 
 def _identity(info: RankInfo, raw: Any, task: RankTask) -> None:
-    d = raw.trace.distributedInfo
-    content_rank = d.rank if d is not None and isinstance(d.rank, int) else None
-    if content_rank is not None:
+    from rankscope.model import sanity
+
+    from rankscope.model.kineto import dist_info
+
+    d = dist_info(raw.trace)
+    if raw.trace.distributedInfo is not None and d is None:
+        info.problems.append(f"{raw.path}: distributedInfo is not an object; ignored")
+    content_rank = sanity.rank(d.rank, f"{raw.path}: distributedInfo", info.problems) if d is not None else None
+    if d is not None and content_rank is not None:
         if info.rank >= 0 and info.rank != content_rank:
             info.problems.append(f"{raw.path}: distributedInfo says rank {content_rank}, "
                                  f"other files of this rank say {info.rank}")
         info.rank, info.rank_source = content_rank, "content"
-        info.world_size = d.world_size
-        info.backend = d.backend
-        info.process_groups = compact_groups([{"name": p.pg_name, "desc": p.pg_desc, "ranks": p.ranks}
-                                              for p in (d.pg_config or [])])
+        info.world_size = sanity.world_size(d.world_size, f"{raw.path}: distributedInfo", info.problems)
+        info.backend = d.backend if isinstance(d.backend, str) else None
+        info.process_groups = compact_groups(_groups(d.pg_config))
     elif info.rank < 0 and task.rank_hint is not None:
         info.rank, info.rank_source = task.rank_hint, task.hint_source
     if task.rank_hint is not None and content_rank is not None and task.rank_hint != content_rank:
         info.problems.append(f"{raw.path}: {task.hint_source} says rank {task.rank_hint} "
                              f"but the trace content says rank {content_rank} (content wins)")
-    info.base_time_ns = raw.trace.baseTimeNanoseconds or 0
-    meta = task.meta or {}
-    info.host = meta.get("host", info.host)
-    info.run_id = meta.get("run_id", info.run_id)
-    info.world_size = info.world_size or meta.get("world_size")
-    info.backend = info.backend or meta.get("backend")
-    clock = meta.get("clock") or {}
-    info.clock_offset_ns = clock.get("offset_to_rank0_ns")
-    info.clock_error_ns = clock.get("offset_error_ns")
-    total = device_memory(raw.trace.deviceProperties, meta.get("device"))
+    _from_meta(info, raw, task.meta or {})
+
+
+def _from_meta(info: RankInfo, raw: Any, meta: dict[str, Any]) -> None:
+    """Host, run id, clock offsets and device memory from meta.json and the trace header, each
+    bounded (model/sanity.py): a bad value drops that field with one line, never the rank."""
+    from rankscope.model import sanity
+
+    info.base_time_ns = sanity.base_time(raw.trace.baseTimeNanoseconds, raw.path, info.problems)
+    where = f"meta.json of rank {info.rank}"
+    info.host = _str(meta.get("host")) or info.host
+    info.run_id = _str(meta.get("run_id")) or info.run_id
+    info.world_size = info.world_size or sanity.world_size(meta.get("world_size"), where, info.problems)
+    info.backend = info.backend or _str(meta.get("backend"))
+    clock: dict[str, Any] = meta["clock"] if isinstance(meta.get("clock"), dict) else {}
+    info.clock_offset_ns = sanity.clock_offset(clock.get("offset_to_rank0_ns"), where, info.problems)
+    info.clock_error_ns = sanity.clock_offset(clock.get("offset_error_ns"), where, info.problems)
+    props = raw.trace.deviceProperties
+    if props is not None and not (isinstance(props, list) and all(isinstance(p, dict) for p in props)):
+        info.problems.append(f"{raw.path}: deviceProperties is not a list of objects; ignored")
+        props = None
+    dev = meta.get("device")
+    total = device_memory(props, dev if isinstance(dev, str) else None)
     if total:
         info.meta = {**info.meta, "device_memory_bytes": total}
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _groups(cfg: Any) -> list[dict[str, Any]]:
+    """Process groups from distributedInfo.pg_config; odd entries are skipped."""
+    if not isinstance(cfg, list):
+        return []
+    out = []
+    for p in cfg:
+        if not isinstance(p, dict):
+            continue
+        ranks = p.get("ranks")
+        out.append({"name": _str(p.get("pg_name")) or "", "desc": _str(p.get("pg_desc")) or "",
+                    "ranks": ranks if isinstance(ranks, (list, str)) and len(ranks) < (1 << 20) else None})
+    return out
 
 
 def device_memory(props: list[dict[str, Any]] | None, device: str | None) -> int | None:

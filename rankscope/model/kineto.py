@@ -11,9 +11,8 @@ and the rank is marked partial. Chrome's bare-array form (``[...]``) is read too
 """
 from __future__ import annotations
 
-import os
+import contextlib
 import re
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Optional, Union
@@ -21,6 +20,7 @@ from typing import Any, ClassVar, Iterator, Optional, Union
 import msgspec
 
 from rankscope.errors import TraceError
+from rankscope.model import inflate
 
 
 # gc=False: hundreds of thousands of decoded structs must not be traversed by every garbage
@@ -62,8 +62,8 @@ class _Complete(msgspec.Struct, gc=False):
     cat: Optional[str] = None
     ts: Any = None
     dur: Any = None
-    pid: Union[int, str, None] = None
-    tid: Union[int, str, None] = None
+    pid: Any = None
+    tid: Any = None
     args: Optional[Args] = None
 
 
@@ -94,18 +94,13 @@ _OTHERS = tuple(msgspec.defstruct(f"Phase{ord(c)}", [], tag_field="ph", tag=c, g
                                   namespace={"ph": c, "name": ""}) for c in _OTHER_PHASES)
 
 
-class PGConfig(msgspec.Struct, gc=False):
-    pg_name: str = ""
-    pg_desc: str = ""
-    ranks: Union[list, str, None] = None
-    pg_size: Optional[int] = None
-
-
 class DistInfo(msgspec.Struct):
-    backend: Optional[str] = None
-    rank: Optional[int] = None
-    world_size: Optional[int] = None
-    pg_config: Optional[list[PGConfig]] = None
+    # Loose types: a rank written as a string or a huge world size is checked (model/sanity.py) and
+    # dropped as one field, not a reason to refuse the whole file.
+    backend: Any = None
+    rank: Any = None
+    world_size: Any = None
+    pg_config: Any = None
 
 
 class Trace(msgspec.Struct, gc=False):
@@ -113,18 +108,29 @@ class Trace(msgspec.Struct, gc=False):
     # them into structs a chunk at a time: peak memory is the JSON plus one chunk of structs,
     # not the JSON plus every event as Python objects.
     traceEvents: list[msgspec.Raw] = []
-    distributedInfo: Optional[DistInfo] = None
-    baseTimeNanoseconds: Optional[int] = None
-    deviceProperties: Optional[list[dict[str, Any]]] = None
+    distributedInfo: Any = None  # read through ``dist_info``
+    baseTimeNanoseconds: Any = None
+    deviceProperties: Any = None
 
 
 class _TypedTrace(msgspec.Struct, gc=False):
     """A whole document with its events decoded at once (small files, ``decode``)."""
 
     traceEvents: list[Union[(XEvent, Instant) + _OTHERS]] = []  # type: ignore[valid-type]
-    distributedInfo: Optional[DistInfo] = None
-    baseTimeNanoseconds: Optional[int] = None
-    deviceProperties: Optional[list[dict[str, Any]]] = None
+    distributedInfo: Any = None  # read through ``dist_info``
+    baseTimeNanoseconds: Any = None
+    deviceProperties: Any = None
+
+
+def dist_info(trace: Any) -> DistInfo | None:
+    """``distributedInfo`` as a DistInfo, None when absent or not an object (fields stay unchecked:
+    model/sanity.py bounds them)."""
+    d = trace.distributedInfo
+    if isinstance(d, DistInfo) or d is None:
+        return d
+    if not isinstance(d, dict):
+        return None
+    return DistInfo(**{k: d.get(k) for k in ("backend", "rank", "world_size", "pg_config")})
 
 
 _DECODER = msgspec.json.Decoder(Trace)
@@ -147,16 +153,9 @@ def decode_events(buf: bytes) -> list[Any]:
         return _EVENTS.decode(buf)
 CHUNK = 8192
 # Decoding needs the JSON bytes plus the structs (~3x the JSON); refuse above this many JSON bytes
-# instead of letting the OS kill the worker. Override with RANKSCOPE_MAX_JSON_BYTES.
-DEFAULT_MAX_JSON_BYTES = 8 << 30
-
-
-def max_json_bytes() -> int:
-    """The largest (decompressed) trace this process will decode."""
-    try:
-        return int(os.environ.get("RANKSCOPE_MAX_JSON_BYTES", DEFAULT_MAX_JSON_BYTES))
-    except ValueError:
-        return DEFAULT_MAX_JSON_BYTES
+# instead of letting the OS kill the worker. Override with RANKSCOPE_MAX_JSON_BYTES (--max-inflated-size).
+DEFAULT_MAX_JSON_BYTES = inflate.DEFAULT_MAX_INFLATED
+max_json_bytes = inflate.max_inflated_bytes
 
 
 @dataclass
@@ -169,9 +168,16 @@ class RawTrace:
     partial: bool = False
     nbytes: int = 0
     streamed: bool = False  # events decoded while the file is read (model/stream.py)
+    source: Optional[inflate.Source] = None  # how the bytes were read: sha256, damage
 
     # Subclasses that rewrite events in place (Ascend) need plain ``Event`` structs.
     typed = True
+
+    def _one_by_one(self, part: list[msgspec.Raw], dec: Any) -> Iterator[list[Event]]:
+        try:
+            yield dec(b"[" + b",".join(part) + b"]")
+        except msgspec.DecodeError:
+            yield [e for e in (_maybe_event(r) for r in part) if e is not None]
 
     def chunks(self, size: int | None = None) -> Iterator[list[Event]]:
         """The events as structs, ``size`` at a time. An event that is not a valid trace event
@@ -181,8 +187,13 @@ class RawTrace:
         bad = 0
         for i in range(0, len(evs), size):
             part = evs[i:i + size]
+            buf = b"[" + b",".join(part) + b"]"
             try:
-                yield dec(b"[" + b",".join(part) + b"]")
+                yield dec(buf)
+            except UnicodeError:  # invalid UTF-8 inside an event (the document decoder keeps them raw)
+                self.problems.append("invalid UTF-8 bytes in names were replaced by U+FFFD")
+                part = _ARRAY_DECODER.decode(buf.decode("utf-8", "replace").encode("utf-8"))
+                yield from self._one_by_one(part, dec)
             except msgspec.DecodeError:
                 good = []
                 for r in part:
@@ -195,40 +206,18 @@ class RawTrace:
             self.problems.append(f"{bad} malformed events (not trace event objects) were left out")
 
 
-def _too_large(path: str, size: int, limit: int) -> TraceError:
-    return TraceError(path, f"too large to decode in memory ({size / 1e9:.2f} GB of JSON, limit "
-                      f"{limit / 1e9:.2f} GB); split the trace (shorter profiling window) or raise "
-                      "RANKSCOPE_MAX_JSON_BYTES on a machine with more memory")
-
-
-def _gunzip(raw: bytes, path: str, limit: int) -> tuple[bytes, list[str]]:
-    """Inflate with a size cap; a truncated stream yields what could be inflated."""
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+def _maybe_event(r: msgspec.Raw) -> Event | None:
     try:
-        data = d.decompress(raw, limit + 1)
-    except zlib.error as exc:
-        return b"", [f"gzip stream damaged ({exc}); nothing could be inflated"]
-    if len(data) > limit:
-        raise _too_large(path, max(len(data), int.from_bytes(raw[-4:], "little")), limit)
-    if not d.eof:
-        return data, [f"gzip stream damaged (ends early); kept {len(data)} bytes"]
-    return data, []
+        return _EVENT.decode(r)
+    except (msgspec.DecodeError, UnicodeError):
+        return None
 
 
 def read_bytes(path: str | Path) -> tuple[bytes, list[str]]:
     """Read a (possibly gzipped) file; refuses files larger than ``max_json_bytes()``."""
-    p, limit = str(path), max_json_bytes()
-    from rankscope.store import source
-
-    size = source.size(p)
-    with source.open_binary(p) as fh:
-        magic = fh.read(2)
-        if magic != b"\x1f\x8b" and size > limit:
-            raise _too_large(p, size, limit)
-        raw = magic + fh.read()
-    if magic != b"\x1f\x8b":
-        return raw, []
-    return _gunzip(raw, p, limit)
+    src = inflate.Source(str(path))
+    data = src.read_all()
+    return data, src.problems
 
 
 _EVENT_END = re.compile(rb"\}\s*[,\]]")
@@ -279,6 +268,25 @@ def _nonstandard(data: bytes, problems: list[str]) -> tuple[Trace | None, bytes]
         return None, fixed
 
 
+_LONE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def _valid_utf8(data: bytes, problems: list[str]) -> bytes:
+    """Invalid UTF-8 bytes (a name cut mid-character, latin-1 text) become U+FFFD instead of failing
+    the file; only on the error path, so valid files pay nothing."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        data = data.decode("utf-8", "replace").encode("utf-8")
+        problems.append("invalid UTF-8 bytes in names were replaced by U+FFFD")
+    # A lone UTF-16 surrogate escape ("\ud800" without its pair) is rejected by the decoder.
+    fixed, n = _LONE.subn(rb"\\ufffd", data)
+    if n:
+        problems.append(f"{n} invalid text escapes (lone surrogates) in names were replaced by U+FFFD")
+        return fixed
+    return data
+
+
 def _decode_doc(data: bytes) -> Trace:
     """Object form ({"traceEvents": [...]}) or Chrome's bare array form ([...])."""
     if _first_char(data) == b"[":
@@ -302,22 +310,28 @@ class DecodedTrace(RawTrace):
 def decode(path: str | Path) -> RawTrace:
     """Decode one trace file; raises TraceError only when nothing at all can be read."""
     p = str(path)
+    src = inflate.Source(p)
     try:
-        data, problems = read_bytes(path)
+        data = src.read_all()
     except OSError as exc:
         raise TraceError(p, f"cannot read file ({exc.strerror or exc})") from exc
+    problems = list(src.problems)
+    if data[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte order mark (Windows editors): not JSON, harmless
+        data = data[3:]
     if not problems and len(data) <= DIRECT_BYTES and _first_char(data) == b"{":
         try:  # one pass, no intermediate Raw slices; anything unusual takes the general path
             doc = _TYPED_DOC.decode(data)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, UnicodeError):
             pass
         else:
             trace = Trace(distributedInfo=doc.distributedInfo, baseTimeNanoseconds=doc.baseTimeNanoseconds,
                           deviceProperties=doc.deviceProperties)
             empty = [] if doc.traceEvents else [
                 "no trace events (metadata only: was the profiler stopped before any step?)"]
-            return DecodedTrace(p, trace, empty, False, len(data), events=doc.traceEvents)
-    return decode_bytes(p, data, problems)
+            return DecodedTrace(p, trace, empty, False, len(data), source=src, events=doc.traceEvents)
+    got = decode_bytes(p, data, problems)
+    got.source = src
+    return got
 
 
 def decode_bytes(p: str, data: bytes, problems: list[str]) -> RawTrace:
@@ -329,8 +343,14 @@ def decode_bytes(p: str, data: bytes, problems: list[str]) -> RawTrace:
         trace = _decode_doc(data)
     except msgspec.ValidationError as exc:
         raise TraceError(p, f"not a Kineto trace ({exc})") from exc
-    except msgspec.DecodeError as exc:
-        fixed, data = _nonstandard(data, problems)
+    except (msgspec.DecodeError, UnicodeError) as exc:
+        repaired, fixed = _valid_utf8(data, problems), None
+        if repaired is not data:
+            data = repaired
+            with contextlib.suppress(msgspec.DecodeError):
+                fixed = _decode_doc(data)
+        if fixed is None:
+            fixed, data = _nonstandard(data, problems)
         got = fixed or _salvage(data)
         if got is None:
             raise TraceError(p, f"not valid JSON ({exc})") from exc

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rankscope.errors import RankscopeError
+from rankscope.model.discover import Found, rank_from_name
 from rankscope.model.ingest import RankTask
 
 SKIP = ("meta.json", "MANIFEST.json", "run.json", "info.json", "synth_truth.json")
@@ -37,7 +38,7 @@ def _is_trace(name: str) -> bool:
     return name.endswith((".json", ".json.gz")) and name not in SKIP and not name.startswith(("comms.", "."))
 
 
-def discover(url: str, cache: Path) -> tuple[list[RankTask], dict[str, Any]]:
+def discover(url: str, cache: Path) -> Found:
     """Tasks for every rank of the run at ``url`` (same rules as a local directory)."""
     from rankscope.store import source
 
@@ -77,15 +78,13 @@ def discover(url: str, cache: Path) -> tuple[list[RankTask], dict[str, Any]]:
             hint = int(name) if name.isdigit() else None
         tasks.append(RankTask(tuple(full(f) for f in files), str(cache), hint, meta, source_name))
     if not tasks:
-        from rankscope.model.run import _rank_from_name
-
         files = [p for p in sorted(listing) if _is_trace(posixpath.basename(p)) and "/analysis/" not in p]
-        tasks = [RankTask((full(p),), str(cache), _rank_from_name(Path(posixpath.basename(p))), None,
+        tasks = [RankTask((full(p),), str(cache), rank_from_name(Path(posixpath.basename(p))), None,
                           "file name") for p in files]
     if not tasks:
         raise RankscopeError(f"{url}: no trace files found (expected *.json or *.json.gz, or a rankscope "
                              "run directory with ranks/<rank>/)")
-    return tasks, manifest
+    return Found(tasks, manifest if isinstance(manifest, dict) else {})
 
 
 def _meta(url: str, exists: bool) -> dict[str, Any]:

@@ -8,19 +8,20 @@ are read from the cache on demand.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from rankscope.errors import RankscopeError, TraceError
+from rankscope.errors import RankscopeError, TraceError, safe
 from rankscope.intlist import format_int_list
+from rankscope.model.discover import TRACE_SUFFIXES, discover
 from rankscope.model.executors import run_tasks
-from rankscope.model.info import RankInfo, compact_meta
+from rankscope.model.info import RankInfo
 from rankscope.model.ingest import RankTask, ingest, system_pool
 
-TRACE_SUFFIXES = (".json", ".json.gz")
+__all__ = ["Run", "load_run", "discover", "cache_root", "TRACE_SUFFIXES"]
 Progress = Callable[[int, int], None]
 
 
@@ -36,6 +37,19 @@ class Run:
     problems: list[str] = field(default_factory=list)
     manifest: dict[str, Any] = field(default_factory=dict)
     format_version: int = 1
+    # rank -> why it could not be read at all (not published yet, unreadable directory, no usable data)
+    absent: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def damaged(self) -> dict[int, str]:
+        """Ranks read but not whole (truncated, CRC, MANIFEST mismatch): analyzed, never in a verdict."""
+        return {r: "; ".join(i.damage) for r, i in sorted(self.ranks.items()) if i.damage}
+
+    def coverage(self) -> dict[str, Any]:
+        """What the results cover, for the top of every output: ranks read, missing and damaged."""
+        return {"world_size": self.world_size, "ranks_read": len(self.ranks),
+                "missing": [{"rank": r, "why": self.absent.get(r, "no trace found")} for r in self.missing],
+                "damaged": [{"rank": r, "why": w} for r, w in self.damaged.items()]}
 
     @property
     def rank_ids(self) -> list[int]:
@@ -69,6 +83,7 @@ class Run:
     def to_json(self) -> dict[str, Any]:
         return {"format_version": self.format_version, "path": self.path, "run_id": self.run_id,
                 "world_size": self.world_size, "missing": self.missing, "problems": self.problems,
+                "coverage": self.coverage(), "absent": {str(k): v for k, v in self.absent.items()},
                 "manifest": self.manifest, "ranks": [self.ranks[r].to_json() for r in self.rank_ids]}
 
     @classmethod
@@ -76,12 +91,8 @@ class Run:
         ranks = {i.rank: i for i in (RankInfo.from_json(x) for x in d["ranks"])}
         return cls(path=d["path"], run_id=d["run_id"], ranks=ranks, world_size=d.get("world_size"),
                    missing=list(d.get("missing", [])), problems=list(d.get("problems", [])),
-                   manifest=d.get("manifest", {}), format_version=d.get("format_version", 1))
-
-
-def _is_trace(p: Path) -> bool:
-    return p.is_file() and p.name.endswith(TRACE_SUFFIXES) and p.name not in (
-        "meta.json", "MANIFEST.json", "run.json", "info.json", "synth_truth.json") and not p.name.startswith("comms.")
+                   manifest=d.get("manifest", {}), format_version=d.get("format_version", 1),
+                   absent={int(k): v for k, v in d.get("absent", {}).items()})
 
 
 def private_cache(root: str | os.PathLike[str], run_path: Path) -> Path:
@@ -110,94 +121,79 @@ def cache_root(run_path: Path) -> Path:
     return home
 
 
-def discover(path: Path, cache: Path) -> tuple[list[RankTask], dict[str, Any]]:
-    """Tasks for every rank (run directory) or every trace file (plain directory / one file)."""
-    if path.is_file():
-        return [RankTask((str(path),), str(cache), _rank_from_name(path), None, "file name")], {}
-    if not path.exists():
-        raise RankscopeError(f"{path}: no such file or directory")
-    from rankscope.model import ascend
+def _map(tasks: list[RankTask], jobs: int, progress: Progress | None) -> Iterable[RankInfo | TraceError]:
+    if jobs <= 1 or len(tasks) <= 1:
+        for i, t in enumerate(tasks):
+            yield ingest(t)
+            if progress:
+                progress(i + 1, len(tasks))
+        return
+    from concurrent.futures.process import BrokenProcessPool
 
-    npu = ascend.find_dirs(path)
-    if npu:
-        return [RankTask(ascend.source_files(d), str(cache), None, None, "ascend", "ascend", str(d))
-                for d in npu], {}
-    manifest = {}
-    if (path / "run.json").exists():
-        try:
-            manifest = json.loads((path / "run.json").read_text())
-        except ValueError as exc:
-            raise RankscopeError(f"{path / 'run.json'}: not valid JSON ({exc})") from exc
-    rank_dirs = sorted((d for d in (path / "ranks").iterdir() if d.is_dir()), key=lambda d: d.name) \
-        if (path / "ranks").is_dir() else []
-    tasks = [t for t in (_rank_dir_task(d, cache) for d in rank_dirs) if t is not None]
-    if not tasks:
-        files = sorted(p for p in path.rglob("*") if _is_trace(p) and "analysis" not in p.parts)
-        tasks = [RankTask((str(p),), str(cache), _rank_from_name(p), None, "file name") for p in files]
-    if not tasks:
-        raise RankscopeError(f"{path}: no trace files found (expected *.json or *.json.gz, "
-                             "or a rankscope run directory with ranks/<rank>/)")
-    return tasks, manifest
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(ingest, t) for t in tasks]
+        for i, (t, fut) in enumerate(zip(tasks, futures)):
+            try:
+                yield fut.result()
+            except BrokenProcessPool:
+                # A worker died (killed for memory, a crash in a native library): the ranks it had not
+                # finished are read here instead, one at a time, so one bad file costs only itself.
+                yield ingest(t)
+            except Exception as exc:  # noqa: BLE001 - a result that cannot come back is that rank's problem only
+                yield TraceError(t.files[0] if t.files else str(t.root), f"could not be read in a worker ({exc})")
+            if progress:
+                progress(i + 1, len(tasks))
 
 
-def _rank_dir_task(d: Path, cache: Path) -> RankTask | None:
-    files = tuple(str(p) for p in sorted(d.iterdir()) if _is_trace(p))
-    if not files:
-        return None
-    meta: dict[str, Any] = {}
-    if (d / "meta.json").exists():
-        try:
-            meta = json.loads((d / "meta.json").read_text())
-        except ValueError:
-            meta = {"problem": f"{d / 'meta.json'}: not valid JSON"}
-    meta = compact_meta(meta)  # world-sized member lists, once per rank: O(world²) otherwise
-    hint = meta.get("rank")
-    if hint is None and d.name.isdigit():
-        return RankTask(files, str(cache), int(d.name), meta, "directory name")
-    return RankTask(files, str(cache), hint, meta, "meta.json")
-
-
-def _rank_from_name(p: Path) -> int | None:
-    import re
-
-    m = re.search(r"rank[-_]?(\d+)", p.name, re.I) or re.search(r"worker(\d+)", p.name, re.I)
-    return int(m.group(1)) if m else None
-
-
-def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_missing_ranks: bool = False,
-             progress: Progress | None = None, dask: str | None = None,
+def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_missing_ranks: bool = True,
+             strict: bool = False, progress: Progress | None = None, dask: str | None = None,
              cache_dir: str | os.PathLike[str] | None = None) -> Run:
-    """Ingest (or re-open from the cache) every rank under ``path``.
+    """Ingest (or re-open from the cache) every rank under ``path`` (a directory, a trace file or
+    any fsspec URL: ``s3://bucket/run``).
 
+    The ranks that can be read are analyzed; missing and damaged ranks are named in ``Run.coverage()``.
+    ``strict=True`` raises instead when any rank is missing, duplicated or damaged (scripts that want
+    all or nothing). ``allow_missing_ranks`` is accepted for compatibility and has no effect.
     ``jobs`` worker processes (1: in this process), or a Dask cluster with ``dask="local"`` or a
-    scheduler address (``rankscope.model.executors``; default: ``$RANKSCOPE_DASK``, which the
-    CLI's ``--dask`` sets). ``cache_dir``: keep the Parquet cache there (keyed by the run's path)
-    instead of next to the run, e.g. to leave a served directory untouched.
+    scheduler address (``rankscope.model.executors``; default: ``$RANKSCOPE_DASK``, which the CLI's
+    ``--dask`` sets). ``cache_dir``: keep the Parquet cache there (keyed by the run's path) instead
+    of next to the run, e.g. to leave a served directory untouched.
     """
-    dask = dask or os.environ.get("RANKSCOPE_DASK") or None
     from rankscope.store import source
 
+    dask = dask or os.environ.get("RANKSCOPE_DASK") or None
     if source.is_url(str(path)):  # streamed from remote storage, cached on this machine
         from rankscope.model import remote
 
         url = str(path).rstrip("/")
         p: Path | str = url
         cache = remote.cache_dir(url)
-        tasks, manifest = remote.discover(url, cache)
+        found = remote.discover(url, cache)
     else:
         p = Path(source.local_path(str(path)))
         cache = private_cache(cache_dir, p) if cache_dir else cache_root(p)
-        tasks, manifest = discover(p, cache)
+        found = discover(p, cache)
     jobs = jobs or os.cpu_count() or 1
     infos: list[RankInfo] = []
-    problems: list[str] = []
-    for res in run_tasks(ingest, tasks, jobs=jobs, dask=dask, progress=progress):
+    problems: list[str] = list(found.problems)
+    failed: list[tuple[RankTask, TraceError]] = []
+    results = run_tasks(ingest, found.tasks, jobs=jobs, dask=dask, progress=progress) if dask \
+        else _map(found.tasks, jobs, progress)
+    for task, res in zip(found.tasks, results):
         if isinstance(res, TraceError):
             problems.append(str(res))
+            failed.append((task, res))
         else:
             infos.append(res)
-    run = _assemble(p, infos, problems, manifest)
-    _check(run, allow_missing_ranks)
+    run = _assemble(p, infos, problems, found.manifest)
+    for task, err in failed:  # an unreadable rank whose number is known is missing *for a reason*
+        if task.rank_hint is not None and task.rank_hint not in run.ranks:
+            run.absent.setdefault(task.rank_hint, err.problem)
+            if task.rank_hint not in run.missing and (run.world_size is None or task.rank_hint < run.world_size):
+                run.missing = sorted(run.missing + [task.rank_hint])
+    for r, why in found.absent.items():
+        run.absent.setdefault(r, why)
+    _check(run, strict)
     return run
 
 
@@ -227,8 +223,9 @@ def _assemble(p: Path | str, infos: list[RankInfo], problems: list[str], manifes
                             "left out")
             del ranks[r]
     world = manifest.get("world_size") or max((i.world_size or 0 for i in ranks.values()), default=0) or None
-    expected = manifest.get("ranks_expected") or (list(range(world)) if world else [])
-    missing = sorted(set(expected) - set(ranks))
+    expected = manifest.get("ranks_expected") or (range(world) if world else [])
+    # world is bounded (sanity.MAX_WORLD), so this list is too
+    missing = [r for r in expected if r not in ranks]
     if len(run_ids) > 1 and not expected_id:
         problems.append(f"ranks come from {len(run_ids)} different runs: {', '.join(sorted(run_ids))}")
     for info in ranks.values():
@@ -238,15 +235,21 @@ def _assemble(p: Path | str, infos: list[RankInfo], problems: list[str], manifes
                missing=missing, problems=problems, manifest=manifest)
 
 
-def _check(run: Run, allow_missing: bool) -> None:
+def _check(run: Run, strict: bool) -> None:
     if not run.ranks:
-        raise RankscopeError(f"{run.path}: no rank could be read ({'; '.join(run.problems[:3])})")
+        reasons = "; ".join(safe(x) for x in run.problems[:5]) or "no usable data"
+        raise RankscopeError(f"{safe(run.path)}: no rank could be read ({reasons})")
+    if not strict:
+        return
     dups = [x for x in run.problems if x.startswith("duplicate rank")]
-    if (run.missing or dups) and not allow_missing:
-        what = []
-        if run.missing:
-            what.append(f"ranks {format_int_list(run.missing)} of {run.world_size} are missing")
-        if dups:
-            what.append(dups[0])
-        raise RankscopeError(f"{run.path}: {'; '.join(what)}. Pass --allow-missing-ranks to analyze "
-                             "the ranks that are there (every output then names the missing ones).")
+    what = []
+    if run.missing:
+        what.append(f"ranks {format_int_list(run.missing)} of {run.world_size} are missing")
+    if run.damaged:
+        what.append(f"ranks {format_int_list(list(run.damaged))} are damaged "
+                    f"({safe(next(iter(run.damaged.values())))})")
+    if dups:
+        what.append(safe(dups[0]))
+    if what:
+        raise RankscopeError(f"{safe(run.path)}: {'; '.join(what)} (--strict); without --strict the ranks that "
+                             "are there are analyzed and every output names the missing and damaged ones")

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from rankscope.model import schema
 
-_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+_STEP_RE = re.compile(r"^ProfilerStep#(\d{1,15})$")  # a longer number is not a step (int64)
 
 
 def _step_rows(events: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

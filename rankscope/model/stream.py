@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 import re
-import zlib
 from typing import Iterator
 
 import msgspec
 
+from rankscope.model import inflate
 from rankscope.model.kineto import _DECODER, Event, RawTrace, Trace, decode_events
 
 PIECE = 2 << 20
@@ -52,29 +52,12 @@ def inflated_size(path: str) -> int:
     return isize if isize >= size else isize + (1 << 32)  # a >4 GiB file wraps the trailer
 
 
-def pieces(path: str) -> Iterator[bytes]:
-    """The file's (inflated) bytes a few MB at a time."""
-    from rankscope.store import source
-
-    with source.open_binary(path) as fh:
-        first = fh.read(PIECE)
-        if first[:2] != b"\x1f\x8b":
-            while first:
-                yield first
-                first = fh.read(PIECE)
-            return
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        data = first
-        while data:
-            try:
-                while data:  # cap each output piece: trace JSON compresses ~20:1
-                    yield d.decompress(data, PIECE)
-                    data = d.unconsumed_tail
-            except zlib.error as exc:
-                raise StreamFallback(f"gzip stream damaged ({exc})") from exc
-            data = fh.read(PIECE // 16)
-        if not d.eof:
-            raise StreamFallback("gzip stream ends early")
+def pieces(path: str, source: inflate.Source | None = None) -> Iterator[bytes]:
+    """The file's (inflated) bytes a few MB at a time (bounded, hashed: ``inflate.Source``)."""
+    src = source or inflate.Source(path)
+    yield from src.pieces()
+    if src.damage:  # the salvaging reader keeps what it can and says what was damaged
+        raise StreamFallback(src.damage[0])
 
 
 def _last(pattern: re.Pattern[bytes], buf: bytes) -> re.Match[bytes] | None:
@@ -93,7 +76,7 @@ def _last(pattern: re.Pattern[bytes], buf: bytes) -> re.Match[bytes] | None:
 def _events(body: bytes) -> list[Event]:
     try:
         return decode_events(b"[" + body + b"]")
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeError) as exc:
         raise StreamFallback(f"events did not decode ({exc})") from exc
 
 
@@ -102,12 +85,13 @@ class StreamTrace(RawTrace):
     baseTimeNanoseconds, ...) is complete once ``chunks`` has been iterated to the end."""
 
     def __init__(self, path: str) -> None:
-        super().__init__(path, Trace(), streamed=True)
+        # No size limit: streaming holds one piece at a time (the ratio bound still stops bombs).
+        super().__init__(path, Trace(), streamed=True, source=inflate.Source(path, limit=1 << 62, piece=PIECE))
 
     def chunks(self, size: int | None = None) -> Iterator[list[Event]]:
         head: bytes | None = None
         buf = b""
-        for piece in pieces(self.path):
+        for piece in pieces(self.path, self.source):
             buf += piece
             self.nbytes += len(piece)
             if head is None:

@@ -19,6 +19,8 @@ from rankscope.model import schema
 from rankscope.model.kineto import Args, Event, RawTrace
 
 _NOARGS = Args()
+MAX_TS_US = 4.1e15  # epoch µs of year 2100 (model/sanity.py MAX_EPOCH_NS)
+MAX_DUR_US = 86_400e6
 _ARGS_ENC = msgspec.json.Encoder()
 _ARGS_DEC = msgspec.json.Decoder(list[Optional[Args]])
 
@@ -39,7 +41,9 @@ def _ids(values: Sequence[Any], names: dict[str, int] | None = None) -> np.ndarr
     except (TypeError, ValueError, OverflowError):
         pass
     names = {} if names is None else names
-    out = [v if type(v) is int else names.setdefault(str(v), -1 - len(names)) for v in values]
+    # Ints beyond int64 (a tid of 2**70) are named like strings: the thread stays distinct, nothing overflows.
+    out = [v if type(v) is int and -(1 << 63) <= v < (1 << 63) else names.setdefault(str(v)[:64], -1 - len(names))
+           for v in values]
     return np.asarray(out, dtype=np.int64)
 
 
@@ -149,7 +153,9 @@ def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
         parts.append(pa.table(cols))
         del xs, cols
     # baseTimeNanoseconds may sit after the events (streamed files): added once at the end.
-    base = raw.trace.baseTimeNanoseconds or 0
+    from rankscope.model.sanity import base_time
+
+    base = base_time(raw.trace.baseTimeNanoseconds, raw.path, [])  # the problem is said once, by ingest
     events = _finish_events(parts, base)
     del parts
     memory = pa.concat_tables(mems) if mems else schema.empty("memory")
@@ -189,9 +195,24 @@ def _get(xs: Sequence[Any], *attrs: str) -> Any:
     return cols[0] if len(attrs) == 1 else cols
 
 
-def _strings(values: Sequence[str | None]) -> pa.DictionaryArray:
-    """Interned strings; missing values become ""."""
-    return pc.fill_null(pa.array(values, type=pa.string()), "").dictionary_encode()
+def _strings(values: Sequence[str | None], probs: "_Problems | None" = None) -> pa.DictionaryArray:
+    """Interned strings; missing values become "", lone surrogates (from "\\ud800" escapes) are
+    replaced by U+FFFD and counted, non-strings become their JSON-ish text."""
+    try:
+        arr = pa.array(values, type=pa.string())
+    except (pa.ArrowException, UnicodeError, TypeError):
+        fixed = [v if v is None else _repair(v) for v in values]
+        if probs is not None:
+            probs.count("names or categories with invalid text (lone surrogates, non-strings) were repaired",
+                        sum(1 for a, b in zip(values, fixed) if a is not b and a != b))
+        arr = pa.array(fixed, type=pa.string())
+    return pc.fill_null(arr, "").dictionary_encode()
+
+
+def _repair(v: Any) -> str:
+    if not isinstance(v, str):
+        return str(v)[:256]
+    return v.encode("utf-8", "replace").decode("utf-8")
 
 
 def _kinds(cat: pa.DictionaryArray, probs: _Problems) -> pa.DictionaryArray:
@@ -211,10 +232,17 @@ def _kinds(cat: pa.DictionaryArray, probs: _Problems) -> pa.DictionaryArray:
 def _valid_times(xs: list[Event], probs: _Problems) -> tuple[list[Event], np.ndarray, np.ndarray]:
     ts_f, dur_f = _floats(_get(xs, "ts")), _floats(_get(xs, "dur"))
     bad_ts = ~np.isfinite(ts_f)
+    # Bounds (µs): a timestamp past year 2100 or before 1970 (ts 1e300), a duration over a day.
+    absurd = ~bad_ts & ((ts_f > MAX_TS_US) | (ts_f < -MAX_TS_US))
     bad_dur = ~np.isfinite(dur_f) | (dur_f < 0)
+    long_dur = ~bad_dur & (dur_f > MAX_DUR_US)
     probs.count("events without a valid 'ts' were dropped", int(bad_ts.sum()))
+    probs.count("events with an absurd 'ts' (beyond year 2100) were dropped", int(absurd.sum()))
+    bad_ts |= absurd
     probs.count("events with missing, negative or NaN 'dur' were kept with duration 0",
                 int((bad_dur & ~bad_ts).sum()))
+    probs.count("events with a 'dur' over a day were kept with duration 0", int((long_dur & ~bad_ts).sum()))
+    bad_dur |= long_dur
     if bad_ts.any():
         keep = ~bad_ts
         xs = [e for e, k in zip(xs, keep) if k]
@@ -229,11 +257,11 @@ def _chunk_columns(xs: list[Event], base: int, probs: _Problems,
     names_l, cats_l, pids, tids, args = _get(xs, "name", "cat", "pid", "tid", "args")
     args = [a or _NOARGS for a in args]
     stream, device, corr, ext = _get(args, "stream", "device", "correlation", "external_id")
-    names = _strings(names_l)
+    names = _strings(names_l, probs)
     if "" in names.dictionary.to_pylist():
         probs.count("events without a name were kept with an empty name",
                     int(pc.sum(pc.equal(names.dictionary.take(names.indices), "")).as_py() or 0))
-    cat = _strings(cats_l)
+    cat = _strings(cats_l, probs)
     dims = pa.array([bytes(a.input_dims) for a in args], type=pa.binary()).cast(pa.string())
     return {
         "name": names, "cat": cat, "kind": _kinds(cat, probs),

@@ -206,7 +206,7 @@ def _plotly_js() -> str:
 
 def _json_blob(run: Run, results: dict[str, Result]) -> str:
     st = results.get("straggler", Result("straggler"))
-    data = {"run_id": run.run_id, "ranks": run.rank_ids, "missing": run.missing,
+    data = {"run_id": run.run_id, "ranks": run.rank_ids, "missing": run.missing, "coverage": run.coverage(),
             "verdict": st.summary.get("verdict"),
             "analyses": {n: (r.skipped or "ok") for n, r in results.items()}}
     # "</" must not close the script element early.

@@ -32,19 +32,29 @@ def overview(run: Run, results: dict[str, Result]) -> str:
     st = _ok(results, "straggler")
     if st is None:
         why = results["straggler"].skipped if "straggler" in results else "not run"
-        return f'<section id="overview"><p class="muted">straggler analysis skipped: {esc(why)}</p></section>'
+        return f'<section id="overview">{coverage_html(run)}<p class="muted">straggler analysis skipped: {esc(why)}</p></section>'
     cls = "warn" if st.findings else "ok"
     stragglers = {r for f in st.findings for r in f.ranks}
     per_rank = charts.rows_of(st.tables["per_rank"])
     walls = sorted(r["wall"] for r in per_rank)
     cluster = f"<p>cluster step time (median over ranks): <b>{walls[len(walls) // 2] / 1e6:,.2f} ms</b></p>" \
         if walls else ""
-    missing = (f'<p class="warn">missing ranks: {esc(", ".join(map(str, run.missing)))}</p>' if run.missing else "")
+    missing = coverage_html(run)
     fig = charts.figure_div(charts.breakdown_figure(per_rank, stragglers), "breakdown-chart")
     hot = {i for i, r in enumerate(per_rank) if r["rank"] in stragglers}
     table = table_html([{k: (v / 1e3 if k != "rank" else v) for k, v in r.items()} for r in per_rank], hot=hot)
-    return (f'<section id="overview"><p class="verdict {cls}">{esc(st.summary.get("verdict", ""))}</p>'
-            f"{missing}{cluster}{findings_html(st)}{fig}<h3>per rank, median over steps (µs)</h3>{table}</section>")
+    return (f'<section id="overview">{missing}<p class="verdict {cls}">{esc(st.summary.get("verdict", ""))}</p>'
+            f"{cluster}{findings_html(st)}{fig}<h3>per rank, median over steps (µs)</h3>{table}</section>")
+
+
+def coverage_html(run: Run) -> str:
+    """Missing and damaged ranks, each with its reason: shown first, above the verdict."""
+    cov = run.coverage()
+    items = [f"missing rank {m['rank']}: {esc(m['why'])}" for m in cov["missing"][:64]]
+    if len(cov["missing"]) > 64:
+        items.append(f"and {len(cov['missing']) - 64} more missing ranks")
+    items += [f"damaged rank {d['rank']}: {esc(d['why'])} (left out of the verdict)" for d in cov["damaged"]]
+    return f'<ul class="warn coverage">{"".join(f"<li>{i}</li>" for i in items)}</ul>' if items else ""
 
 
 def trajectory(run: Run, results: dict[str, Result]) -> str:

@@ -98,7 +98,7 @@ def test_killed_worker_is_retried_and_result_complete(runs: tuple[Path, Path], t
     run = tmp_path / "run"
     shutil.copytree(runs[0], run, ignore=shutil.ignore_patterns("analysis"))
     cache = tmp_path / "cache"
-    tasks, _ = discover(run, cache)
+    tasks = discover(run, cache).tasks
     got = run_tasks(_dies_once, tasks, jobs=2, dask=cluster.scheduler_address)
     assert (cache / "killed-once").exists()  # a worker really died
     ok = [g for g in got if not isinstance(g, Exception)]

@@ -51,10 +51,14 @@ def test_unreadable_file_is_one_line_and_other_rank_survives(tmp_path, capsys, d
     assert run.rank_ids == [0] and run.missing == [1]
     lines = [p for p in run.problems if str(bad) in p]
     assert len(lines) == 1 and problem in lines[0] and "\n" not in lines[0]
-    # Without --allow-missing-ranks the CLI stops with one line naming the missing rank, no traceback.
-    assert main(["analyze", str(d), "-j", "1"]) == 1
+    # By default the CLI analyzes rank 0 and names the missing rank 1 (with its reason) at the top;
+    # --strict stops with one line naming it, no traceback.
+    assert main(["analyze", str(d), "-j", "1"]) == 0
+    got = capsys.readouterr()
+    assert got.out.splitlines()[0].startswith("missing ranks: 1 of 2") and problem in got.out
+    assert main(["analyze", str(d), "-j", "1", "--strict"]) == 1
     err = capsys.readouterr().err
-    assert "Traceback" not in err and "missing" in err and "--allow-missing-ranks" in err
+    assert "Traceback" not in err and "missing" in err and "--strict" in err
 
 
 def test_truncated_gzip_keeps_complete_events_and_marks_partial(tmp_path):
@@ -80,8 +84,9 @@ def test_truncated_json_keeps_complete_events_and_marks_partial(tmp_path):
 def test_metadata_without_events_is_reported(tmp_path):
     d, bad = _bad_rank1(tmp_path, json.dumps(_doc(events=[])).encode())
     run = load_run(d, jobs=1)
-    assert run.ranks[1].counts["events"] == 0
-    assert "no trace events" in _problems_of(run, 1)
+    # Nothing usable is left: the rank is dropped, named missing, and the reason is kept and said.
+    assert 1 not in run.ranks and run.missing == [1]
+    assert "no trace events" in run.absent[1] and any("no trace events" in p for p in run.problems)
 
 
 def test_events_missing_fields_and_bad_durations(tmp_path):
@@ -112,11 +117,11 @@ def test_two_files_claiming_one_rank(tmp_path, capsys):
     _good(tmp_path / "a", 1)
     _good(tmp_path / "b", 1)
     with pytest.raises(RankscopeError, match="duplicate rank 1"):
-        load_run(tmp_path, jobs=1)
-    run = load_run(tmp_path, jobs=1, allow_missing_ranks=True)
+        load_run(tmp_path, jobs=1, strict=True)
+    run = load_run(tmp_path, jobs=1)
     assert run.rank_ids == [0, 1]
     assert any("duplicate rank 1" in p and "a/rank1.json" in p and "b/rank1.json" in p for p in run.problems)
-    assert main(["analyze", str(tmp_path), "-j", "1"]) == 1
+    assert main(["analyze", str(tmp_path), "-j", "1", "--strict"]) == 1
     assert "Traceback" not in capsys.readouterr().err
 
 
@@ -134,20 +139,21 @@ def _run_dir(root: Path, run_ids: list[str], expected: list[int]) -> Path:
 def test_rank_of_another_run_is_left_out(tmp_path):
     root = _run_dir(tmp_path / "run", ["A", "B", "A"], [0, 1, 2])
     with pytest.raises(RankscopeError, match="missing"):
-        load_run(root, jobs=1)
-    run = load_run(root, jobs=1, allow_missing_ranks=True)
+        load_run(root, jobs=1, strict=True)
+    run = load_run(root, jobs=1)
     assert run.rank_ids == [0, 2] and run.missing == [1]
     assert any("belongs to run 'B', not 'A'" in p for p in run.problems)
 
 
 def test_missing_ranks_with_and_without_flag(tmp_path, capsys):
     root = _run_dir(tmp_path / "run", ["A", "A"], [0, 1, 2, 3])
-    with pytest.raises(RankscopeError, match=r"ranks 2-3 of 4 are missing.*--allow-missing-ranks"):
-        load_run(root, jobs=1)
-    run = load_run(root, jobs=1, allow_missing_ranks=True)
+    with pytest.raises(RankscopeError, match=r"ranks 2-3 of 4 are missing.*--strict"):
+        load_run(root, jobs=1, strict=True)
+    run = load_run(root, jobs=1)
     assert run.missing == [2, 3]
-    assert main(["analyze", str(root), "-j", "1", "--allow-missing-ranks"]) == 0
-    assert "missing ranks: 2-3" in capsys.readouterr().out  # shown as ranges (commands/common.py)
+    for flags in ([], ["--allow-missing-ranks"]):  # the old flag is still accepted (a no-op now)
+        assert main(["analyze", str(root), "-j", "1", *flags]) == 0
+        assert capsys.readouterr().out.startswith("missing ranks: 2-3 of 4")  # ranges, said first
 
 
 def test_huge_single_array_is_refused_clearly_not_loaded(tmp_path, monkeypatch):

@@ -1,0 +1,177 @@
+"""Natural mistakes get one helpful line each, and the process pool survives any bad file (issue 11)."""
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rankscope.cli import main
+from rankscope.commands.common import size_arg
+from rankscope.errors import TraceError, safe
+from tests.hostile import _bomb, healthy_run, rank_doc
+
+
+def _plain_dir(d: Path) -> Path:
+    d.mkdir()
+    for r in range(3):
+        (d / f"rank{r}.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(rank_doc(r)).encode()))
+    return d
+
+
+def test_trace_error_pickles_back_from_a_worker():
+    err = pickle.loads(pickle.dumps(TraceError("/r/x.json", "empty file")))
+    assert isinstance(err, TraceError) and (err.path, err.problem) == ("/r/x.json", "empty file")
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"], ids=["serial", "pool"])
+def test_stray_json_files_beside_traces_never_break_the_pool(tmp_path, capsys, jobs):
+    """The BrokenProcessPool of issue 11: an empty x.json, a user's notes.json and the --json output of
+    an earlier analyze, next to the traces of a plain directory."""
+    d = _plain_dir(tmp_path / "traces")
+    assert main(["analyze", str(d), "-j", jobs, "--json"]) == 0
+    (d / "summary.json").write_text(capsys.readouterr().out)
+    (d / "x.json").write_bytes(b"")
+    (d / "notes.json").write_text('{"note": "lr 3e-4, batch 64"}')
+    assert main(["analyze", str(d), "-j", jobs, "--json"]) == 0
+    got = capsys.readouterr()
+    doc = json.loads(got.out)
+    assert [r["rank"] for r in doc["run"]["ranks"]] == [0, 1, 2]
+    assert "Traceback" not in got.err and "BrokenProcessPool" not in got.err
+    for name, why in (("x.json", "empty file"), ("notes.json", "no trace events"), ("summary.json", "no trace events")):
+        assert any(name in ln and why in ln for ln in got.err.splitlines()), (name, got.err)
+
+
+def test_parent_of_several_runs_lists_them(tmp_path, capsys):
+    healthy_run(tmp_path / "runs" / "monday")
+    healthy_run(tmp_path / "runs" / "tuesday")
+    assert main(["analyze", str(tmp_path / "runs"), "-j", "1"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds 2 runs (monday, tuesday); pass one of them" in err
+
+
+def test_run_without_traces_suggests_prof_step(tmp_path, capsys):
+    root = healthy_run(tmp_path / "run")
+    for r in range(3):  # the collector wrote meta.json and a MANIFEST listing only it: no window completed
+        d = root / "ranks" / str(r)
+        (d / f"rank{r}.pt.trace.json.gz").unlink()
+        (d / "MANIFEST.json").write_text(json.dumps({"files": [{"path": "meta.json", "size": 1, "sha256": "0"}]}))
+    assert main(["analyze", str(root), "-j", "1"]) == 1
+    assert "prof.step()" in capsys.readouterr().err
+
+
+def test_run_still_being_written_says_not_published(tmp_path, capsys):
+    root = healthy_run(tmp_path / "run")
+    for r in range(3):
+        d = root / "ranks" / str(r)
+        (d / f"rank{r}.pt.trace.json.gz").unlink()
+        (d / "MANIFEST.json").unlink()
+    assert main(["analyze", str(root), "-j", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "not published" in err and "still running" in err and "missing" not in err
+
+
+def test_one_trace_file_is_accepted(tmp_path, capsys):
+    root = healthy_run(tmp_path / "run")
+    f = root / "ranks" / "1" / "rank1.pt.trace.json.gz"
+    assert main(["analyze", str(f), "-j", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["rank"] for r in doc["run"]["ranks"]] == [1]
+
+
+@pytest.mark.parametrize("verb,name", [("report", "r.html"), ("timeline", "t.json")])
+def test_output_into_a_missing_folder_is_created(tmp_path, capsys, verb, name):
+    root = healthy_run(tmp_path / "run")
+    target = tmp_path / "new" / "deeper" / name
+    assert main([verb, str(root), "-o", str(target), "-j", "1"]) == 0
+    assert target.is_file() and target.stat().st_size > 0
+
+
+def test_output_folder_that_cannot_exist_fails_before_the_work(tmp_path, capsys, monkeypatch):
+    root = healthy_run(tmp_path / "run")
+    (tmp_path / "afile").write_text("x")
+    import rankscope.model.run as run_mod
+
+    def no_work(*a, **k):  # the check must come before any rank is read
+        raise AssertionError("ranks were read before the output folder was checked")
+    monkeypatch.setattr(run_mod, "load_run", no_work)
+    assert main(["report", str(root), "-o", str(tmp_path / "afile" / "r.html"), "-j", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot create its folder" in err and "Traceback" not in err
+
+
+def test_gzip_bomb_refused_unless_the_limit_is_raised(tmp_path, capsys):
+    root = healthy_run(tmp_path / "run")
+    _bomb(root)
+    assert main(["analyze", str(root), "-j", "1"]) == 0
+    assert "gzip inflates more than" in capsys.readouterr().err
+    shutil.rmtree(root / "analysis")
+    assert main(["analyze", str(root), "-j", "1", "--max-inflated-size", "200M"]) == 0
+    err = capsys.readouterr().err
+    assert "gzip inflates" not in err and "rank1.pt.trace.json.gz" in err  # read, then found not to be JSON
+
+
+def test_size_argument():
+    assert size_arg("16G") == 16 << 30 and size_arg("512M") == 512 << 20 and size_arg("1000") == 1000
+    with pytest.raises(Exception, match="not a size"):
+        size_arg("lots")
+
+
+def test_terminal_escapes_are_escaped():
+    assert safe("a\x1b[2Jb\nc\rd\x07") == "a\\x1b[2Jb\\nc\\rd\\x07"
+
+
+def test_numbers_from_files_never_size_memory(tmp_path):
+    """World size 10**9 (trace and run.json) and a 1 GiB gzip bomb: a subprocess's peak RSS stays far
+    below what honouring them would take (measured before the fix: 8-14 GB and 6.2 GB)."""
+    import os
+    import subprocess
+    import sys
+    import zlib
+
+    root = healthy_run(tmp_path / "run")
+    m = json.loads((root / "run.json").read_text())
+    m["world_size"] = 10**9
+    m.pop("ranks_expected")
+    (root / "run.json").write_text(json.dumps(m))
+    d = rank_doc(0)
+    d["distributedInfo"]["world_size"] = 10**9
+    (root / "ranks" / "0" / "rank0.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(d).encode()))
+    (root / "ranks" / "0" / "MANIFEST.json").unlink()
+    co = zlib.compressobj(9, zlib.DEFLATED, 31)
+    with open(root / "ranks" / "1" / "rank1.pt.trace.json.gz", "wb") as f:
+        for _ in range(64):
+            f.write(co.compress(b" " * (1 << 24)))
+        f.write(co.flush())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSCOPE_")}  # default limits
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    # -j 1: all reading happens in this one process, whose own peak RSS it prints at exit.
+    code = ("import resource, sys; from rankscope.cli import main; rc = main(sys.argv[1:]); "
+            "print('MAXRSS_KIB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(rc)")
+    p = subprocess.run([sys.executable, "-c", code, "analyze", str(root), "-j", "1"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "world size 1000000000 ignored" in p.stderr, p.stderr[-800:]
+    assert "gzip inflates more than 100x" in p.stderr, p.stderr[-800:]
+    peak_mib = int(p.stderr.rsplit("MAXRSS_KIB", 1)[1].split()[0]) / 1024
+    assert peak_mib < 600, f"peak RSS {peak_mib:.0f} MiB"
+
+
+def test_report_names_missing_and_damaged_ranks_above_the_verdict(tmp_path, capsys):
+    from tests.hostile import CASES
+
+    root = healthy_run(tmp_path / "run")
+    next(c for c in CASES if c.name == "truncated_gzip").make(root)
+    (root / "ranks" / "2" / "rank2.pt.trace.json.gz").write_bytes(b"")
+    out = tmp_path / "r.html"
+    assert main(["report", str(root), "-o", str(out), "-j", "1"]) == 0
+    html = out.read_text()
+    banner = html.index('class="warn coverage"')
+    assert "damaged rank 1: rank1.pt.trace.json.gz: gzip stream damaged" in html
+    assert "missing rank 2: empty file" in html
+    # one undamaged rank left: no verdict, and the page says why, below the banner
+    assert banner < html.index("straggler analysis skipped: needs at least 2 undamaged ranks")
+    assert '"coverage": {"world_size": 3, "ranks_read": 2' in html  # the page's JSON data too
