@@ -178,3 +178,54 @@ def test_report_names_missing_and_damaged_ranks_above_the_verdict(tmp_path, caps
     # one undamaged rank left: no verdict, and the page says why, below the banner
     assert banner < html.index("straggler analysis skipped: needs at least 2 undamaged ranks")
     assert '"coverage": {"world_size": 3, "ranks_read": 2' in html  # the page's JSON data too
+
+
+def _crashing_ingest(task):  # type: ignore[no-untyped-def]
+    """ingest, except that a worker process reading rank 1 dies (module level: pools pickle it by name)."""
+    import os
+
+    from rankscope.model.ingest import ingest
+
+    if str(os.getpid()) != os.environ.get("RS_TEST_PARENT_PID") and "rank1" in task.files[0]:
+        os._exit(3)
+    return ingest(task)
+
+
+def test_a_worker_that_dies_costs_only_its_rank(tmp_path, monkeypatch):
+    """A reader crash that kills its worker process (simulated: os._exit in the worker when it reads
+    rank 1; no file here can crash the real readers) breaks the pool; every other rank is still read,
+    in processes of their own, and rank 1 is missing with the reason."""
+    import os
+
+    import rankscope.model.run as run_mod
+    from rankscope.model.run import load_run
+
+    monkeypatch.setattr(run_mod, "ingest", _crashing_ingest)
+    monkeypatch.setenv("RS_TEST_PARENT_PID", str(os.getpid()))
+    root = healthy_run(tmp_path / "run")
+    run = load_run(root, jobs=2)
+    assert run.rank_ids == [0, 2] and run.missing == [1]
+    assert "reader process died" in run.absent[1]
+
+
+def test_truncated_slowest_rank_is_never_the_straggler(tmp_path, capsys):
+    """Rank 1 is the slow one; once its trace is truncated it must not be named, and the verdict says
+    it left the damaged rank out. The control (same run, intact) names rank 1, so this can fail."""
+    from tests.hostile import trace_path, write_manifest
+
+    root = healthy_run(tmp_path / "run")
+    for r, slow in ((1, 1.6), (2, 1.0)):
+        trace_path(root, r).write_bytes(gzip.compress(json.dumps(rank_doc(r, slow=slow)).encode()))
+        write_manifest(root / "ranks" / str(r), r)
+    assert main(["analyze", str(root), "-j", "1", "--json"]) == 0
+    control = json.loads(capsys.readouterr().out)["analyses"]["straggler"]
+    assert {r for f in control["findings"] for r in f["ranks"]} == {1}
+    shutil.rmtree(root / "analysis")
+    g = trace_path(root, 1).read_bytes()
+    trace_path(root, 1).write_bytes(g[: len(g) * 3 // 4])
+    assert main(["analyze", str(root), "-j", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    st = doc["analyses"]["straggler"]
+    assert 1 in [r["rank"] for r in doc["run"]["ranks"]] and doc["coverage"]["damaged"][0]["rank"] == 1
+    assert not {r for f in st["findings"] for r in f["ranks"]} & {1}
+    assert "damaged ranks 1 left out of the verdict" in st["summary"]["verdict"] or st["skipped"]
