@@ -229,3 +229,42 @@ def test_truncated_slowest_rank_is_never_the_straggler(tmp_path, capsys):
     assert 1 in [r["rank"] for r in doc["run"]["ranks"]] and doc["coverage"]["damaged"][0]["rank"] == 1
     assert not {r for f in st["findings"] for r in f["ranks"]} & {1}
     assert "damaged ranks 1 left out of the verdict" in st["summary"]["verdict"] or st["skipped"]
+
+
+def test_unreadable_rank_directory_is_one_line(tmp_path, capsys, monkeypatch):
+    """A rank directory that cannot be listed. As root, chmod does not stop reading, so the
+    PermissionError is simulated there (monkeypatched Path.iterdir: the only mock in this file, because
+    no real permission can stop root); as another user the real chmod 000 is used."""
+    import os
+
+    root = healthy_run(tmp_path / "run")
+    bad = root / "ranks" / "1"
+    if os.geteuid() == 0:
+        real = Path.iterdir
+
+        def iterdir(self):  # type: ignore[no-untyped-def]
+            if self == bad:
+                raise PermissionError(13, "Permission denied", str(self))
+            return real(self)
+        monkeypatch.setattr(Path, "iterdir", iterdir)
+    else:
+        os.chmod(bad, 0)
+    try:
+        assert main(["analyze", str(root), "-j", "1", "--json"]) == 0
+    finally:
+        os.chmod(bad, 0o755)
+    got = capsys.readouterr()
+    doc = json.loads(got.out)
+    assert [r["rank"] for r in doc["run"]["ranks"]] == [0, 2]
+    assert doc["coverage"]["missing"] == [{"rank": 1, "why": "directory unreadable (Permission denied)"}]
+    assert any("ranks/1: directory unreadable (Permission denied)" in ln for ln in got.err.splitlines())
+    assert "Traceback" not in got.err
+
+
+def test_inspect_json_starts_with_coverage(tmp_path, capsys):
+    root = healthy_run(tmp_path / "run")
+    (root / "ranks" / "2" / "rank2.pt.trace.json.gz").write_bytes(b"")
+    assert main(["inspect", str(root), "-j", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert next(iter(doc)) == "coverage" and doc["coverage"]["missing"] == [{"rank": 2, "why": "empty file"}]
+
