@@ -17,7 +17,7 @@ from rankscope.errors import TraceError
 from rankscope.model.info import RankInfo
 
 log = logging.getLogger(__name__)
-CACHE_VERSION = "3"
+CACHE_VERSION = "4"  # 4: RankInfo.damage, bounded fields (issue 11): older entries are re-read
 TABLE_NAMES = ("events", "collectives", "memory", "steps")
 ROW_GROUP = 1 << 17  # rows per Parquet row group: bounds the writer's buffers on very large ranks
 
