@@ -268,3 +268,20 @@ def test_inspect_json_starts_with_coverage(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert next(iter(doc)) == "coverage" and doc["coverage"]["missing"] == [{"rank": 2, "why": "empty file"}]
 
+
+
+def test_parent_of_plain_trace_folders_lists_them(tmp_path, capsys):
+    """Two folders of plain traces that both hold a rank 0 are two runs; per-host folders of one run
+    (ranks 0-1 in one, 2 in the other) are read as one run."""
+    for name in ("monday", "tuesday"):
+        _plain_dir(tmp_path / "runs" / name)
+    assert main(["analyze", str(tmp_path / "runs"), "-j", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "holds traces of 2 separate runs (monday, tuesday: rank 0 appears in monday and tuesday)" in err
+    hosts = tmp_path / "hosts"
+    for host, ranks in (("node0", (0, 1)), ("node1", (2,))):
+        (hosts / host).mkdir(parents=True)
+        for r in ranks:
+            (hosts / host / f"rank{r}.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(rank_doc(r)).encode()))
+    assert main(["analyze", str(hosts), "-j", "1", "--json"]) == 0
+    assert [r["rank"] for r in json.loads(capsys.readouterr().out)["run"]["ranks"]] == [0, 1, 2]
