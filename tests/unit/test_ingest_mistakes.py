@@ -16,7 +16,7 @@ from tests.hostile import _bomb, healthy_run, rank_doc
 
 
 def _plain_dir(d: Path) -> Path:
-    d.mkdir()
+    d.mkdir(parents=True)
     for r in range(3):
         (d / f"rank{r}.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(rank_doc(r)).encode()))
     return d
