@@ -37,11 +37,14 @@ class RankTask:
     expected: tuple[tuple[str, int, str], ...] = ()
 
 
-def source_key(files: tuple[str, ...], expected: tuple[tuple[str, int, str], ...] = ()) -> str:
+def source_key(files: tuple[str, ...], expected: tuple[tuple[str, int, str], ...] = (),
+               meta: dict[str, Any] | None = None) -> str:
     """Cache key: size, mtime and a hash of the first 64 KiB of every source file."""
     h = hashlib.sha256(CACHE_VERSION.encode())
     for e in expected:  # a changed MANIFEST re-checks the files
         h.update(repr(e).encode())
+    if meta:  # meta.json feeds the RankInfo (host, clock offsets) and its problems: a change re-reads
+        h.update(json.dumps(meta, sort_keys=True, default=str).encode("utf-8", "backslashreplace"))
     for f in files:
         st = os.stat(f)
         h.update(f"{os.path.basename(f)}:{st.st_size}:{st.st_mtime_ns}".encode())
@@ -69,9 +72,11 @@ def ingest(task: RankTask) -> RankInfo | TraceError:
     Never raises (it runs in pool workers: whatever happens comes back as plain data, one line)."""
     where = task.files[0] if task.files else str(task.root)
     try:
-        key = source_key(task.files, task.expected)
+        key = source_key(task.files, task.expected, task.meta)
     except OSError as exc:
         return TraceError(where, f"cannot read ({exc.strerror or exc})")
+    except (TypeError, ValueError, RecursionError):  # an odd meta.json must not cost the rank
+        key = source_key(task.files, task.expected)
     try:
         hit = cached(task, key)
         if hit is not None:
