@@ -285,3 +285,15 @@ def test_parent_of_plain_trace_folders_lists_them(tmp_path, capsys):
             (hosts / host / f"rank{r}.pt.trace.json.gz").write_bytes(gzip.compress(json.dumps(rank_doc(r)).encode()))
     assert main(["analyze", str(hosts), "-j", "1", "--json"]) == 0
     assert [r["rank"] for r in json.loads(capsys.readouterr().out)["run"]["ranks"]] == [0, 1, 2]
+
+
+def test_diff_names_missing_ranks_of_either_run_and_strict(tmp_path, capsys):
+    a = healthy_run(tmp_path / "a")
+    b = healthy_run(tmp_path / "b")
+    (b / "ranks" / "2" / "rank2.pt.trace.json.gz").write_bytes(b"")
+    assert main(["diff", str(a), str(b), "-j", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert next(iter(doc)) == "coverage" and doc["coverage"]["baseline"]["missing"] == [{"rank": 2, "why": "empty file"}]
+    assert main(["diff", str(a), str(b), "-j", "1"]) == 0
+    assert capsys.readouterr().out.startswith("baseline: missing rank 2 (empty file)")
+    assert main(["diff", str(a), str(b), "-j", "1", "--strict"]) == 1
