@@ -2,6 +2,11 @@
 
 Reads every rank (in parallel, cached as Parquet under RUN/analysis/cache so a second run only
 reads the cache), runs every registered analysis and prints a per-rank table.
+
+Missing and damaged ranks (unreadable, truncated, gzip CRC, MANIFEST.json sha256 mismatch) are named
+first, each with its reason; the ranks that are there are analyzed, and the straggler verdict never
+uses a damaged rank. --strict exits 1 instead. A bad value in a file drops only that field or event,
+with one warning line.
 """
 from __future__ import annotations
 

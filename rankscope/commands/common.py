@@ -151,7 +151,9 @@ def print_summary(run: Run, results: dict[str, Result], report: str | None = Non
         stragglers = {r for f in st.findings for r in f.ranks}
         out.print(rank_table(st.tables["per_rank"], st.summary["verdict"], stragglers))
         out.print(f"[bold]{'⚠ ' if stragglers else '✓ '}{st.summary['verdict']}[/]")
-    for line in findings_lines(results):
-        out.print(line, highlight=False, markup=False)
+    from rankscope.errors import safe
+
+    for line in findings_lines(results):  # op and kernel names come from the traces: escape them
+        out.print(safe(line), highlight=False, markup=False)
     if report:
         out.print(f"report: {report}")

@@ -21,6 +21,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
                    help="worker processes for a first ingest (default: all cores)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON to stdout")
+    from rankscope.commands.common import size_arg
+
+    p.add_argument("--max-inflated-size", type=size_arg, default=None, metavar="SIZE",
+                   help="largest decompressed trace read, e.g. 16G (default 8G; also lifts the gzip inflation-ratio check)")
 
 
 def summarize(run: Any) -> dict[str, Any]:
@@ -77,9 +81,10 @@ def _kinds_table(s: dict[str, Any]) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankscope.commands.common import console, out, progress
+    from rankscope.commands.common import apply_limits, out, progress
     from rankscope.model.run import load_run
 
+    apply_limits(args)
     with progress() as prog:
         task = prog.add_task("reading ranks", total=None)
         r = load_run(args.run, jobs=args.jobs, allow_missing_ranks=True,

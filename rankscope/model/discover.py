@@ -73,6 +73,7 @@ def discover(path: Path, cache: Path) -> Found:
         _rank_dirs(path / "ranks", cache, found)
     if not found.tasks and not found.absent:
         files = _plain_files(path, found.problems)
+        _refuse_plain_parent(path, files)
         found.tasks = [RankTask((str(p),), str(cache), rank_from_name(p), None, "file name") for p in files]
     if not found.tasks:
         raise RankscopeError(_nothing(path, found))
@@ -100,6 +101,28 @@ def _refuse_parent(path: Path) -> None:
         shown = ", ".join(safe(r) for r in runs[:8]) + (f" and {len(runs) - 8} more" if len(runs) > 8 else "")
         raise RankscopeError(f"{safe(path)} holds {len(runs)} runs ({shown}); pass one of them, "
                              f"e.g. {safe(path / runs[0])}")
+
+
+def _refuse_plain_parent(path: Path, files: list[Path]) -> None:
+    """Folders of traces side by side whose file names claim the same rank (or say none, twice) are
+    separate runs, not one: list them (per-host folders of one run, rank0-3 / rank4-7, pass)."""
+    if any(f.parent == path for f in files):
+        return
+    by_dir: dict[str, list[int | None]] = {}
+    for f in files:
+        by_dir.setdefault(f.relative_to(path).parts[0], []).append(rank_from_name(f))
+    if len(by_dir) < 2:
+        return
+    seen: dict[int | None, str] = {}
+    for d, ranks in sorted(by_dir.items()):
+        for r in set(ranks):
+            if r in seen and seen[r] != d:
+                names = sorted(by_dir)
+                shown = ", ".join(safe(n) for n in names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+                raise RankscopeError(f"{safe(path)} holds traces of {len(names)} separate runs ({shown}: "
+                                     f"{'rank ' + str(r) if r is not None else 'a trace with no rank'} appears in "
+                                     f"{safe(seen[r])} and {safe(d)}); pass one of them, e.g. {safe(path / names[0])}")
+            seen[r] = d
 
 
 def _run_json(p: Path, problems: list[str]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from rankscope.errors import TraceError
 from rankscope.model.info import RankInfo, compact_groups
 
 log = logging.getLogger(__name__)
-CACHE_VERSION = "3"
+CACHE_VERSION = "4"  # 4: RankInfo.damage, bounded fields (issue 11): older entries are re-read
 TABLE_NAMES = ("events", "collectives", "memory", "steps")
 ROW_GROUP = 1 << 17  # rows per Parquet row group: bounds the writer's buffers on very large ranks
 
@@ -37,14 +37,18 @@ class RankTask:
     expected: tuple[tuple[str, int, str], ...] = ()
 
 
-def source_key(files: tuple[str, ...], expected: tuple[tuple[str, int, str], ...] = ()) -> str:
+def source_key(files: tuple[str, ...], expected: tuple[tuple[str, int, str], ...] = (),
+               meta: dict[str, Any] | None = None) -> str:
     """Cache key: size, mtime and a hash of the first 64 KiB of every source file (objects on
-    remote storage: size and ETag, no read), and the MANIFEST entries they are checked against."""
+    remote storage: size and ETag, no read), the MANIFEST entries they are checked against and
+    the rank's meta.json."""
     from rankscope.store import source
 
     h = hashlib.sha256(CACHE_VERSION.encode())
     for e in expected:  # a changed MANIFEST re-checks the files
         h.update(repr(e).encode())
+    if meta:  # meta.json feeds the RankInfo (host, clock offsets) and its problems: a change re-reads
+        h.update(json.dumps(meta, sort_keys=True, default=str).encode("utf-8", "backslashreplace"))
     for f in files:
         h.update(f"{os.path.basename(f)}:{source.version(f)}".encode())
         if not source.is_url(f):
@@ -72,9 +76,11 @@ def ingest(task: RankTask) -> RankInfo | TraceError:
     Never raises (it runs in pool workers: whatever happens comes back as plain data, one line)."""
     where = task.files[0] if task.files else str(task.root)
     try:
-        key = source_key(task.files, task.expected)
+        key = source_key(task.files, task.expected, task.meta)
     except OSError as exc:
         return TraceError(where, f"cannot read ({exc.strerror or exc})")
+    except (TypeError, ValueError, RecursionError):  # an odd meta.json must not cost the rank
+        key = source_key(task.files, task.expected)
     try:
         hit = cached(task, key)
         if hit is not None:

@@ -136,13 +136,26 @@ def _map(tasks: list[RankTask], jobs: int, progress: Progress | None) -> Iterabl
             try:
                 yield fut.result()
             except BrokenProcessPool:
-                # A worker died (killed for memory, a crash in a native library): the ranks it had not
-                # finished are read here instead, one at a time, so one bad file costs only itself.
-                yield ingest(t)
+                # A worker died (killed for memory, a crash in a native library): every unfinished rank
+                # is read again in a process of its own, so one bad file costs only itself.
+                yield _isolated(t)
             except Exception as exc:  # noqa: BLE001 - a result that cannot come back is that rank's problem only
                 yield TraceError(t.files[0] if t.files else str(t.root), f"could not be read in a worker ({exc})")
             if progress:
                 progress(i + 1, len(tasks))
+
+
+def _isolated(task: RankTask) -> RankInfo | TraceError:
+    """``ingest(task)`` in a fresh one-worker pool: if it dies, only this rank is lost, with a line."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        try:
+            return pool.submit(ingest, task).result()
+        except BrokenProcessPool:
+            return TraceError(task.files[0] if task.files else str(task.root),
+                              "the reader process died on this file (out of memory, or a crash in a native "
+                              "library); rerun with --jobs 1 --debug to see where")
 
 
 def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_missing_ranks: bool = True,

@@ -114,3 +114,41 @@ def test_inflate_is_bounded(payload, limit_kib):
             assert "too large" in err.problem
         else:
             assert out == payload * 50 and not src.damage
+
+
+_RUN_DIR: dict[str, Path] = {}
+
+
+def _side_file_run() -> Path:
+    """One healthy 3-rank run reused by every example (its trace cache makes re-reading cheap)."""
+    if "root" not in _RUN_DIR:
+        from tests.hostile import healthy_run
+
+        _RUN_DIR["root"] = healthy_run(Path(tempfile.mkdtemp(prefix="rs-fuzz-")) / "run")
+    return _RUN_DIR["root"]
+
+
+@settings(max_examples=100, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.sampled_from(["run.json", "ranks/1/meta.json", "ranks/1/MANIFEST.json"]),
+       st.one_of(JSON, st.dictionaries(st.sampled_from(
+           ["run_id", "world_size", "ranks_expected", "rank", "clock", "files", "host", "windows", "device"]), JSON)))
+def test_side_files_with_any_json(name, value):
+    """run.json, meta.json and MANIFEST.json may hold any JSON: load_run never raises for them, and
+    ranks 0 and 2 (whose own files are intact) are always read."""
+    from rankscope.errors import RankscopeError
+    from rankscope.model.run import load_run
+
+    root = _side_file_run()
+    target = root / name
+    old = target.read_bytes()
+    target.write_text(json.dumps(value))
+    try:
+        run = load_run(root, jobs=1)
+    except RankscopeError as err:  # allowed only as one line; never for these inputs in practice
+        raise AssertionError(f"{name}={value!r}: {err}") from err
+    finally:
+        target.write_bytes(old)
+    assert {0, 2} <= set(run.ranks)
+    assert run.world_size is None or 1 <= run.world_size <= sanity.MAX_WORLD
+    assert len(run.missing) <= sanity.MAX_WORLD

@@ -1,5 +1,6 @@
 """The hostile-input corpus (tests/hostile.py): every case gives its one line, the other ranks are
-analyzed, and no verdict comes from broken data, with the process pool and with --jobs 1 (issue 11)."""
+analyzed, and no verdict comes from broken data, with the process pool, with --jobs 1, and with every
+file forced through the streaming reader (issue 11)."""
 from __future__ import annotations
 
 import json
@@ -34,9 +35,12 @@ def _analyze(root: Path, jobs: str, capsys: pytest.CaptureFixture[str]) -> tuple
     return rc, (json.loads(got.out) if rc == 0 else {}), got.err
 
 
-@pytest.mark.parametrize("jobs", ["1", "2"], ids=["serial", "pool"])
+@pytest.mark.parametrize("jobs", ["1", "2", "stream"], ids=["serial", "pool", "stream"])
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_hostile_input(tmp_path, capsys, case, jobs):
+def test_hostile_input(tmp_path, capsys, monkeypatch, case, jobs):
+    if jobs == "stream":  # every file through the streaming reader (model/stream.py), serially
+        monkeypatch.setenv("RANKSCOPE_STREAM_BYTES", "0")
+        jobs = "1"
     root = _build(tmp_path, case)
     try:
         rc, doc, err = _analyze(root, jobs, capsys)
