@@ -300,6 +300,7 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         self._running = False
         self._stop_evt.set()
         atexit.unregister(self._atexit)
+        self._note_no_steps()
         self._close_window()
         if self._watchdog is not None:
             self._watchdog.join(timeout=2.0)
@@ -308,6 +309,18 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             self._watcher.close()
         if self.collector is not None:
             self.collector.close()
+
+    NO_STEPS = ("prof.step() was never called: with schedule=... nothing is recorded until the training "
+                "loop calls prof.step() once per step")
+
+    def _note_no_steps(self) -> None:
+        """A schedule and no step() at all: the common way to profile nothing. One warning line, and
+        a note in meta.json so that the analysis of the (trace-less) run can say why."""
+        if self._user_schedule is None or self.step_num > 0 or self.on_demand:
+            return
+        log.warning("rankscope: %s", self.NO_STEPS)
+        if self.collector is not None:
+            self.collector.extra["no_steps"] = self.NO_STEPS
 
     def _atexit(self) -> None:
         self.stop()
