@@ -289,7 +289,13 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         if self.collector is not None:
             # With a user handler, export here first: a Kineto result can be saved only once, and the
             # user's handler may read it (key_averages, ...) while a background save would run.
-            self.collector.add_window(prof, steps, start_ns, sync=self._user_ready is not None, **extra)
+            try:
+                self.collector.add_window(prof, steps, start_ns, sync=self._user_ready is not None, **extra)
+            except Exception as exc:  # disk full, spool unwritable...: the window is lost, never the job
+                log.warning("rankscope: the window of steps %s could not be saved (%s: %s); training goes on",
+                            steps, type(exc).__name__, exc)
+                self.collector.extra.setdefault("lost_windows", []).append(
+                    {"steps": steps, "error": f"{type(exc).__name__}: {exc}"[:300]})
         if self._user_ready is not None:
             self._user_ready(prof if self.collector is None else _UserView(prof, self.collector))
 
