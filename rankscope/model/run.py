@@ -230,6 +230,12 @@ def _assemble(p: Path | str, infos: list[RankInfo], problems: list[str], manifes
         ranks[info.rank] = info
     run_ids = {i.run_id for i in ranks.values() if i.run_id}
     expected_id = manifest.get("run_id")
+    if expected_id and run_ids and expected_id not in run_ids:
+        # No rank agrees with run.json: run.json is the odd one out (edited, copied from another run),
+        # not every rank. Keep the ranks, say so.
+        problems.append(f"run.json names run {expected_id!r} but the ranks say "
+                        f"{', '.join(repr(x) for x in sorted(run_ids))}; run.json's run id ignored")
+        expected_id = None
     for r, info in list(ranks.items()):
         if expected_id and info.run_id and info.run_id != expected_id:
             problems.append(f"rank {r} ({info.files[0]}) belongs to run {info.run_id!r}, not {expected_id!r}; "

@@ -23,10 +23,21 @@ NAMES = ["breakdown", "clock", "links", "straggler"]
 
 
 def _shift_rank(run_dir, rank: int, shift_ns: int) -> None:
-    for f in (run_dir / "ranks" / str(rank)).glob("*.pt.trace.json.gz"):
+    """As if the rank's clock had been off when it wrote its traces: the files and their MANIFEST
+    entries (size, sha256) are rewritten together, so the rank is not taken for damaged."""
+    import hashlib
+
+    d = run_dir / "ranks" / str(rank)
+    manifest = json.loads((d / "MANIFEST.json").read_text())
+    for f in d.glob("*.pt.trace.json.gz"):
         doc = json.loads(gzip.decompress(f.read_bytes()))
         doc["baseTimeNanoseconds"] = int(doc["baseTimeNanoseconds"]) + shift_ns
-        f.write_bytes(gzip.compress(json.dumps(doc).encode()))
+        data = gzip.compress(json.dumps(doc).encode())
+        f.write_bytes(data)
+        for e in manifest["files"]:
+            if e["path"].endswith(f.name):
+                e.update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    (d / "MANIFEST.json").write_text(json.dumps(manifest))
 
 
 def test_demo_diagnosis_survives_a_clock_shift(tmp_path):

@@ -145,6 +145,15 @@ def test_rank_of_another_run_is_left_out(tmp_path):
     assert any("belongs to run 'B', not 'A'" in p for p in run.problems)
 
 
+def test_run_json_that_no_rank_agrees_with_is_the_odd_one_out(tmp_path):
+    """run.json says run 'A' but every rank says 'B' (run.json copied from another run): the ranks are
+    kept and run.json's id is ignored with one line (hypothesis found the old behaviour: no rank read)."""
+    root = _run_dir(tmp_path / "run", ["B", "B", "B"], [0, 1, 2])
+    run = load_run(root, jobs=1)
+    assert run.rank_ids == [0, 1, 2] and run.missing == []
+    assert any("run.json names run 'A' but the ranks say 'B'" in p for p in run.problems)
+
+
 def test_missing_ranks_with_and_without_flag(tmp_path, capsys):
     root = _run_dir(tmp_path / "run", ["A", "A"], [0, 1, 2, 3])
     with pytest.raises(RankscopeError, match=r"ranks 2-3 of 4 are missing.*--strict"):
