@@ -22,7 +22,8 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dir", nargs="?", default="rankscope-runs", metavar="DIR", help="directory of runs")
+    p.add_argument("dir", nargs="?", default="rankscope-runs", metavar="DIR",
+                   help="directory of runs, or an fsspec URL prefix of runs (s3://bucket/runs)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765)")
     p.add_argument("--cache-dir", default=None, metavar="DIR",
@@ -39,13 +40,16 @@ def run(args: argparse.Namespace) -> int:
         raise RankscopeError(f"rankscope serve needs starlette and uvicorn ({exc.name} is missing): "
                              "pip install 'rankscope[web]'") from exc
 
-    root = Path(args.dir)
-    if not root.is_dir():
-        raise RankscopeError(f"{root}: no such directory; pass the directory that holds your runs")
+    from rankscope.store import source
+
+    root: Path | str = args.dir if source.is_url(args.dir) else Path(args.dir)
+    if isinstance(root, Path) and not root.is_dir():
+        raise RankscopeError(f"{root}: no such directory; pass the directory (or URL) that holds your runs")
     if args.host not in LOOPBACK:
         console.print(f"[yellow]warning:[/] serving on {args.host}: anyone who can reach this address can read "
                       "these traces (no authentication)", highlight=False, soft_wrap=True)
-    console.print(f"serving {root.resolve()} on http://{args.host}:{args.port}/ (Ctrl-C to stop)", highlight=False,
+    shown = root if isinstance(root, str) else root.resolve()
+    console.print(f"serving {shown} on http://{args.host}:{args.port}/ (Ctrl-C to stop)", highlight=False,
                   soft_wrap=True)
     uvicorn.run(create_app(root, args.cache_dir), host=args.host, port=args.port, log_level="warning")
     return 0

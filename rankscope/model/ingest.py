@@ -58,6 +58,17 @@ def source_key(files: tuple[str, ...], expected: tuple[tuple[str, int, str], ...
 
 
 def cached(task: RankTask, key: str) -> RankInfo | None:
+    from rankscope.store import source
+
+    if source.is_url(task.cache_dir):  # the cache of a run on object storage, next to it
+        url = source.join(task.cache_dir, key, "info.json")
+        try:
+            got = RankInfo.from_json(json.loads(source.read_text(url)))
+        except (OSError, ValueError, TypeError):  # absent (FileNotFoundError) or unreadable: re-read
+            return None
+        got.cache = source.join(task.cache_dir, key)
+        got.files = list(task.files)
+        return got
     info = Path(task.cache_dir) / key / "info.json"
     if not info.exists():
         return None
@@ -118,6 +129,10 @@ def _ingest_uncached(task: RankTask, key: str) -> RankInfo | TraceError:
     if isinstance(got, TraceError):
         return got
     info, parts = got
+    from rankscope.store import source
+
+    if source.is_url(task.cache_dir):
+        return _write_remote(info, parts, source.join(task.cache_dir, key))
     return _write(info, parts, Path(task.cache_dir) / key)
 
 
@@ -283,6 +298,23 @@ def device_memory(props: list[dict[str, Any]] | None, device: str | None) -> int
     chosen = next((p for p in props if want is not None and p.get("id") == want), props[0])
     v = chosen.get("totalGlobalMem")
     return int(v) if isinstance(v, (int, float)) and v > 0 else None
+
+
+def _write_remote(info: RankInfo, parts: list[dict[str, Any]], url: str) -> RankInfo:
+    """The cache entry written locally, then uploaded file by file with info.json last (an object
+    store publishes each object whole, so info.json still marks a complete entry)."""
+    import tempfile
+
+    from rankscope.store import source
+
+    fs, root = source.filesystem(url)
+    with tempfile.TemporaryDirectory(prefix="rankscope-cache-") as tmp:
+        got = _write(info, parts, Path(tmp))
+        for name in TABLE_NAMES:
+            fs.put_file(str(Path(tmp) / f"{name}.parquet"), f"{root}/{name}.parquet")
+        fs.put_file(str(Path(tmp) / "info.json"), f"{root}/info.json")
+    got.cache = url
+    return got
 
 
 def _write(info: RankInfo, parts: list[dict[str, Any]], out: Path) -> RankInfo:

@@ -25,7 +25,25 @@ from rankscope.model.ingest import RankTask
 SKIP = ("meta.json", "MANIFEST.json", "run.json", "info.json", "synth_truth.json")
 
 
-def cache_dir(url: str) -> Path:
+def cache_dir(url: str) -> Path | str:
+    """Where the Parquet cache of the run at ``url`` goes: ``url/analysis/cache`` when the storage
+    takes a write there (every later analysis, from any machine, then reads only the cache), else
+    this machine's ``$RANKSCOPE_CACHE`` or ``~/.cache/rankscope``, keyed by the URL.
+    ``RANKSCOPE_REMOTE_CACHE=0`` keeps it local."""
+    if os.environ.get("RANKSCOPE_REMOTE_CACHE", "1") != "0":
+        from rankscope.store import source
+
+        remote = f"{url.rstrip('/')}/analysis/cache"
+        try:
+            fs, root = source.filesystem(remote)
+            fs.pipe_file(f"{root}/.writable", b"rankscope")  # one small PUT: can this machine write?
+            return remote
+        except Exception:  # noqa: BLE001 - read-only bucket, no permission, ...: the local cache
+            pass
+    return local_cache_dir(url)
+
+
+def local_cache_dir(url: str) -> Path:
     """Local cache of a remote run: ``$RANKSCOPE_CACHE`` or ``~/.cache/rankscope``, by URL."""
     key = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
     root = Path(os.environ.get("RANKSCOPE_CACHE", Path.home() / ".cache" / "rankscope"))
@@ -38,7 +56,7 @@ def _is_trace(name: str) -> bool:
     return name.endswith((".json", ".json.gz")) and name not in SKIP and not name.startswith(("comms.", "."))
 
 
-def discover(url: str, cache: Path) -> Found:
+def discover(url: str, cache: Path | str) -> Found:
     """Tasks for every rank of the run at ``url`` (same rules as a local directory)."""
     from rankscope.store import source
 

@@ -71,7 +71,12 @@ class Run:
         # when analyses open the small per-rank tables of hundreds of ranks. The system allocator
         # hands the buffers back when the table is dropped (Arrow's default pool keeps ~20 MB of
         # them per rank-sized table: peak RSS, no speed difference measured).
-        with system_pool(), pq.ParquetFile(os.path.join(info.cache, name + ".parquet")) as f:
+        from rankscope.store import source
+
+        where: Any = source.join(info.cache, name + ".parquet")
+        if source.is_url(where):  # the cache of a run on object storage, kept next to it
+            where = source.open_binary(where)
+        with system_pool(), pq.ParquetFile(where) as f:
             return f.read(columns=columns)
 
     def only(self, rank: int) -> "Run":
@@ -95,9 +100,10 @@ class Run:
                    absent={int(k): v for k, v in d.get("absent", {}).items()})
 
 
-def private_cache(root: str | os.PathLike[str], run_path: Path) -> Path:
-    """``root/<hash of the run's path>``: a cache that writes nothing into the run."""
-    out = Path(root) / hashlib.sha256(str(run_path.resolve()).encode()).hexdigest()[:16]
+def private_cache(root: str | os.PathLike[str], run_path: Path | str) -> Path:
+    """``root/<hash of the run's path or URL>``: a cache that writes nothing into the run."""
+    where = run_path if isinstance(run_path, str) else str(run_path.resolve())
+    out = Path(root) / hashlib.sha256(where.encode()).hexdigest()[:16]
     out.mkdir(parents=True, exist_ok=True)
     return out
 
@@ -180,8 +186,13 @@ def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_mis
 
         url = str(path).rstrip("/")
         p: Path | str = url
-        cache = remote.cache_dir(url)
-        found = remote.discover(url, cache)
+        found = remote.discover(url, remote.local_cache_dir(url))
+        # only once the run is known to exist, as it may write there; a private cache_dir wins
+        cache: Path | str = private_cache(cache_dir, url) if cache_dir else remote.cache_dir(url)
+        if cache != remote.local_cache_dir(url):
+            from dataclasses import replace
+
+            found.tasks = [replace(t, cache_dir=str(cache)) for t in found.tasks]
     else:
         p = Path(source.local_path(str(path)))
         cache = private_cache(cache_dir, p) if cache_dir else cache_root(p)

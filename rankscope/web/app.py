@@ -56,26 +56,47 @@ def is_run(d: Path) -> bool:
     return any(p.name.endswith(_TRACE) and p.is_file() for p in d.iterdir())
 
 
-def list_runs(root: Path) -> list[str]:
-    """Names of the runs directly under ``root``."""
+def list_runs(root: Path | str) -> list[str]:
+    """Names of the runs directly under ``root`` (a directory, or an fsspec URL prefix)."""
+    if isinstance(root, str):
+        return _remote_runs(root)
     return sorted(d.name for d in root.iterdir() if NAME.match(d.name) and is_run(d))
+
+
+def _remote_runs(url: str) -> list[str]:
+    """Runs under a URL prefix: sub-prefixes holding run.json or ranks/ (listings only, no reads)."""
+    from rankscope.store import source
+
+    fs, root = source.filesystem(url)
+    out = []
+    for d in fs.ls(root, detail=False):
+        name = d.rstrip("/").rsplit("/", 1)[-1]
+        if NAME.match(name) and (fs.exists(f"{d}/run.json") or fs.exists(f"{d}/ranks")):
+            out.append(name)
+    return sorted(out)
 
 
 class Runs:
     """Resolves run names safely and caches rendered pages per (names, modification times)."""
 
     def __init__(self, root: str | Path, cache_dir: str | Path | None = None, pages: int = 16) -> None:
-        self.root = Path(root).resolve()
+        from rankscope.store import source
+
+        # a directory, or an fsspec URL prefix of runs (s3://bucket/runs): read through listings
+        self.root: Path | str = str(root).rstrip("/") if source.is_url(str(root)) else Path(root).resolve()
+        self.name = str(self.root).rstrip("/").rsplit("/", 1)[-1]
         self._own_cache = cache_dir is None
         self.cache_dir = Path(cache_dir) if cache_dir else Path(tempfile.mkdtemp(prefix="rankscope-serve-cache-"))
         self._cache: OrderedDict[tuple[Any, ...], str] = OrderedDict()
         self._pages = pages  # rendered pages kept (a few MB each): memory bounded
         self._lock = threading.Lock()
 
-    def path(self, name: str) -> Path | None:
-        """The run directory of ``name``, or None when it is not a run under the root."""
+    def path(self, name: str) -> Any:
+        """The run directory (or URL) of ``name``, or None when it is not a run under the root."""
         if not NAME.match(name) or name not in list_runs(self.root):
             return None
+        if isinstance(self.root, str):
+            return f"{self.root}/{name}"
         p = (self.root / name).resolve()
         return p if p.parent == self.root else None
 
@@ -84,8 +105,10 @@ class Runs:
         if self._own_cache:
             shutil.rmtree(self.cache_dir, ignore_errors=True)
 
-    def escapes(self, run: Path) -> str | None:
+    def escapes(self, run: Any) -> str | None:
         """The first link inside ``run`` that leads outside the served directory (relative), or None."""
+        if isinstance(self.root, str):
+            return None  # object stores have no links
         for dirpath, dirnames, filenames in os.walk(run, followlinks=False):
             for n in dirnames + filenames:
                 p = Path(dirpath) / n
@@ -125,8 +148,8 @@ class Runs:
 
             base = load_run(b, jobs=1, allow_missing_ranks=True, cache_dir=self.cache_dir)
             diff = run_diff(run, results, base, run_all(base))
-        return build(run, results, diff=diff, nav_extra=self.switcher(a.name, b.name if b else None),
-                     timeline_html=timeline_form(a.name))
+        name, base_name = _leaf(a), _leaf(b) if b is not None else None
+        return build(run, results, diff=diff, nav_extra=self.switcher(name, base_name), timeline_html=timeline_form(name))
 
     def switcher(self, current: str, baseline: str | None) -> str:
         """Header links: back to the list, and a form to switch run or compare with another."""
@@ -202,13 +225,24 @@ def _build_timeline(run: str, out: str, fmt: str, steps: list[int] | None, ranks
     os.replace(tmp, out)
 
 
-def _stamp(p: Path) -> tuple[tuple[str, int, int], ...]:
+def _leaf(p: Any) -> str:
+    """The last component of a run's path or URL: its name in the UI."""
+    return str(p).rstrip("/").rsplit("/", 1)[-1]
+
+
+def _stamp(p: Any) -> tuple[tuple[str, Any, Any], ...]:
     """A cheap change marker: name, size and mtime of each entry of the run and of its ranks/ folder.
 
     Our own ``analysis/`` folder (the Parquet cache, reports) is left out: analyzing a run must not make
     it look changed. The run directory's own mtime is left out for the same reason (creating
     ``analysis/`` touches it); added or removed entries show up as names instead.
     """
+    if isinstance(p, str):  # a run on object storage: names, sizes and ETags from one listing
+        from rankscope.store import source
+
+        fs, root = source.filesystem(p)
+        return tuple(sorted((k[len(root):], v.get("size"), v.get("ETag") or v.get("mtime"))
+                            for k, v in fs.find(root, detail=True).items() if "/analysis/" not in k))
     if not p.is_dir():
         st = p.stat()
         return ((p.name, st.st_size, st.st_mtime_ns),)
@@ -228,11 +262,11 @@ def _stamp(p: Path) -> tuple[tuple[str, int, int], ...]:
 def _index(runs: Runs) -> str:
     names = list_runs(runs.root)
     items = "".join(f'<li><a class="run" href="/runs/{html.escape(n)}">{html.escape(n)}</a></li>' for n in names)
-    body = f"<ul>{items}</ul>" if names else f"<p>no runs under {html.escape(runs.root.name)}</p>"
+    body = f"<ul>{items}</ul>" if names else f"<p>no runs under {html.escape(runs.name)}</p>"
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
             f'<title>rankscope runs</title>'
             f'<style>body{{font-family:system-ui,sans-serif;margin:24px;color:#1d2330}}</style></head><body>'
-            f"<h1>rankscope · runs under {html.escape(runs.root.name)}</h1>{body}"
+            f"<h1>rankscope · runs under {html.escape(runs.name)}</h1>{body}"
             f"{runs.switcher(names[0], None) if names else ''}</body></html>")
 
 
@@ -246,7 +280,7 @@ def create_app(root: str | Path, cache_dir: str | Path | None = None) -> Starlet
         return HTMLResponse(_index(runs))
 
     async def api_runs(request: Request) -> Response:
-        return JSONResponse({"root": runs.root.name, "runs": list_runs(runs.root)})
+        return JSONResponse({"root": runs.name, "runs": list_runs(runs.root)})
 
     async def show(request: Request) -> Response:
         return await _page(runs, request.path_params["name"], None)

@@ -72,6 +72,23 @@ def test_remote_run_same_tables_and_second_read_only_cache(stored: tuple[Path, s
     traces = [p for p in opened if ".pt.trace.json" in p]
     assert traces == [], f"second analysis re-read {traces}"
     assert {r: i.cache for r, i in again.ranks.items()} == {r: i.cache for r, i in remote.ranks.items()}
+    # The bucket was writable: the cache went next to the run, so another machine (an empty local
+    # cache) reads only the cache too.
+    assert all(i.cache.startswith(url + "/analysis/cache/") for i in again.ranks.values())
+    monkeypatch.setenv("RANKSCOPE_CACHE", str(Path(again.ranks[0].files[0]).parent) + "-nowhere")
+    opened.clear()
+    elsewhere = load_run(url, jobs=1)
+    assert [p for p in opened if ".pt.trace.json" in p] == [] and elsewhere.rank_ids == [0, 1, 2, 3]
+    assert run_all(elsewhere)["straggler"].summary["verdict"] == res_l["straggler"].summary["verdict"]
+
+
+def test_read_only_storage_keeps_the_cache_here(stored: tuple[Path, str], monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    """RANKSCOPE_REMOTE_CACHE=0 (what a read-only bucket falls back to): the cache is on this machine."""
+    _, url = stored
+    monkeypatch.setenv("RANKSCOPE_REMOTE_CACHE", "0")
+    run = load_run(url, jobs=1)
+    assert all(Path(i.cache).is_relative_to(tmp_path / "cache") for i in run.ranks.values())
 
 
 def test_cli_verbs_on_s3_url(stored: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,3 +115,28 @@ def test_missing_prefix_is_one_line(stored: tuple[Path, str], capsys: pytest.Cap
     assert main(["analyze", url + "-nope"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no such run" in err[0] and "-nope" in err[0]
+
+
+def test_serve_runs_under_an_s3_prefix(stored: tuple[Path, str]) -> None:
+    """`rankscope serve s3://bucket/runs`: the run list, a run's page and its timeline, read through
+    the bucket's listings and ranged reads; nothing is written into the bucket."""
+    import s3fs
+
+    from tests.e2e.test_web_serve import Served
+
+    _, url = stored
+    prefix = url.rsplit("/", 1)[0]
+    fs = s3fs.S3FileSystem()
+    before = sorted(fs.find(prefix.removeprefix("s3://")))
+    with Served(prefix) as srv:  # type: ignore[arg-type]
+        status, body = srv.get("/api/runs")
+        assert status == 200, body
+        assert json.loads(body)["runs"] == ["exp1"]
+        status, body = srv.get("/runs/exp1")
+        assert status == 200, body[-600:]
+        assert 'class="verdict' in body and "rank 2" in body
+        status, headers, tl = srv.fetch("/runs/exp1/timeline?format=json")
+        assert status == 200 and len(json.loads(tl)["traceEvents"]) > 100
+        assert srv.get("/runs/nope")[0] == 404
+    fs.invalidate_cache()
+    assert sorted(fs.find(prefix.removeprefix("s3://"))) == before
