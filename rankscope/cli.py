@@ -26,6 +26,7 @@ VERBS: dict[str, str] = {
     "upload": "rankscope.commands.upload",
     "trigger": "rankscope.commands.trigger",
     "gather": "rankscope.commands.gather",
+    "hang": "rankscope.commands.hang",
 }
 
 _ENV_OPTIONS = ("RANKSCOPE_MAX_JSON_BYTES", "RANKSCOPE_CLOCK_ALIGN", "RANKSCOPE_DASK")
@@ -42,6 +43,7 @@ EPILOG = """examples:
   rankscope synth OUT --ranks 64       a synthetic cluster of realistic traces (tests, benchmarks)
   rankscope trigger RUN --steps 3      capture 3 steps of a running job now
   rankscope upload --resume SPOOL      finish uploads that a killed rank left in its spool
+  rankscope hang FR_DUMP_DIR           which rank never joined which collective (Flight Recorder dumps)
 """
 
 

@@ -1,0 +1,94 @@
+"""Hangs and desyncs from per-rank collective records: who never joined what.
+
+Entries of all ranks are matched by (process group, sequence number in that group): every member of
+a group issues its collectives in the same order, so the n-th collective of a group must be the same
+op, with the same sizes and dtypes, on every member. Members of a group are the ranks that recorded
+anything in it (Flight Recorder on gloo records no group membership). Per group, in sequence order:
+
+- a sequence number that some members recorded and others did not: those others never reached it
+  (the first such number is where the job hangs);
+- the same sequence number with another op, size or dtype on some rank: a desync (the rank issued a
+  different collective, e.g. it skipped one and is already at the next);
+- the last sequence number each rank recorded, and its last completed one where the recorder knows.
+
+Plain data in, plain data out (``Finding``s and rows); the CLI (`rankscope hang`) renders them.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankscope.intlist import format_int_list
+from rankscope.model.frdump import FrDump, FrEntry
+
+
+@dataclass
+class Verdict:
+    headline: str
+    problems: list[dict[str, Any]] = field(default_factory=list)  # first of each kind per group
+    groups: list[dict[str, Any]] = field(default_factory=list)  # per group: members, last seq per rank
+    ranks: list[int] = field(default_factory=list)
+    no_dump: list[int] = field(default_factory=list)
+
+
+def _what(e: FrEntry) -> str:
+    return f"{e.op} {e.sizes} {e.dtypes}"
+
+
+def diagnose(dumps: list[FrDump], world_size: int | None = None) -> Verdict:
+    """The cross-rank verdict (see the module docstring)."""
+    ranks = sorted(d.rank for d in dumps)
+    by_group: dict[str, dict[int, dict[int, FrEntry]]] = defaultdict(lambda: defaultdict(dict))
+    desc: dict[str, str] = {}
+    for d in dumps:
+        for e in d.entries:
+            key = f"{e.pg}{' (p2p)' if e.p2p else ''}"
+            by_group[key][e.rank][e.seq] = e
+            desc[key] = e.pg_desc
+    v = Verdict(headline="", ranks=ranks,
+                no_dump=sorted(set(range(world_size or 0)) - set(ranks)))
+    for g in sorted(by_group):
+        per_rank = by_group[g]
+        members = sorted(per_rank)
+        last = {r: max(per_rank[r]) for r in members}
+        v.groups.append({"group": g, "desc": desc[g], "members": members, "last_seq": last})
+        seqs = sorted({s for r in members for s in per_rank[r]})
+        for s in seqs:
+            have = [r for r in members if s in per_rank[r]]
+            missing = [r for r in members if s not in per_rank[r]]
+            kinds: dict[str, list[int]] = defaultdict(list)
+            for r in have:
+                kinds[_what(per_rank[r][s])].append(r)
+            if len(kinds) > 1:
+                major = max(kinds.items(), key=lambda kv: len(kv[1]))
+                odd = {k: rs for k, rs in kinds.items() if k != major[0]}
+                v.problems.append({"kind": "mismatch", "group": g, "desc": desc[g], "seq": s, "expected": major[0],
+                                   "expected_ranks": major[1], "odd": odd})
+                break
+            if missing:
+                e = per_rank[have[0]][s]
+                v.problems.append({"kind": "not_joined", "group": g, "desc": desc[g], "seq": s, "op": _what(e),
+                                   "joined": have, "missing": missing,
+                                   "their_last": {r: last[r] for r in missing}})
+                break
+    v.headline = _headline(v)
+    return v
+
+
+def _group(p: dict[str, Any]) -> str:
+    return f"process group {p['group']}" + (f" ({p['desc']})" if p["desc"] and p["desc"] != "undefined" else "")
+
+
+def _headline(v: Verdict) -> str:
+    if not v.problems:
+        tail = f"; no dump from ranks {format_int_list(v.no_dump)}" if v.no_dump else ""
+        return f"no hang or desync among ranks {format_int_list(v.ranks)}: every group's collectives agree{tail}"
+    p = v.problems[0]
+    if p["kind"] == "mismatch":
+        odd = "; ".join(f"rank{'s' if len(rs) > 1 else ''} {format_int_list(rs)} issued {k}" for k, rs in p["odd"].items())
+        return (f"desync in {_group(p)} at collective #{p['seq']}: ranks {format_int_list(p['expected_ranks'])} "
+                f"issued {p['expected']}, but {odd} (a rank skipped or added a collective)")
+    return (f"hang in {_group(p)} at collective #{p['seq']} ({p['op']}): ranks {format_int_list(p['missing'])} "
+            f"never joined it (last recorded: " + ", ".join(f"rank {r} #{s}" for r, s in p["their_last"].items())
+            + f"); ranks {format_int_list(p['joined'])} wait in it")

@@ -1,0 +1,50 @@
+"""Find the collective a hung job is stuck in, and desyncs between ranks, from per-rank dumps.
+
+Reads PyTorch Flight Recorder dumps (the pickle files ``TORCH_FR_DUMP_TEMP_FILE`` writes, one per
+rank, or their JSON form) from a directory and matches every rank's collectives by (process group,
+sequence number): the first collective some ranks never joined, op / size / dtype mismatches (a rank
+that skipped one), and each rank's last collective per group.
+
+    TORCH_FR_BUFFER_SIZE=2000 torchrun ... train.py      # record; dump on a hang or at will
+    rankscope hang /tmp/fr_dumps                           # which rank is missing from which collective
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from rankscope.commands.common import console, out
+
+HELP = "name the collective a hung job waits in, and desyncs between ranks (Flight Recorder dumps)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dumps", metavar="DIR", help="directory (or one file) of per-rank Flight Recorder dumps")
+    p.add_argument("--world-size", type=int, default=None, help="expected ranks, to name the ones that sent no dump")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankscope.analysis.hang import diagnose
+    from rankscope.errors import RankscopeError, TraceError, safe
+    from rankscope.model import frdump
+
+    dumps = []
+    for f in frdump.find(args.dumps):
+        try:
+            dumps.append(frdump.read(f))
+        except (TraceError, OSError) as exc:
+            console.print(f"[yellow]warning:[/] {safe(str(exc))}", highlight=False, soft_wrap=True)
+    if not dumps:
+        raise RankscopeError(f"{safe(args.dumps)}: no Flight Recorder dump found (files named PREFIX<rank>, "
+                             "pickle or JSON)")
+    v = diagnose(dumps, args.world_size)
+    if args.json:
+        out.file.write(json.dumps(asdict(v), indent=1, default=str) + "\n")
+        return 0
+    out.print(f"[bold]{'⚠ ' if v.problems else '✓ '}{v.headline}[/]", highlight=False)
+    for g in v.groups:
+        last = ", ".join(f"{r}:#{s}" for r, s in sorted(g["last_seq"].items()))
+        out.print(f"  group {g['group']} ({g['desc'] or '-'}): last collective per rank {last}", highlight=False)
+    return 0

@@ -1,0 +1,95 @@
+"""PyTorch Flight Recorder dumps: the pickle files ``TORCH_FR_DUMP_TEMP_FILE`` / ``_dump_fr_trace``
+write (one per rank, the rank as the file name's last number), and their JSON form
+(``_dump_fr_trace_json``).
+
+Only plain data is unpickled: a restricted unpickler refuses every class (a dump is dicts, lists,
+tuples, strings and numbers), so a hostile file in a run directory cannot run code the way a plain
+``pickle.load`` (what torch's own loader uses) lets it. Entries become ``FrEntry`` rows.
+"""
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rankscope.errors import TraceError
+
+_RANK = re.compile(r"(\d+)(?:\.json)?$")
+
+
+@dataclass(frozen=True)
+class FrEntry:
+    """One collective or p2p op as a rank's recorder saw it."""
+
+    rank: int
+    pg: str  # process group name (torch's pg name, "0" for the default group)
+    pg_desc: str
+    seq: int  # collective_seq_id (p2p: p2p_seq_id) within the group
+    op: str  # all_reduce, all_gather, broadcast, send, recv, ...
+    sizes: str  # input sizes, e.g. "[[1000]]"
+    dtypes: str
+    state: str  # scheduled / started / completed
+    p2p: bool
+
+
+@dataclass
+class FrDump:
+    rank: int
+    path: str
+    entries: list[FrEntry]
+    status: dict[str, dict[str, int]]  # pg -> last_enqueued / last_started / last_completed
+
+
+class _PlainData(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refused to load {module}.{name}: a Flight Recorder dump holds plain data")
+
+
+def _op(name: str) -> str:
+    from rankscope.model.comms import normalize_op  # gloo:all_reduce, nccl:all_reduce -> all_reduce
+
+    got = normalize_op(name)
+    return got if got != "other" else name.split(":", 1)[-1]
+
+
+def read(path: str | Path) -> FrDump:
+    """One rank's dump (pickle or JSON); ``TraceError`` with one line when it is not one."""
+    p = Path(path)
+    m = _RANK.search(p.name)
+    if not m:
+        raise TraceError(str(p), "no rank number at the end of the file name (torch names dumps PREFIX<rank>)")
+    raw = p.read_bytes()
+    try:
+        doc = json.loads(raw) if raw[:1] in (b"{", b"[") else _PlainData(io.BytesIO(raw)).load()
+    except (ValueError, pickle.UnpicklingError, EOFError, RecursionError) as exc:
+        raise TraceError(str(p), f"not a Flight Recorder dump ({str(exc)[:100]})") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
+        raise TraceError(str(p), "not a Flight Recorder dump (no 'entries' list)")
+    rank = int(m.group(1))
+    out = []
+    for e in doc["entries"]:
+        if not isinstance(e, dict):
+            continue
+        pg = e.get("process_group") or ("", "")
+        p2p = bool(e.get("is_p2p"))
+        seq = e.get("p2p_seq_id" if p2p else "collective_seq_id")
+        if not isinstance(seq, int):
+            continue
+        out.append(FrEntry(rank, str(pg[0]), str(pg[1]) if len(pg) > 1 else "", seq, _op(str(e.get("profiling_name", ""))),
+                           str(e.get("input_sizes")), str(e.get("input_dtypes")), str(e.get("state", "")), p2p))
+    status = doc.get("pg_status")
+    groups = {str(k): v for k, v in status.items() if isinstance(v, dict)} if isinstance(status, dict) else {}
+    return FrDump(rank, str(p), out, groups)
+
+
+def find(root: str | Path) -> list[Path]:
+    """The dump files under ``root``: names ending in a rank number (``rank_3``, ``nccl_trace_rank_3``,
+    ``comms.rank3.json``), not other run files."""
+    r = Path(root)
+    files = [r] if r.is_file() else sorted(p for p in r.rglob("*") if p.is_file() and _RANK.search(p.name)
+                                           and not p.name.endswith((".parquet", ".gz", ".html")))
+    return [f for f in files if f.name not in ("meta.json", "run.json", "MANIFEST.json")]
