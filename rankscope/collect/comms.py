@@ -1,0 +1,142 @@
+"""Collective recorder control: dumps of every rank's collectives on demand, on a hang, on SIGUSR1.
+
+The capture engine is PyTorch's Flight Recorder: its ring buffer sees every collective and
+point-to-point op of every backend, including the ones DDP issues from C++ (gradient
+all-reduce), which no Python-level wrapper can see. It must be sized before the process group
+exists: ``enable()`` (or ``TORCH_FR_BUFFER_SIZE`` in the job's environment) before
+``init_process_group``. What this module adds:
+
+- ``Recorder.start()`` / ``stop()``: an interval; a dump keeps only the entries created inside it;
+- ``dump(reason)``: one file per rank, ``<dir>/fr_rank_<rank>``, in Flight Recorder's own pickle
+  format with the group membership filled in from ``torch.distributed`` (gloo's recorder leaves it
+  empty, which stops torch's own analyzer), so ``rankscope hang <dir>`` and ``torchfrtrace <dir>
+  --prefix fr_rank_`` both read it;
+- a watchdog thread: a collective still pending after ``watchdog_s`` seconds makes the rank dump
+  (every waiting rank does, so the dumps show who never arrived);
+- SIGUSR1 (main thread only; the previous handler is chained and restored on ``stop``).
+
+Nothing here may hurt training: every failure is logged and swallowed.
+
+Limits (torch 2.13, gloo): entries stay "scheduled" with no completion time; completion shows only
+as ``retired``. Sampling (time 1 in N) is not offered by the engine.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import threading
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+DEFAULT_BUFFER = 2000
+
+
+def enable(buffer: int = DEFAULT_BUFFER) -> None:
+    """Size Flight Recorder's ring; call before ``init_process_group`` (no-op if already set)."""
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(buffer))
+
+
+def _groups() -> dict[str, dict[str, str]]:
+    """{pg name: {name, desc, ranks}} of every process group this rank knows."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    out = {}
+    for pg, ranks in c10d._world.pg_group_ranks.items():
+        name = c10d._world.pg_names.get(pg, "")
+        desc = getattr(pg, "group_desc", "") or ("default_pg" if pg is dist.group.WORLD else "undefined")
+        out[str(name)] = {"name": str(name), "desc": str(desc), "ranks": str(sorted(ranks))}
+    return out
+
+
+class Recorder:
+    """One rank's recorder control (see the module docstring)."""
+
+    def __init__(self, out_dir: str, *, watchdog_s: float | None = None, on_signal: bool = True) -> None:
+        self.out_dir, self.watchdog_s, self.on_signal = out_dir, watchdog_s, on_signal
+        self.since_ns: int | None = None
+        self.until_ns: int | None = None
+        self.dumps: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._old_handler: Any = None
+        self._dumped_for: set[int] = set()
+
+    def start(self) -> Recorder:
+        self.since_ns, self.until_ns = time.time_ns(), None
+        if self.on_signal and threading.current_thread() is threading.main_thread():
+            self._old_handler = signal.signal(signal.SIGUSR1, self._on_signal)
+        if self.watchdog_s:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._watch, name="rankscope-comms-watchdog", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.until_ns = time.time_ns()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        if self._old_handler is not None:
+            signal.signal(signal.SIGUSR1, self._old_handler)
+            self._old_handler = None
+
+    def __enter__(self) -> Recorder:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def dump(self, reason: str = "manual", path: str | None = None) -> str | None:
+        """Write this rank's entries (inside the started interval) and return the file; None on failure."""
+        try:
+            import torch.distributed as dist
+            import torch._C._distributed_c10d as c10d
+
+            doc = pickle.loads(c10d._dump_fr_trace(True, True, False))  # type: ignore[attr-defined]
+            lo, hi = self.since_ns or 0, self.until_ns or (1 << 63)
+            doc["entries"] = [e for e in doc.get("entries", []) if lo <= int(e.get("time_created_ns") or 0) <= hi]
+            doc["pg_config"] = _groups()
+            doc["rankscope"] = {"reason": reason, "wall_ns": time.time_ns()}
+            rank = dist.get_rank() if dist.is_initialized() else 0
+            out = path or os.path.join(self.out_dir, f"fr_rank_{rank}")
+            os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+            tmp = f"{out}.tmp-{os.getpid()}"
+            with open(tmp, "wb") as f:
+                pickle.dump(doc, f)
+            os.replace(tmp, out)  # whole or absent: a reader never sees half a dump
+            self.dumps.append(out)
+            return out
+        except Exception:  # noqa: BLE001 - a failed dump must never reach the training loop
+            log.warning("rankscope: collective dump failed", exc_info=True)
+            return None
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.dump("SIGUSR1")
+        old = self._old_handler
+        if callable(old) and old not in (signal.SIG_IGN, signal.SIG_DFL):
+            old(signum, frame)
+
+    def _watch(self) -> None:
+        """Every ~second: a pending collective older than ``watchdog_s`` makes this rank dump once."""
+        import torch._C._distributed_c10d as c10d
+
+        assert self.watchdog_s is not None
+        period = min(1.0, self.watchdog_s / 4)
+        while not self._stop.wait(period):
+            try:
+                active = pickle.loads(c10d._dump_fr_trace(True, False, True)).get(  # type: ignore[attr-defined]
+                    "entries", [])
+                now = time.time_ns()
+                stuck = [e for e in active if not e.get("retired")
+                         and now - int(e.get("time_created_ns") or now) > self.watchdog_s * 1e9]
+                new = [e for e in stuck if e.get("record_id") not in self._dumped_for]
+                if new:
+                    self._dumped_for.update(e.get("record_id") for e in new)
+                    self.dump("watchdog")
+            except Exception:  # noqa: BLE001 - the watchdog must never take the job down
+                log.debug("comms watchdog poll failed", exc_info=True)

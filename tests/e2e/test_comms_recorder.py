@@ -1,0 +1,90 @@
+"""The collective recorder (rankscope.collect.comms) in real 3-rank gloo jobs.
+
+Hang: rank 1 skips an all_reduce; every rank's watchdog dumps while the job hangs; the test then
+kills the job; `rankscope hang` and torch's own `torchfrtrace` (which reads the dumps as written,
+since the recorder fills in the group membership gloo leaves out) both name collective and rank.
+The dumps also hold DDP's gradient all-reduces, issued from C++.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures_s3 import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+class Job:
+    def __init__(self, out: Path, mode: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=3", "--master-addr=127.0.0.1",
+             f"--master-port={free_port()}", str(ROOT / "tests/e2e/comms_job.py"), str(out), mode],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        threading.Thread(target=lambda: self.lines.extend(self.proc.stdout or []), daemon=True).start()
+
+    def wait_for(self, cond, timeout: float) -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while not cond():
+            assert time.monotonic() < deadline and self.proc.poll() is None, "".join(self.lines[-30:])
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+
+def test_watchdog_dumps_every_waiting_rank_and_hang_names_the_culprit(tmp_path: Path) -> None:
+    out = tmp_path / "comms"
+    job = Job(out, "hang")
+    try:
+        job.wait_for(lambda: sum("READY" in x for x in job.lines) == 3, 90)
+        t0 = time.monotonic()
+        job.wait_for(lambda: all((out / f"fr_rank_{r}").exists() for r in range(3)), 30)
+        assert time.monotonic() - t0 < 15  # within the watchdog's 1.5 s plus polling, on a loaded host
+    finally:
+        job.kill()
+    p = subprocess.run([sys.executable, "-m", "rankscope.cli", "hang", str(out), "--json", "--world-size", "3"],
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    v = json.loads(p.stdout)
+    first = v["problems"][0]
+    assert first["kind"] == "mismatch" and first["odd"] and list(first["odd"].values()) == [[1]]
+    assert first["expected"].startswith("all_reduce") and "all_gather" in next(iter(first["odd"]))
+    # DDP's gradient all-reduces (C++) are in the dumps: 3 steps x 1 bucket, plus the user's calls
+    g0 = next(g for g in v["groups"] if g["group"] == "0")
+    assert g0["last_seq"]["0"] >= 3 + 1 + 1
+    exe = shutil.which("torchfrtrace", path=os.path.dirname(sys.executable)) or "torchfrtrace"
+    ref = subprocess.run([exe, str(out), "--prefix", "fr_rank_"], capture_output=True, text=True, timeout=120)
+    text = ref.stdout + ref.stderr
+    assert re.search(rf"Collective sequence number: {first['seq']} has errors", text), text[-2000:]
+    assert "Culprit rank 1" in text
+
+
+def test_sigusr1_dumps_and_the_job_goes_on(tmp_path: Path) -> None:
+    out = tmp_path / "comms"
+    job = Job(out, "sigusr1")
+    try:
+        job.wait_for(lambda: sum("READY" in x for x in job.lines) == 3, 90)
+        pid = int(next(x for x in job.lines if x.startswith("READY 0")).split()[2])
+        os.kill(pid, signal.SIGUSR1)
+        job.wait_for(lambda: (out / "fr_rank_0").exists(), 20)
+        (out / "STOP").write_text("x")
+        assert job.proc.wait(60) == 0
+    finally:
+        if job.proc.poll() is None:
+            job.kill()
+    assert sum("DONE" in x for x in job.lines) == 3
+    assert not (out / "fr_rank_1").exists()  # only the signalled rank dumped
