@@ -13,7 +13,8 @@ exists: ``enable()`` (or ``TORCH_FR_BUFFER_SIZE`` in the job's environment) befo
   --prefix fr_rank_`` both read it;
 - a watchdog thread: a collective still pending after ``watchdog_s`` seconds makes the rank dump
   (every waiting rank does, so the dumps show who never arrived);
-- SIGUSR1 (main thread only; the previous handler is chained and restored on ``stop``).
+- SIGUSR1 (main thread only; the previous handler is chained and restored on ``stop``);
+- ``at_exit=True``: a dump when the process exits normally.
 
 Nothing here may hurt training: every failure is logged and swallowed.
 
@@ -22,6 +23,7 @@ as ``retired``. Sampling (time 1 in N) is not offered by the engine.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import pickle
@@ -55,8 +57,9 @@ def _groups() -> dict[str, dict[str, str]]:
 class Recorder:
     """One rank's recorder control (see the module docstring)."""
 
-    def __init__(self, out_dir: str, *, watchdog_s: float | None = None, on_signal: bool = True) -> None:
-        self.out_dir, self.watchdog_s, self.on_signal = out_dir, watchdog_s, on_signal
+    def __init__(self, out_dir: str, *, watchdog_s: float | None = None, on_signal: bool = True,
+                 at_exit: bool = False) -> None:
+        self.out_dir, self.watchdog_s, self.on_signal, self.at_exit = out_dir, watchdog_s, on_signal, at_exit
         self.since_ns: int | None = None
         self.until_ns: int | None = None
         self.dumps: list[str] = []
@@ -69,6 +72,8 @@ class Recorder:
         self.since_ns, self.until_ns = time.time_ns(), None
         if self.on_signal and threading.current_thread() is threading.main_thread():
             self._old_handler = signal.signal(signal.SIGUSR1, self._on_signal)
+        if self.at_exit:
+            atexit.register(self._exit_dump)
         if self.watchdog_s:
             self._stop.clear()
             self._thread = threading.Thread(target=self._watch, name="rankscope-comms-watchdog", daemon=True)
@@ -78,6 +83,8 @@ class Recorder:
     def stop(self) -> None:
         self.until_ns = time.time_ns()
         self._stop.set()
+        if self.at_exit:
+            atexit.unregister(self._exit_dump)
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -114,6 +121,9 @@ class Recorder:
         except Exception:  # noqa: BLE001 - a failed dump must never reach the training loop
             log.warning("rankscope: collective dump failed", exc_info=True)
             return None
+
+    def _exit_dump(self) -> None:
+        self.dump("exit")
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.dump("SIGUSR1")
