@@ -67,13 +67,25 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self._old_handler: Any = None
         self._dumped_for: set[int] = set()
+        self.rank: int = 0
+        self._pg: dict[str, dict[str, str]] = {}
 
     def start(self) -> Recorder:
         self.since_ns, self.until_ns = time.time_ns(), None
+        self.rank, self._pg = 0, {}
+        try:  # kept for dumps after the process group is gone (an exit dump)
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                self.rank, self._pg = dist.get_rank(), _groups()
+        except Exception:  # noqa: BLE001
+            log.debug("no process group at start", exc_info=True)
         if self.on_signal and threading.current_thread() is threading.main_thread():
             self._old_handler = signal.signal(signal.SIGUSR1, self._on_signal)
-        if self.at_exit:
-            atexit.register(self._exit_dump)
+        # Always: at exit the watchdog thread is stopped and joined first. A daemon thread caught inside
+        # Flight Recorder's C++ dump while the interpreter shuts down aborts the process
+        # ("terminate called without an active exception"), which the exit-dump test hit.
+        atexit.register(self._on_exit)
         if self.watchdog_s:
             self._stop.clear()
             self._thread = threading.Thread(target=self._watch, name="rankscope-comms-watchdog", daemon=True)
@@ -83,8 +95,7 @@ class Recorder:
     def stop(self) -> None:
         self.until_ns = time.time_ns()
         self._stop.set()
-        if self.at_exit:
-            atexit.unregister(self._exit_dump)
+        atexit.unregister(self._on_exit)
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -107,9 +118,9 @@ class Recorder:
             doc = pickle.loads(c10d._dump_fr_trace(True, True, False))  # type: ignore[attr-defined]
             lo, hi = self.since_ns or 0, self.until_ns or (1 << 63)
             doc["entries"] = [e for e in doc.get("entries", []) if lo <= int(e.get("time_created_ns") or 0) <= hi]
-            doc["pg_config"] = _groups()
+            doc["pg_config"] = _groups() if dist.is_initialized() else self._pg
             doc["rankscope"] = {"reason": reason, "wall_ns": time.time_ns()}
-            rank = dist.get_rank() if dist.is_initialized() else 0
+            rank = dist.get_rank() if dist.is_initialized() else self.rank
             out = path or os.path.join(self.out_dir, f"fr_rank_{rank}")
             os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
             tmp = f"{out}.tmp-{os.getpid()}"
@@ -122,8 +133,13 @@ class Recorder:
             log.warning("rankscope: collective dump failed", exc_info=True)
             return None
 
-    def _exit_dump(self) -> None:
-        self.dump("exit")
+    def _on_exit(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        if self.at_exit:
+            self.dump("exit")
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.dump("SIGUSR1")

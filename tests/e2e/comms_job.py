@@ -21,7 +21,7 @@ import torch.distributed as dist  # noqa: E402
 def main(out: str, mode: str) -> None:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
     rank = dist.get_rank()
-    rec = comms.Recorder(out, watchdog_s=1.5).start()
+    rec = comms.Recorder(out, watchdog_s=1.5, at_exit=mode == "exit").start()
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 16))
     for _ in range(3):
         model(torch.randn(4, 16)).sum().backward()  # DDP's gradient all-reduce, issued from C++
@@ -32,6 +32,8 @@ def main(out: str, mode: str) -> None:
         if rank != 1:
             dist.all_reduce(t)  # rank 1 skips it: everyone blocks from here on
         dist.all_gather([torch.zeros(100) for _ in range(3)], t)
+    elif mode == "exit":
+        print(f"DONE {rank}", flush=True)  # no rec.stop(): the exit dump happens after the group is gone
     else:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not os.path.exists(os.path.join(out, "STOP")):

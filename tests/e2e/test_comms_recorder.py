@@ -51,7 +51,7 @@ def test_watchdog_dumps_every_waiting_rank_and_hang_names_the_culprit(tmp_path: 
     out = tmp_path / "comms"
     job = Job(out, "hang")
     try:
-        job.wait_for(lambda: sum("READY" in x for x in job.lines) == 3, 90)
+        job.wait_for(lambda: len(re.findall(r"READY \d+ \d+", "".join(job.lines))) == 3, 90)
         t0 = time.monotonic()
         job.wait_for(lambda: all((out / f"fr_rank_{r}").exists() for r in range(3)), 30)
         assert time.monotonic() - t0 < 15  # within the watchdog's 1.5 s plus polling, on a loaded host
@@ -77,8 +77,8 @@ def test_sigusr1_dumps_and_the_job_goes_on(tmp_path: Path) -> None:
     out = tmp_path / "comms"
     job = Job(out, "sigusr1")
     try:
-        job.wait_for(lambda: sum("READY" in x for x in job.lines) == 3, 90)
-        pid = int(next(x for x in job.lines if x.startswith("READY 0")).split()[2])
+        job.wait_for(lambda: len(re.findall(r"READY \d+ \d+", "".join(job.lines))) == 3, 90)
+        pid = int(re.search(r"READY 0 (\d+)", "".join(job.lines)).group(1))  # type: ignore[union-attr]
         os.kill(pid, signal.SIGUSR1)
         job.wait_for(lambda: (out / "fr_rank_0").exists(), 20)
         (out / "STOP").write_text("x")
@@ -86,5 +86,17 @@ def test_sigusr1_dumps_and_the_job_goes_on(tmp_path: Path) -> None:
     finally:
         if job.proc.poll() is None:
             job.kill()
-    assert sum("DONE" in x for x in job.lines) == 3
+    assert len(re.findall(r"DONE \d", "".join(job.lines))) == 3
     assert not (out / "fr_rank_1").exists()  # only the signalled rank dumped
+
+
+def test_exit_dump_of_every_rank_after_a_normal_end(tmp_path: Path) -> None:
+    import pickle
+
+    out = tmp_path / "comms"
+    job = Job(out, "exit")
+    assert job.proc.wait(120) == 0, "".join(job.lines[-30:])
+    for r in range(3):
+        doc = pickle.loads((out / f"fr_rank_{r}").read_bytes())
+        assert doc["rankscope"]["reason"] == "exit" and doc["pg_config"]["0"]["ranks"] == "[0, 1, 2]"
+        assert len(doc["entries"]) >= 4  # DDP's 3 gradient all-reduces and the user's one
