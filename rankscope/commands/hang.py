@@ -20,7 +20,8 @@ HELP = "name the collective a hung job waits in, and desyncs between ranks (Flig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("dumps", metavar="DIR", help="directory (or one file) of per-rank Flight Recorder dumps")
+    p.add_argument("dumps", metavar="DIR", help="directory (or one file, or an fsspec URL prefix such as "
+                                                "s3://bucket/job/fr) of per-rank Flight Recorder dumps")
     p.add_argument("--world-size", type=int, default=None, help="expected ranks, to name the ones that sent no dump")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
 

@@ -57,18 +57,22 @@ def _op(name: str) -> str:
 
 
 def read(path: str | Path) -> FrDump:
-    """One rank's dump (pickle or JSON); ``TraceError`` with one line when it is not one."""
-    p = Path(path)
+    """One rank's dump (pickle or JSON; a path or an fsspec URL); ``TraceError`` with one line when
+    it is not one."""
+    from rankscope.store import source
+
+    p = Path(str(path).rsplit("/", 1)[-1]) if source.is_url(str(path)) else Path(path)
     m = _RANK.search(p.name)
     if not m:
-        raise TraceError(str(p), "no rank number at the end of the file name (torch names dumps PREFIX<rank>)")
-    raw = p.read_bytes()
+        raise TraceError(str(path), "no rank number at the end of the file name (torch names dumps PREFIX<rank>)")
+    with source.open_binary(str(path)) as fh:
+        raw = fh.read()
     try:
         doc = json.loads(raw) if raw[:1] in (b"{", b"[") else _PlainData(io.BytesIO(raw)).load()
     except (ValueError, pickle.UnpicklingError, EOFError, RecursionError) as exc:
-        raise TraceError(str(p), f"not a Flight Recorder dump ({str(exc)[:100]})") from exc
+        raise TraceError(str(path), f"not a Flight Recorder dump ({str(exc)[:100]})") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
-        raise TraceError(str(p), "not a Flight Recorder dump (no 'entries' list)")
+        raise TraceError(str(path), "not a Flight Recorder dump (no 'entries' list)")
     rank = int(m.group(1))
     out = []
     for e in doc["entries"]:
@@ -83,13 +87,24 @@ def read(path: str | Path) -> FrDump:
                            str(e.get("input_sizes")), str(e.get("input_dtypes")), str(e.get("state", "")), p2p))
     status = doc.get("pg_status")
     groups = {str(k): v for k, v in status.items() if isinstance(v, dict)} if isinstance(status, dict) else {}
-    return FrDump(rank, str(p), out, groups)
+    return FrDump(rank, str(path), out, groups)
 
 
-def find(root: str | Path) -> list[Path]:
-    """The dump files under ``root``: names ending in a rank number (``rank_3``, ``nccl_trace_rank_3``,
-    ``comms.rank3.json``), not other run files."""
+def find(root: str | Path) -> list[Path] | list[str]:
+    """The dump files under ``root`` (a directory, a file or an fsspec URL prefix): names ending in a
+    rank number (``rank_3``, ``nccl_trace_rank_3``, ``comms.rank3.json``), not other run files."""
+    from rankscope.store import source
+
+    if source.is_url(str(root)):
+        fs, base = source.filesystem(str(root))
+        proto = str(root).split("://", 1)[0]
+        names = sorted(fs.find(base))
+        return [f"{proto}://{n}" for n in names if _RANK.search(n.rsplit("/", 1)[-1])
+                and not n.endswith((".parquet", ".gz", ".html")) and n.rsplit("/", 1)[-1] not in _NOT_DUMPS]
     r = Path(root)
     files = [r] if r.is_file() else sorted(p for p in r.rglob("*") if p.is_file() and _RANK.search(p.name)
                                            and not p.name.endswith((".parquet", ".gz", ".html")))
-    return [f for f in files if f.name not in ("meta.json", "run.json", "MANIFEST.json")]
+    return [f for f in files if f.name not in _NOT_DUMPS]
+
+
+_NOT_DUMPS = ("meta.json", "run.json", "MANIFEST.json")

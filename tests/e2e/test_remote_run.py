@@ -140,3 +140,24 @@ def test_serve_runs_under_an_s3_prefix(stored: tuple[Path, str]) -> None:
         assert srv.get("/runs/nope")[0] == 404
     fs.invalidate_cache()
     assert sorted(fs.find(prefix.removeprefix("s3://"))) == before
+
+
+def test_hang_reads_flight_recorder_dumps_from_s3(s3_env: Any, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The dumps of a real 3-rank gloo job (tests/e2e/test_hang.py), put in a bucket: the same verdict
+    from the bucket as from the local copy."""
+    import s3fs
+
+    from tests.e2e.test_hang import _job
+
+    source._FS.clear()
+    local = _job(tmp_path, "skip")
+    bucket = s3_env.bucket()
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_env.endpoint}, key="test", secret="test")
+    fs.put(str(local), f"{bucket}/job7/fr", recursive=True)
+    assert main(["hang", str(local), "--json"]) == 0
+    want = json.loads(capsys.readouterr().out)
+    assert main(["hang", f"s3://{bucket}/job7/fr", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["problems"] == want["problems"] and got["problems"][0]["seq"] == 4
+    assert got["headline"] == want["headline"]
