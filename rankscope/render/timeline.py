@@ -89,11 +89,39 @@ def rank_frames(run: Any, rank: int, al: Any, steps: set[int] | None) -> dict[st
     co = _in_window(co.with_columns(pl.col(c).cast(pl.Utf8) for c in ("op", "name", "pg_ranks")), win)
     co = co.sort("ts").with_columns(aligned(pl.col("ts")).alias("ts"),
                                     k=pl.int_range(pl.len()).over("pg_ranks"), rank=pl.lit(rank))
-    # Calls on one track must not overlap, or begin/end pairs would cross.
-    co = co.with_columns(dur=pl.min_horizontal("dur", pl.col("ts").shift(-1).fill_null(2**62) - pl.col("ts")))
+    # Calls on one track must not overlap, or begin/end pairs would cross: overlapping calls (DDP's
+    # buckets in flight together) go to further lanes, each kept whole.
+    co = co.with_columns(lane=pl.Series("lane", lanes(co["ts"].to_numpy(), co["dur"].to_numpy()), pl.Int32))
     mem = frame(run.table(rank, "memory", columns=["ts", "total_allocated"]))
     mem = _in_window(mem, win, None).with_columns(aligned(pl.col("ts")))
     return {"events": ev, "collectives": co, "memory": mem}
+
+
+def lanes(ts: Any, dur: Any) -> Any:
+    """Greedy interval packing of slices sorted by start: each goes to the lowest lane free at its start
+    (a slice that starts exactly when another ends shares its lane). Lane 0 holds the most."""
+    import heapq
+
+    out = np.zeros(len(ts), dtype=np.int32)
+    free: list[int] = []  # lanes whose last slice has ended
+    busy: list[tuple[int, int]] = []  # (end, lane)
+    n_lanes = 0
+    for i in range(len(ts)):
+        t = int(ts[i])
+        while busy and busy[0][0] <= t:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        if free:
+            lane = heapq.heappop(free)
+        else:
+            lane, n_lanes = n_lanes, n_lanes + 1
+        out[i] = lane
+        heapq.heappush(busy, (t + max(int(dur[i]), 0), lane))
+    return out
+
+
+def coll_label(lane: int) -> str:
+    """Name of a collectives lane (lane 0 keeps the plain name)."""
+    return "collectives" if lane == 0 else f"collectives {lane + 1}"
 
 
 def flows(colls: list[Any]) -> Any:
@@ -184,12 +212,17 @@ def perfetto_bytes(sel: dict[str, Any]) -> bytes:
             label = f"stream {t - STREAM_BASE}" if t >= STREAM_BASE else f"thread {t}"
             tid = int(t) if 0 <= t < (1 << 31) - 4096 else (1 << 31) - 2 - tracks.index(t)
             head.append(pf.thread_track(u, proc, r + 1, tid, label))
-        head.append(pf.thread_track(proc | 1, proc, r + 1, (1 << 31) - 1, "collectives"))
+        co_lanes = sorted(set(f["collectives"]["lane"].to_list()) | {0})
+        for lane in co_lanes:
+            head.append(pf.thread_track(coll_uuid(proc, lane), proc, r + 1, (1 << 31) - 1 - 4096 * lane,
+                                        coll_label(lane)))
         head.append(pf.counter_track(proc | (1 << 31), proc, "memory allocated"))
         tm = pl.DataFrame({"track": tracks, "uuid": [tmap[t] for t in tracks]},
                           schema={"track": ev.schema["track"], "uuid": pl.UInt64})
         ev = ev.join(tm, on="track").with_columns(flow=pl.lit(-1, pl.Int64), last=pl.lit(False))
-        co = f["collectives"].with_columns(uuid=pl.lit(proc | 1, pl.UInt64), flow=pl.col("flow").fill_null(-1),
+        co = f["collectives"].with_columns(uuid=pl.when(pl.col("lane") == 0).then(pl.lit(proc | 1, pl.UInt64))
+                                           .otherwise(pl.lit(proc | (1 << 30), pl.UInt64)
+                                                      + pl.col("lane").cast(pl.UInt64)), flow=pl.col("flow").fill_null(-1),
                                            last=pl.col("last").fill_null(False))
         cols = ["name", "ts", "dur", "uuid", "flow", "last"]
         rows.append(pl.concat([ev.select(cols), co.select(cols)]))
@@ -199,6 +232,11 @@ def perfetto_bytes(sel: dict[str, Any]) -> bytes:
                                  schema_overrides={"name": pl.Utf8, "uuid": pl.UInt64}))
     allr = pl.concat(rows, how="diagonal_relaxed").join(iid, on="name", how="left").with_columns(pl.col("iid").fill_null(0))
     return b"".join(head) + _encode_rows(allr)
+
+
+def coll_uuid(proc: int, lane: int) -> int:
+    """Track uuid of a rank's collectives lane (lane 0 keeps ``proc | 1``)."""
+    return proc | 1 if lane == 0 else proc | (1 << 30) | lane
 
 
 def _encode_rows(df: Any) -> bytes:

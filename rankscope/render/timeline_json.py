@@ -20,6 +20,7 @@ def _base(frames: dict[int, Any]) -> int:
 
 
 def _meta(sel: dict[str, Any]) -> list[dict[str, Any]]:
+    from rankscope.render.timeline import coll_label
     out: list[dict[str, Any]] = []
     for r, f in sel["frames"].items():
         pid = r + 1
@@ -30,7 +31,11 @@ def _meta(sel: dict[str, Any]) -> list[dict[str, Any]]:
 
             label = f"stream {t - STREAM_BASE}" if t >= STREAM_BASE else f"thread {t}"
             out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": int(t), "args": {"name": label}})
-        out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": COLL_TID, "args": {"name": COLL_TID}})
+        for lane in sorted(set(f["collectives"]["lane"].to_list()) | {0}):
+            tid = coll_label(lane)
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": tid}})
+            out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                        "args": {"sort_index": (1 << 30) + lane}})
     return out
 
 
@@ -54,13 +59,15 @@ def chrome_json(sel: dict[str, Any], run_id: str) -> str:
                                 (pl.col("dur") / 1e3).round(3).alias("dur"), pl.lit(pid).alias("pid"),
                                 pl.col("track").alias("tid"))
         co = f["collectives"]
+        lane_tid = pl.when(pl.col("lane") == 0).then(pl.lit(COLL_TID)).otherwise(
+            pl.format(COLL_TID + " {}", pl.col("lane") + 1))
         cx = co.select(pl.lit("X").alias("ph"), "name", pl.lit("collective").alias("cat"), us("ts").alias("ts"),
                        (pl.col("dur") / 1e3).round(3).alias("dur"), pl.lit(pid).alias("pid"),
-                       pl.lit(COLL_TID).alias("tid"),
+                       lane_tid.alias("tid"),
                        pl.struct("op", "pg_ranks", "bytes_in", "k", pl.col("flow").alias("flow_id")).alias("args"))
         flows.append(co.filter(pl.col("flow").is_not_null()).select(
             pl.lit("collective").alias("name"), pl.lit("flow").alias("cat"), pl.col("flow").alias("id"),
-            us("ts").alias("ts"), pl.lit(pid).alias("pid"), pl.lit(COLL_TID).alias("tid"), pl.lit("e").alias("bp")))
+            us("ts").alias("ts"), pl.lit(pid).alias("pid"), lane_tid.alias("tid"), pl.lit("e").alias("bp")))
         mem = f["memory"].select(pl.lit("C").alias("ph"), pl.lit("memory").alias("name"), us("ts").alias("ts"),
                                  pl.lit(pid).alias("pid"),
                                  pl.struct((pl.col("total_allocated") / 2**20).round(3).alias("allocated_MiB"))

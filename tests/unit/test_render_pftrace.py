@@ -178,3 +178,57 @@ def test_real_trace_slices_survive_encoding(shared_data, tmp_path):
                    for e in doc["traceEvents"] if e["ph"] == "X")
     assert sum(got.values()) > 5000 and {k[0] for k in got} == {1, 2}
     assert got == want
+
+
+def _ddp_buckets_run(root):
+    """2 ranks, 2 steps, three gradient buckets per step whose all_reduces are in flight together (as
+    DDP's buckets are, each on a gloo worker thread): 175 ms, 60 ms and 20 ms, each started before the
+    previous one ended."""
+    from tests.helpers import write_trace, x
+
+    for r in (0, 1):
+        evs = []
+        for s in (1, 2):
+            t = s * 400_000.0
+            evs.append(x(f"ProfilerStep#{s}", t, 350_000, cat="user_annotation"))
+            for k, (start, dur) in enumerate(((10_000, 175_000), (30_000, 60_000), (50_000, 20_000))):
+                evs.append(x("gloo:all_reduce", t + start + r * 100, dur, cat="user_annotation", tid=10 + k,
+                             **{"Input Dims": [[1000 * (k + 1)]], "Input type": ["float"]}))
+        write_trace(root / "ranks" / str(r) / f"rank{r}.pt.trace.json", evs, rank=r, world=2)
+    return load_run(root, jobs=1)
+
+
+def test_overlapping_collectives_are_kept_whole_on_stacked_lanes(tmp_path):
+    """Regression (issue 17): overlapping DDP buckets were cut short on one collectives track (a 175 ms
+    all_reduce drawn as 28 ms). Now each keeps its duration; overlapping ones go to further lanes."""
+    run = _ddp_buckets_run(tmp_path / "ddp")
+    tl = decode(write_timeline(run, tmp_path / "m.pftrace").read_bytes())
+    open_at: dict[int, list[int]] = defaultdict(list)
+    durs: list[int] = []
+    lanes: dict[int, set[str]] = defaultdict(set)
+    for ts, ev in tl["events"]:
+        name = tl["tracks"][ev.track_uuid].thread.thread_name if ev.track_uuid in tl["tracks"] else ""
+        if not name.startswith("collectives"):
+            continue
+        lanes[ev.track_uuid >> 32].add(name)
+        if ev.type == TE.TYPE_SLICE_BEGIN:
+            assert not open_at[ev.track_uuid], "two slices open at once on one lane"
+            open_at[ev.track_uuid].append(ts)
+        elif ev.type == TE.TYPE_SLICE_END:
+            durs.append(ts - open_at[ev.track_uuid].pop())
+    assert sorted(durs) == sorted([175_000_000, 60_000_000, 20_000_000] * 4)
+    assert all(v == {"collectives", "collectives 2", "collectives 3"} for v in lanes.values()) and len(lanes) == 2
+    doc = json.loads(write_timeline(run, tmp_path / "m.json").read_text())
+    coll = [e for e in doc["traceEvents"] if e.get("cat") == "collective"]
+    assert sorted(e["dur"] for e in coll) == sorted([175_000.0, 60_000.0, 20_000.0] * 4)
+    for pid in (1, 2):
+        by_tid = defaultdict(list)
+        for e in coll:
+            if e["pid"] == pid:
+                by_tid[e["tid"]].append((e["ts"], e["ts"] + e["dur"]))
+        assert len(by_tid) == 3
+        for spans in by_tid.values():
+            spans.sort()
+            assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    named = {(e["pid"], e["args"]["name"]) for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert (1, "collectives 3") in named and (2, "collectives 2") in named
