@@ -6,9 +6,10 @@ that runs under compute is "overlapped".
 
 - GPU traces: compute = non-communication kernels, memcpy and memset; communication = NCCL /
   RCCL / HCCL kernels (by name, or linked to a communication CPU op: see ``classify``); data
-  wait = host DataLoader spans while the device does neither.
+  wait = host data-loading spans (``DEFAULT_DATA_SPANS``) while the device does neither.
 - CPU-only traces (gloo): compute = host operators on the threads that run the steps,
-  communication = ``gloo:*`` / collective spans on any thread, data wait = DataLoader spans.
+  communication = ``gloo:*`` / collective spans on any thread, data wait = data-loading spans and the
+  operators inside them (decode, collate, augmentation).
 - A rank without ``ProfilerStep#N`` markers gets one step spanning its whole window (step -1);
   ``Result.summary["whole_window_ranks"]`` says which ranks these are.
 
@@ -20,6 +21,9 @@ compute) and ``iteration_tail`` (last compute -> step end). ``ascend_table`` con
 Ascend ``step_trace_time`` columns in µs. Needs one rank's events at a time.
 """
 from __future__ import annotations
+
+import os
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -39,8 +43,32 @@ ASCEND = ["Step", "Type", "Index", "Computing", "Communication(Not Overlapped)",
           "Preparing", "Data Wait", "Host Idle"]
 
 
+# Spans that mark data loading: DataLoader's own (``enumerate(DataLoader)#_SingleProcessDataLoaderIter
+# .__next__``) and user annotations named like data loading (``record_function("data")``, "get_batch",
+# "load_batch", "next_batch", "fetch_batch", "prefetch", "input_pipeline", "data_loading", ...), as words
+# (so "metadata" or "update" do not match). ``RANKSCOPE_DATA_SPANS`` (a regular expression, searched in
+# the name, case-insensitive) replaces the default; the breakdown's summary names the one used.
+DEFAULT_DATA_SPANS = (r"DataLoader|(^|[^a-z0-9])(data|dataloader|data_?load(ing|er)?|(get|load|next|fetch|read)_?batch"
+                      r"|prefetch|input_?pipeline)([^a-z0-9]|$)")
+
+
+def data_spans_pattern() -> str:
+    """The data-loading span pattern in force (see DEFAULT_DATA_SPANS)."""
+    return os.environ.get("RANKSCOPE_DATA_SPANS") or DEFAULT_DATA_SPANS
+
+
 def _is_data(names: np.ndarray) -> np.ndarray:
-    return np.char.find(names.astype(str), "DataLoader") >= 0
+    rx = re.compile(data_spans_pattern(), re.IGNORECASE)
+    return np.fromiter((rx.search(n) is not None for n in names.astype(str)), bool, len(names))
+
+
+def _inside(ts: np.ndarray, end: np.ndarray, iv: Intervals) -> np.ndarray:
+    """Rows whose [ts, end] lies within one of the (merged) intervals ``iv``."""
+    s, e = merge(*iv)
+    if len(s) == 0:
+        return np.zeros(len(ts), bool)
+    j = np.searchsorted(s, ts, side="right") - 1
+    return (j >= 0) & (end <= e[np.clip(j, 0, None)])
 
 
 def _is_step(names: np.ndarray) -> np.ndarray:
@@ -55,7 +83,8 @@ def interval_sets(ev: pa.Table, step_tids: np.ndarray, rd: RankData | None = Non
     end = ts + dur
     comm = d.comm()
     host = d.kind_in(HOST_KINDS)
-    data = host & d.memo("is_data", lambda: dict_test(ev, "name", _is_data))
+    # annotations and Python functions only: an operator named like data ("aten::set_data") is compute
+    data = d.kind_in(("user_annotation", "python_function")) & d.memo("is_data", lambda: dict_test(ev, "name", _is_data))
     device = d.kind_in(DEVICE_KINDS)
     on_step = np.isin(d.col("tid"), step_tids) if len(step_tids) else np.ones(len(ts), bool)
     is_step = d.memo("is_step", lambda: dict_test(ev, "name", _is_step))
@@ -64,7 +93,9 @@ def interval_sets(ev: pa.Table, step_tids: np.ndarray, rd: RankData | None = Non
         sets = {"compute": device & ~comm, "comm": device & comm, "data": data}
         source = "device"
     else:
-        sets = {"compute": host_busy & ~comm & ~data, "comm": host & comm, "data": data}
+        # operators run inside a data-loading span (decode, collate, augmentation) are data loading too
+        in_data = host_busy & _inside(ts, end, (ts[data], end[data])) if data.any() else data
+        sets = {"compute": host_busy & ~comm & ~data & ~in_data, "comm": host & comm, "data": data}
         source = "host"
     sets["recv"] = sets["comm"] & dict_test(ev, "name", is_recv)
     sets["host"] = host_busy

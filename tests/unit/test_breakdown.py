@@ -67,3 +67,49 @@ def test_steps_extend_to_device_work(tmp_path):
     assert [s["step"] for s in steps] == [3, 4]
     assert steps[0]["end"] == 90_000  # the kernel launched in step 3 ends at 90 µs
     assert steps[1]["ts"] == 90_000   # step 4 starts after step 3's device work
+
+
+def _profiled_steps(path, annotation: str) -> None:
+    """A real torch.profiler trace of 3 steps: a span named ``annotation`` holding real tensor work
+    (a decode-like cumsum and a sort), then a matmul outside it."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    a = torch.randn(256, 256)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            with record_function(annotation):
+                torch.sort(torch.randn(200_000).cumsum(0))
+            a @ a
+            prof.step()
+    prof.export_chrome_trace(str(path))
+
+
+def test_user_data_annotation_and_the_work_inside_it_count_as_data_wait(tmp_path):
+    """Issue 12: a user's record_function("data") (real work inside: its operators) counted as compute.
+    Now the span and the operators under it are data wait; a span named "metadata" stays compute."""
+    _profiled_steps(tmp_path / "d" / "r0.pt.trace.json", "data")
+    _profiled_steps(tmp_path / "m" / "r0.pt.trace.json", "metadata")
+    shares = {}
+    for k in ("d", "m"):
+        run = load_run(tmp_path / k / "r0.pt.trace.json", jobs=1, allow_missing_ranks=True)
+        bd = [r for r in run_all(run, ["breakdown"])["breakdown"].tables["breakdown"].to_pylist()
+              if r["complete"]]
+        assert bd
+        shares[k] = sum(r["data_wait"] for r in bd) / sum(r["wall"] for r in bd)
+        for r in bd:
+            assert r["computing"] + r["comm_exposed"] + r["data_wait"] + r["free"] == r["wall"]
+    assert shares["d"] > 0.3, shares  # the sort dominates the step
+    assert shares["m"] == 0.0, shares
+
+
+def test_data_span_pattern_is_configurable(tmp_path, monkeypatch):
+    _profiled_steps(tmp_path / "r0.pt.trace.json", "my_reader")
+    run = load_run(tmp_path / "r0.pt.trace.json", jobs=1, allow_missing_ranks=True)
+    def share():
+        bd = run_all(run, ["breakdown"])["breakdown"].tables["breakdown"].to_pylist()
+        return sum(r["data_wait"] for r in bd)
+    assert share() == 0
+    monkeypatch.setenv("RANKSCOPE_DATA_SPANS", "my_reader")
+    assert share() > 0
