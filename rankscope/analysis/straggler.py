@@ -14,8 +14,8 @@ time per step (wall minus exposed communication wait) is longest. Algorithm:
    made the rank slow; see ``cpu.wait_excess``); else, among the components (compute, data wait, host
    idle) carrying a good share of the extra time, the one that grew most against its usual size
    (restricted to those that can hold the extra *blocked* time: sleeps, I/O, locks, when the scheduler
-   samples show it); "imbalance" when a large share of the time of the operators it calls as often
-   as the others runs on input shapes no other rank sees (larger inputs: different work, not
+   samples show it); "imbalance" (input imbalance) when its operators' input elements per step
+   exceed the others' by enough to explain the excess (``work.is_input_imbalance``: more work, not
    slower work); "comm" when the excess sits in DDP's
    gradient hooks (host traces) or, from the "links" analysis, when one rank sits in every slow
    group while arrival skew is normal;
@@ -27,7 +27,7 @@ The statistical rules of steps 1-2 live in :mod:`rankscope.analysis.rules`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, TypedDict
+from typing import Any, Callable
 
 import numpy as np
 import polars as pl
@@ -38,25 +38,12 @@ from rankscope.analysis.rules import (COMPONENTS, CONSISTENCY, PAIR_CONSISTENCY,
                                       REL_THRESHOLD, complete_steps, consistency, cpu_available_outliers,
                                       outliers, paired, per_rank, with_sched)
 from rankscope.analysis.stats import as_float
+from rankscope.analysis.work import (CAUSE_SHARE, Work, extra_calls_ns, imbalance, imbalance_note,
+                                     is_input_imbalance, work_note)
 from rankscope.model.run import Run
 
-IMBALANCE_SHARE = 0.2
-
-
-class Work(TypedDict):
-    """Evidence of different work on a rank (see ``imbalance``)."""
-
-    unseen_shape_time_share: float
-    same_call_count_ops: int
-    example: str
-    more_calls: list[dict[str, Any]]
-
-
-
-
-
-# A component explains the straggler when it carries at least this share of the extra time ...
-CAUSE_SHARE = 0.3
+# A component explains the straggler when it carries at least this share of the extra time (CAUSE_SHARE,
+# from rankscope.analysis.work) ...
 # ... and among those, the one that grew most against its usual size wins (usual sizes below 5 % of
 # the others' own time count as 5 %, so a near-zero component cannot win on noise). Why: on a
 # shared host, a rank that is late for other reasons (5 ms of Python busy-work per step, measured
@@ -135,46 +122,6 @@ def refine(run: Run, kind: str, rank: int, others: list[int], evidence: dict[str
     return kind
 
 
-def _shapes(run: Run, rank: int) -> pl.DataFrame:
-    """Operator time (t, whole window), calls per step (n) and calls per (name, input shapes) on one
-    rank (ops that record shapes)."""
-    ev = frame(run.table(rank, "events", columns=["name", "kind", "dur", "input_dims"]))
-    n_steps = max(run.table(rank, "steps", columns=["step"]).num_rows, 1)
-    return (ev.filter((pl.col("kind").cast(pl.Utf8) == "cpu_op") & (pl.col("input_dims").cast(pl.Utf8) != ""))
-            .group_by(pl.col("name").cast(pl.Utf8), pl.col("input_dims").cast(pl.Utf8))
-            .agg(t=pl.col("dur").sum(), n=pl.len() / n_steps, calls=pl.len()))
-
-
-def imbalance(run: Run, rank: int, others: list[int]) -> Work | None:
-    """Evidence of different work: the *same* operators (same calls per step) on input shapes that no
-    other rank uses (larger batches, longer sequences). Extra operators alone are not imbalance."""
-    mine = _shapes(run, rank)
-    if mine.height == 0:
-        return None
-    theirs = [_shapes(run, o) for o in others[:8]]
-    seen = pl.concat([t.select("name", "input_dims") for t in theirs]).unique()
-    calls = pl.concat([t.group_by("name").agg(n=pl.col("n").sum()) for t in theirs]).group_by("name").agg(
-        ref=pl.col("n").median())
-    per_name = (mine.group_by("name").agg(n=pl.col("n").sum(), t=pl.col("t").sum(), calls=pl.col("calls").sum())
-                .join(calls, on="name", how="left"))
-    same = per_name.filter((pl.col("n") - pl.col("ref")).abs() <= 0.05 * pl.col("ref"))["name"]
-    # operators this rank calls more often per step than the others (more work, whatever the shapes):
-    # the extra calls' share of its time in them, per step
-    more = (per_name.with_columns(ref=pl.col("ref").fill_null(0.0))
-            .filter((pl.col("n") - pl.col("ref") >= 0.5) & (pl.col("n") > 1.05 * pl.col("ref")))
-            .with_columns(extra_ns=pl.col("t") / pl.col("calls") * (pl.col("n") - pl.col("ref")))
-            .sort("extra_ns", descending=True).head(3))
-    mine = mine.filter(pl.col("name").is_in(same.to_list()))
-    new = mine.join(seen, on=["name", "input_dims"], how="anti")
-    total = float(mine["t"].sum() or 0)
-    share = float(new["t"].sum() or 0) / total if total else 0.0
-    return Work(unseen_shape_time_share=round(share, 3), same_call_count_ops=int(same.len()),
-                example=(new.sort("t", descending=True).row(0, named=True)["input_dims"] if new.height else ""),
-                more_calls=[{"name": r["name"], "calls_per_step": round(r["n"], 2),
-                             "others_calls_per_step": round(r["ref"], 2), "extra_ns_per_step": round(r["extra_ns"])}
-                            for r in more.iter_rows(named=True)])
-
-
 def time_lost(run: Run, rank: int, results: dict[str, Result], bd: pl.DataFrame) -> dict[str, float | str]:
     """What-if at median speed: how much shorter each step would be, and the others' wait for ``rank``.
 
@@ -204,24 +151,25 @@ def time_lost(run: Run, rank: int, results: dict[str, Result], bd: pl.DataFrame)
     return out
 
 
-def work_note(work: Work, compute_excess_ns: float) -> str:
-    """More work or the same work slower, for a compute straggler's title. Calls per step are counts,
-    not timings: a rank that runs extra operators (the demo's injected matmul blocks: aten::mm 13 vs 7
-    per step) differs from one whose same operators on the same shapes take longer (a slower
-    processor or device; measured here on a slower vCPU: no operator called more often)."""
-    more = work["more_calls"]
-    if more and more[0]["extra_ns_per_step"] >= CAUSE_SHARE * max(compute_excess_ns, 1.0):
-        m = more[0]
-        return f" (more calls: {m['name']} {m['calls_per_step']:g} vs {m['others_calls_per_step']:g} per step)"
-    if not more and work["unseen_shape_time_share"] == 0 and work["same_call_count_ops"] > 0:
-        return " (same operators and shapes, slower)"
-    return ""
+LABELS = {"imbalance": "input imbalance", "comm": "communication", "data": "data loading",
+          "host": "host (idle between operators)"}
 
 
-def _finding(rank: int, kind: str, rel: float, evidence: dict[str, Any], conf: float, note: str = "") -> Finding:
+def _finding(rank: int, kind: str, rel: float, evidence: dict[str, Any], conf: float, note: str = "",
+             measure: str = "own time") -> Finding:
+    """A straggler finding whose title names every figure's measure: "rank 2 is slow: input imbalance,
+    +35% input work per step (...), own time +52% vs the other ranks' median, costs 53.0 ms per step (35%)"."""
     evidence["cause"] = kind
-    return Finding(kind="straggler", title=f"rank {rank} is slow: {kind}, +{rel:.0%} step time{note}",
-                   severity=Severity.WARNING, ranks=(rank,), evidence=evidence, confidence=round(conf, 2))
+    lost = evidence.get("time_lost", {})
+    cost = (f", costs {lost['lost_per_step_ns'] / 1e6:.1f} ms per step ({lost.get('lost_share_of_step', 0):.0%})"
+            if lost.get("lost_per_step_ns") else "")
+    head = f"rank {rank} is slow: {LABELS.get(kind, kind)}"
+    if measure.startswith("own time"):
+        title = f"{head}{note}, {measure} +{rel:.0%} vs the other ranks' median{cost}"
+    else:
+        title = f"{head}{note}, {measure}{cost}"
+    return Finding(kind="straggler", title=title, severity=Severity.WARNING, ranks=(rank,), evidence=evidence,
+                   confidence=round(conf, 2))
 
 
 def more_work(pr: pl.DataFrame, work_of: Callable[[int], Work | None]) -> list[tuple[int, float, str]]:
@@ -241,12 +189,6 @@ def more_work(pr: pl.DataFrame, work_of: Callable[[int], Work | None]) -> list[t
     if rest <= 0 or own / rest - 1 < PAIR_MIN:
         return []
     return [(i, own / rest - 1, "more calls")] if extra_calls_ns(work_of(rank)) >= CAUSE_SHARE * (own - rest) else []
-
-
-def extra_calls_ns(work: Work | None) -> float:
-    """Time per step in the operators called more often than on the other ranks; the largest, not the
-    sum: operator times are inclusive (aten::matmul holds aten::mm)."""
-    return max((m["extra_ns_per_step"] for m in work["more_calls"]), default=0.0) if work else 0.0
 
 
 def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
@@ -296,23 +238,24 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
         if kind != "contention" and bd.filter(pl.col("rank") == rank)["source"][0] == "host":
             kind = refine(run, kind, rank, others["rank"].to_list(), evidence)
         note = ""
-        if kind == "compute":
-            if imb:
-                evidence["work"] = imb
-                if imb["unseen_shape_time_share"] > IMBALANCE_SHARE:
-                    kind = "imbalance"
-                else:
-                    note = work_note(imb, excess["compute"])
+        if imb:
+            evidence["work"] = imb
+        if kind == "compute" and imb:
+            if is_input_imbalance(imb, float(rel)):
+                kind, note = "imbalance", imbalance_note(imb)
+            else:
+                note = work_note(imb, excess["compute"])
         evidence["time_lost"] = time_lost(run, rank, results, bd)
         floor = (PAIR_MIN if test.startswith("signed-rank") else PAIR_THRESHOLD if test.startswith("ratio")
                  else REL_THRESHOLD)
         strength = min(1.0, rel / (2 * floor))
+        measure = "own time"
         if test.endswith("(cpu-available)"):
             # the excess is of own time minus run-queue wait: with more ranks than cores a busy rank can
             # hold a CPU while the others queue, so its own time need not be the longest (measured: 11 ms
             # of host busy-work per step at 4 ranks on 2 cores, own time -5 %, CPU-available +46 %)
-            note = " excluding CPU wait" + note
-        findings.append(_finding(rank, kind, rel, evidence, cons * strength, note))
+            measure = "own time excluding CPU wait"
+        findings.append(_finding(rank, kind, rel, evidence, cons * strength, note, measure))
     return findings
 
 
@@ -336,7 +279,10 @@ def link_stragglers(results: dict[str, Result], bd: pl.DataFrame, taken: set[int
                     "transfer_ratio": max(g["ratio"] for g in mine),
                     "time_lost": {"lost_per_step_ns": round(lost), "lost_total_ns": round(lost * n_steps),
                                   "lost_share_of_step": round(lost / wall, 4), "method": "slow-group transfer"}}
-        out.append(_finding(int(rank), "comm", rel, evidence, min(1.0, len(mine) / 2)))
+        worst = max(mine, key=lambda g: g["ratio"])
+        out.append(_finding(int(rank), "comm", rel, evidence, min(1.0, len(mine) / 2),
+                            measure=f"in every slow group (transfers up to {worst['ratio']:.1f}x the other "
+                                    "groups' median)"))
     return out
 
 

@@ -47,7 +47,8 @@ def _diagnose(path: Path) -> dict:
 
 def test_compute_straggler_named_with_cause_and_time_lost(tmp_path):
     res = _diagnose(make(tmp_path, {2: 1.5}))["straggler"]
-    assert res.summary["verdict"].startswith("rank 2 is slow: compute, +")
+    assert res.summary["verdict"] == ("rank 2 is slow: compute (same operators and input sizes, slower), own time "
+                                      "+26% vs the other ranks' median, costs 4.0 ms per step (20%)")
     f = res.findings[0]
     assert f.evidence["cause"] == "compute" and f.evidence["test"] == "dixon" and f.confidence == 1.0
     assert f.evidence["excess_ns"]["compute"] == 4_000_000
@@ -62,7 +63,8 @@ def test_extra_operator_calls_name_a_straggler_timings_alone_cannot(tmp_path):
     the +25 % ratio rule, too few steps for the signed-rank test, but the count of calls is not noise.
     The same +2 ms from 4 slower mm ops is left to the timing rules: no straggler."""
     more = _diagnose(make(tmp_path / "more", {}, world=2, calls={1: 5}))["straggler"]
-    assert more.summary["verdict"] == "rank 1 is slow: compute, +11% step time (more calls: aten::mm 5 vs 4 per step)"
+    assert more.summary["verdict"] == ("rank 1 is slow: compute (more calls: aten::mm 5 vs 4 per step), own time +11% "
+                                       "vs the other ranks' median, costs 2.0 ms per step (10%)")
     assert more.findings[0].evidence["test"] == "more calls"
     slower = _diagnose(make(tmp_path / "slower", {1: 1.25}, world=2))["straggler"]
     assert slower.summary["verdict"] == "no straggler"
@@ -75,8 +77,12 @@ def test_healthy_run_has_no_straggler(tmp_path):
 
 def test_larger_shapes_are_imbalance(tmp_path):
     res = _diagnose(make(tmp_path, {2: 1.5}, dims={2: 384}))["straggler"]
-    assert res.summary["verdict"].startswith("rank 2 is slow: imbalance")
-    assert res.findings[0].evidence["work"]["unseen_shape_time_share"] == 1.0
+    # 4 mm per step on [32, 384] x [384, 512] vs [32, 256] x [256, 512]: 208,896 vs 139,264 input elements
+    assert res.summary["verdict"].startswith("rank 2 is slow: input imbalance, +50% input work per step "
+                                             "(aten::mm inputs [32, 384] vs [32, 256]), own time +")
+    work = res.findings[0].evidence["work"]
+    assert work["unseen_shape_time_share"] == 1.0 and work["work_ratio"] == 1.5
+    assert work["input_elements_per_step"] == 4 * (32 * 384 + 384 * 512)
 
 
 def test_data_straggler(tmp_path):
@@ -119,14 +125,14 @@ def test_rank_that_waited_for_a_cpu_is_contention_not_compute(tmp_path):
     # rank 2's operators take 4 ms longer per step, and its thread waited 3.5 ms more per step on the
     # run queue: the host, not the code, slowed it down
     res = _diagnose(_with_sched(make(tmp_path, {2: 1.5}), {2: 3.7}))["straggler"]
-    assert res.summary["verdict"].startswith("rank 2 is slow: contention, +")
+    assert res.summary["verdict"].startswith("rank 2 is slow: contention, own time +")
     wait = res.findings[0].evidence["cpu_wait"]
     assert wait["excess_ns"] == 3_500_000 and wait["share_of_excess"] == 0.875 and wait["steps"] == 6
 
 
 def test_small_cpu_wait_keeps_the_code_level_cause(tmp_path):
     res = _diagnose(_with_sched(make(tmp_path, {2: 1.5}), {2: 1.2}))["straggler"]
-    assert res.summary["verdict"].startswith("rank 2 is slow: compute, +")
+    assert res.summary["verdict"].startswith("rank 2 is slow: compute")
     assert res.findings[0].evidence["cpu_wait"]["share_of_excess"] == 0.25
 
 
@@ -358,7 +364,7 @@ def test_extra_operator_calls_make_compute_the_cause():
 
 
 def test_work_note_tells_more_work_from_the_same_work_slower():
-    from rankscope.analysis.straggler import Work, work_note
+    from rankscope.analysis.work import Work, work_note
 
     # measured on demo runs (bench/RESULTS.md, stragglers): an injected compute straggler calls
     # aten::mm 13 times per step where the others call it 7 times; +6.8 ms of its +7.6 ms compute
@@ -370,9 +376,12 @@ def test_work_note_tells_more_work_from_the_same_work_slower():
     assert work_note(more, 40_000_000) == ""
     # a healthy rank on a slower vCPU: the same 52 operators, same shapes, no extra calls
     same = Work(unseen_shape_time_share=0.0, same_call_count_ops=52, example="", more_calls=[])
-    assert work_note(same, 4_542_490) == " (same operators and shapes, slower)"
-    assert work_note(Work(unseen_shape_time_share=0.1, same_call_count_ops=52, example="[[8, 4]]",
+    assert work_note(same, 4_542_490) == " (same operators and input sizes, slower)"
+    # 5 % more input work: neither the same work nor enough to call it an imbalance
+    assert work_note(Work(unseen_shape_time_share=0.1, same_call_count_ops=52, example="[[8, 4]]", work_ratio=1.05,
                           more_calls=[]), 4_542_490) == ""
+    # no shapes recorded: says what it cannot tell
+    assert "cannot tell more work from slower work" in work_note(Work(shapes_recorded=False, more_calls=[]), 1.0)
 
 
 def test_outlier_rules_also_look_at_cpu_available_time():
@@ -405,5 +414,5 @@ def test_title_says_when_the_excess_excludes_cpu_wait(tmp_path):
     """A rank found on own time minus run-queue wait: the title must not call that excess "step time"."""
     from rankscope.analysis.straggler import _finding
 
-    f = _finding(1, "host", 0.46, {}, 0.9, " excluding CPU wait")
-    assert f.title == "rank 1 is slow: host, +46% step time excluding CPU wait"
+    f = _finding(1, "host", 0.46, {}, 0.9, measure="own time excluding CPU wait")
+    assert f.title == "rank 1 is slow: host (idle between operators), own time excluding CPU wait +46% vs the other ranks' median"
