@@ -48,7 +48,7 @@ def diagnose(path: Path) -> dict[str, Any]:
     run = load_run(path, jobs=2)
     res = run_all(run, names=NAMES)
     st = res["straggler"]
-    found = [(f.ranks[0], f.evidence["cause"], f.confidence) for f in st.findings]
+    found = [(f.ranks[0], f.evidence.get("cause", "likely"), f.confidence) for f in st.findings]
     links = [f.evidence["pg_name"] for f in res["links"].findings] if not res["links"].skipped else []
     offsets = {int(k): v for k, v in res["clock"].summary.get("offsets_ns", {}).items()}
     return {"verdict": st.summary.get("verdict", st.skipped), "found": found, "links": links, "offsets": offsets,

@@ -62,15 +62,17 @@ def breakdown_rules(bd: pl.DataFrame) -> list[Finding]:
                     "Reduce Python overhead and syncs (CUDA graphs, torch.compile, fewer .item() calls)."),
     ]
     comp = m["computing"]
-    med = as_float(comp.median(), 0.0)
-    if m.height >= 2 and med > 0:
-        ratio = as_float(comp.max()) / med
+    if m.height >= 2 and as_float(comp.median(), 0.0) > 0:
+        top = comp.arg_max() or 0  # never None here: the column has values (median > 0)
+        r = int(m["rank"][top])
+        # against the *other* ranks: on 2 ranks a median that includes the rank itself halves the gap
+        med = as_float(comp.filter(m["rank"] != r).median(), 0.0)
+        ratio = as_float(comp.max()) / med if med > 0 else 0.0
         if ratio > RULES["dp_imbalance"]["ratio"]:
-            top = comp.arg_max()  # never None here: the column has values (median > 0)
-            r = int(m["rank"][top or 0])
             out.append(Finding(kind="advice.dp_imbalance", severity=Severity.WARNING, ranks=(r,),
-                               title=f"compute differs across ranks: rank {r} computes {ratio:.2f}x the median. "
-                                     "Balance the work (shard sizes, sequence lengths) or check that rank.",
+                               title=f"compute differs across ranks: rank {r} computes {ratio:.2f}x the other ranks' "
+                                     "median per step. Balance the work (shard sizes, sequence lengths) or check "
+                                     "that rank.",
                                evidence={"threshold": RULES["dp_imbalance"], "ratio": round(ratio, 3),
                                          "computing_ns": dict(zip(map(str, m["rank"]), map(round, comp)))}))
     comm_share = m["communication"] / m["wall"]

@@ -305,13 +305,20 @@ def run_straggler(run: Run, results: dict[str, Result]) -> Result:
     findings = own_time_stragglers(run, results, bd, pr)
     findings += link_stragglers(results, bd, {f.ranks[0] for f in findings})
     findings = [f for f in findings if not set(f.ranks) & set(excluded)]  # never a verdict on broken data
+    steps = per_step(bd)
+    if not findings:
+        from rankscope.analysis.likely import likely_straggler
+
+        maybe = likely_straggler(run, results, steps, pr, excluded)
+        findings = [maybe] if maybe else []
     verdict = "; ".join(f.title for f in findings) if findings else "no straggler"
     if note:
         verdict += f" ({note})"
-    return Result("straggler", tables={"per_rank": pr.to_arrow(), "per_step": per_step(bd).to_arrow()},
+    return Result("straggler", tables={"per_rank": pr.to_arrow(), "per_step": steps.to_arrow()},
                   findings=findings,
                   summary={"verdict": verdict, "excluded_ranks": excluded, "coverage_note": note,
-                           "time_lost_per_step_ns": sum(f.evidence["time_lost"]["lost_per_step_ns"] for f in findings)})
+                           "time_lost_per_step_ns": sum(f.evidence["time_lost"]["lost_per_step_ns"] for f in findings
+                                               if "time_lost" in f.evidence)})
 
 
 def verdict_input(run: Run, bd: pl.DataFrame) -> tuple[pl.DataFrame, list[int], str]:

@@ -416,3 +416,29 @@ def test_title_says_when_the_excess_excludes_cpu_wait(tmp_path):
 
     f = _finding(1, "host", 0.46, {}, 0.9, measure="own time excluding CPU wait")
     assert f.title == "rank 1 is slow: host (idle between operators), own time excluding CPU wait +46% vs the other ranks' median"
+
+
+def test_evidence_below_the_bar_gives_a_likely_straggler_not_a_green_verdict(tmp_path):
+    """Issue 12: rank 2 arrived last at every collective and had the longest own time in every step, but
+    its excess (+9 % own time at 4 ranks) is under the outlier bar: the verdict says "likely", with the
+    counts, never "no straggler"; a +1 % steady difference and a healthy run stay "no straggler"."""
+    res = _diagnose(make(tmp_path / "a", {2: 1.2}, world=4, steps=8))["straggler"]
+    assert res.summary["verdict"] == ("likely straggler: rank 2 (arrived last at 8 of 8 collectives; longest own time "
+                                      "in 8 of 8 steps; own time +9% vs the other ranks' median, below the bar for a "
+                                      "verdict; no cause drawn)")
+    f = res.findings[0]
+    assert f.kind == "likely_straggler" and f.ranks == (2,) and f.evidence["binomial_p"] < 0.01
+    assert "cause" not in f.evidence
+    assert _diagnose(make(tmp_path / "b", {2: 1.03}, world=4, steps=8))["straggler"].summary["verdict"] == "no straggler"
+    assert _diagnose(make(tmp_path / "c", {}, world=4, steps=8))["straggler"].summary["verdict"] == "no straggler"
+    # too few collectives to beat chance (2 ranks: last at 3 of 3 has p = 0.125)
+    few = _diagnose(make(tmp_path / "d", {1: 1.2}, world=2, steps=3))["straggler"]
+    assert few.summary["verdict"] == "no straggler"
+
+
+def test_binomial_tail():
+    from rankscope.analysis.likely import binom_tail
+
+    assert abs(binom_tail(13, 16, 0.25) - 3.783e-06) < 1e-9  # exact: sum of C(16,i) .25^i .75^(16-i), i=13..16
+    assert binom_tail(0, 5, 0.5) == 1.0 and abs(binom_tail(5, 5, 0.5) - 1 / 32) < 1e-12
+    assert binom_tail(2000, 5000, 1 / 64) == 0.0  # no overflow at thousands of instances
