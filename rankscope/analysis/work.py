@@ -78,19 +78,34 @@ def first_dims(dims: str) -> str:
     return next((json.dumps(d) for d in val if isinstance(d, list) and d), dims) if isinstance(val, list) else dims
 
 
-def _example(mine: pl.DataFrame, theirs: list[pl.DataFrame]) -> tuple[str, str, str]:
-    """The operator that holds most of this rank's time among those whose usual input shape (most time)
-    is larger here than on the others: (operator, its shape here, the others' usual shape)."""
-    def usual(df: pl.DataFrame) -> pl.DataFrame:
-        return df.sort("t", descending=True).group_by("name", maintain_order=True).agg(
-            dims=pl.col("input_dims").first(), el=pl.col("el").first(), t=pl.col("t").sum())
+def _dims(text: str) -> list[int] | None:
+    try:
+        d = json.loads(first_dims(text))
+    except ValueError:
+        return None
+    return d if isinstance(d, list) and all(isinstance(v, int) for v in d) else None
 
-    ref = usual(pl.concat(theirs)).rename({"dims": "ref_dims", "el": "ref_el", "t": "ref_t"})
-    j = usual(mine).join(ref, on="name").filter(pl.col("el") > pl.col("ref_el")).sort("t", descending=True)
-    if j.height == 0:
-        return "", "", ""
-    r = j.row(0, named=True)
-    return r["name"], first_dims(r["dims"]), first_dims(r["ref_dims"])
+
+def _example(mine: pl.DataFrame, theirs: list[pl.DataFrame]) -> tuple[str, str, str]:
+    """A telling pair of input shapes: among this rank's (operator, shape) by time, the first whose
+    first input differs from a shape the others use for the same operator in exactly one dimension,
+    larger here (a longer sequence, a larger batch); the others' shape is their most used such one.
+    Returns (operator, shape here, the others' shape), or empty strings."""
+    ref = pl.concat(theirs).group_by("name", "input_dims").agg(t=pl.col("t").sum()).sort("t", descending=True)
+    by_name: dict[str, list[list[int]]] = {}
+    for name, dims in ref.select("name", "input_dims").iter_rows():
+        d = _dims(dims)
+        if d:
+            by_name.setdefault(name, []).append(d)
+    # operators (aten::bmm) before autograd nodes (ReluBackward0): the names users write
+    order = mine.with_columns(aten=pl.col("name").str.starts_with("aten::")).sort(["aten", "t"], descending=True)
+    for name, dims in order.head(200).select("name", "input_dims").iter_rows():
+        d = _dims(dims)
+        for o in by_name.get(name, []) if d else []:
+            diff = [i for i, (a, b) in enumerate(zip(d, o)) if a != b]
+            if len(o) == len(d) and len(diff) == 1 and d[diff[0]] > o[diff[0]]:
+                return name, json.dumps(d), json.dumps(o)
+    return "", "", ""
 
 
 def imbalance(run: Run, rank: int, others: list[int]) -> Work | None:

@@ -98,7 +98,7 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
     """
 
     def __init__(self, *, activities: Iterable[Any] | None = None, schedule: Callable[[int], Any] | None = None,
-                 on_trace_ready: Callable[[Any], Any] | None = None, record_shapes: bool = False,
+                 on_trace_ready: Callable[[Any], Any] | None = None, record_shapes: bool = True,
                  profile_memory: bool = False, with_stack: bool = False, with_flops: bool = False,
                  with_modules: bool = False, experimental_config: Any = None, run: str | None = None,
                  ranks: Iterable[int] | None = None, metadata: dict[str, Any] | None = None,

@@ -72,15 +72,18 @@ def trajectory(run: Run, results: dict[str, Result]) -> str:
     if src is None:
         return "".join(parts)
     rows = charts.rows_of(src)
+    # the straggler verdict's measure: own time = wall minus exposed communication (waiting for others)
     slowest: dict[int, tuple[int, int]] = {}
     for i, r in enumerate(rows):
-        if r["step"] not in slowest or r["wall"] > slowest[r["step"]][1]:
-            slowest[r["step"]] = (i, r["wall"])
+        own = r["wall"] - (r.get("comm_exposed") or 0)
+        if r["step"] not in slowest or own > slowest[r["step"]][1]:
+            slowest[r["step"]] = (i, own)
     cols = [c for c in charts.columns_of(src) if c not in ("ts", "end", "source")]
     shown = [{c: (r[c] / 1e3 if c not in ("rank", "step") and isinstance(r[c], (int, float))
                   and not isinstance(r[c], bool) else r[c]) for c in cols} for r in rows]
     parts.append(charts.figure_div(charts.steps_figure(rows), "steps-chart"))
-    parts.append("<h3>per rank × step (µs; the slowest rank of each step is highlighted)</h3>"
+    parts.append("<h3>per rank × step (µs; highlighted: the rank with the longest own time in each step, "
+                 "i.e. step time minus exposed communication, the straggler verdict's measure)</h3>"
                  + table_html(shown, cols, hot={i for i, _ in slowest.values()}, limit=1000))
     return f'<section id="steps">{"".join(parts)}</section>'
 
