@@ -314,11 +314,27 @@ def run_straggler(run: Run, results: dict[str, Result]) -> Result:
     verdict = "; ".join(f.title for f in findings) if findings else "no straggler"
     if note:
         verdict += f" ({note})"
+    limits = blind_spots(run, sched_frame(run))
     return Result("straggler", tables={"per_rank": pr.to_arrow(), "per_step": steps.to_arrow()},
                   findings=findings,
-                  summary={"verdict": verdict, "excluded_ranks": excluded, "coverage_note": note,
+                  summary={"verdict": verdict, "excluded_ranks": excluded, "coverage_note": note, "limits": limits,
                            "time_lost_per_step_ns": sum(f.evidence["time_lost"]["lost_per_step_ns"] for f in findings
                                                if "time_lost" in f.evidence)})
+
+
+def blind_spots(run: Run, sched: pl.DataFrame) -> list[str]:
+    """Causes this run's data cannot show, said beside the verdict (never a silent "no")."""
+    out = []
+    if sched.height == 0:
+        out.append("contention (ranks slowed by a busy host) cannot be named: the run has no CPU run-queue samples "
+                   "(rankscope.profile records them; runs profiled through trace_handler or torch.profiler alone "
+                   "do not)")
+    probe = run.rank_ids[:2]
+    if probe and all(not frame(run.table(r, "events", columns=["input_dims"])).filter(
+            pl.col("input_dims").cast(pl.Utf8) != "").height for r in probe):
+        out.append("input imbalance cannot be told from slower compute: no input shapes recorded "
+                   "(profile with record_shapes=True; rankscope.profile does by default)")
+    return out
 
 
 def verdict_input(run: Run, bd: pl.DataFrame) -> tuple[pl.DataFrame, list[int], str]:

@@ -150,7 +150,9 @@ def print_summary(run: Run, results: dict[str, Result], report: str | None = Non
     else:
         stragglers = {r for f in st.findings for r in f.ranks}
         out.print(rank_table(st.tables["per_rank"], st.summary["verdict"], stragglers))
-        out.print(f"[bold]{'⚠ ' if stragglers else '✓ '}{st.summary['verdict']}[/]")
+        out.print(f"[bold]{'⚠ ' if stragglers else '✓ '}{escape(st.summary['verdict'])}[/]")
+        for line in st.summary.get("limits", []):
+            out.print(f"[dim]  {escape(line)}[/]", highlight=False, soft_wrap=True)
     from rankscope.errors import safe
 
     for line in findings_lines(results):  # op and kernel names come from the traces: escape them

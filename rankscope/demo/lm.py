@@ -87,6 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--imbalance", type=float, default=1.5, help="work factor of the slow rank")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-shapes", action="store_true", help="profile with record_shapes=False (overhead bench)")
     return p.parse_args(argv)
 
 
@@ -113,7 +114,8 @@ def main(argv: list[str] | None = None) -> None:
 
     import rankscope
 
-    with rankscope.profile(run=args.run_dir, run_id=os.path.basename(os.path.normpath(args.run_dir)),
+    shapes = {"record_shapes": False} if args.no_shapes else {}
+    with rankscope.profile(**shapes, run=args.run_dir, run_id=os.path.basename(os.path.normpath(args.run_dir)),
                            schedule=torch.profiler.schedule(wait=0, warmup=args.warmup, active=args.steps, repeat=1),
                            metadata={"workload": {"family": args.family, "slow_rank": args.slow_rank,
                                                   "imbalance": args.imbalance, "seed": args.seed}}) as prof:

@@ -43,8 +43,9 @@ def overview(run: Run, results: dict[str, Result]) -> str:
     fig = charts.figure_div(charts.breakdown_figure(per_rank, stragglers), "breakdown-chart")
     hot = {i for i, r in enumerate(per_rank) if r["rank"] in stragglers}
     table = table_html([{k: (v / 1e3 if k != "rank" else v) for k, v in r.items()} for r in per_rank], hot=hot)
+    limits = "".join(f'<p class="muted">{esc(x)}</p>' for x in st.summary.get("limits", []))
     return (f'<section id="overview">{missing}<p class="verdict {cls}">{esc(st.summary.get("verdict", ""))}</p>'
-            f"{cluster}{findings_html(st)}{fig}<h3>per rank, median over steps (µs)</h3>{table}</section>")
+            f"{limits}{cluster}{findings_html(st)}{fig}<h3>per rank, median over steps (µs)</h3>{table}</section>")
 
 
 def coverage_html(run: Run) -> str:

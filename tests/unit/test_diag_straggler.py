@@ -442,3 +442,17 @@ def test_binomial_tail():
     assert abs(binom_tail(13, 16, 0.25) - 3.783e-06) < 1e-9  # exact: sum of C(16,i) .25^i .75^(16-i), i=13..16
     assert binom_tail(0, 5, 0.5) == 1.0 and abs(binom_tail(5, 5, 0.5) - 1 / 32) < 1e-12
     assert binom_tail(2000, 5000, 1 / 64) == 0.0  # no overflow at thousands of instances
+
+
+def test_verdict_says_what_the_data_cannot_show(tmp_path):
+    """Issue 12: a run without scheduler samples (trace_handler) can never be called contention, and one
+    without shapes cannot tell more work from slower work: the summary says both instead of staying silent."""
+    res = _diagnose(make(tmp_path / "a", {}))["straggler"]
+    assert len(res.summary["limits"]) == 1 and res.summary["limits"][0].startswith("contention")
+    root = make(tmp_path / "b", {})
+    for f in root.glob("rank*.json"):  # the same traces without "Input Dims"
+        f.write_text(f.read_text().replace('"Input Dims"', '"Other"'))
+    limits = _diagnose(root)["straggler"].summary["limits"]
+    assert [x.split(" ")[0] for x in limits] == ["contention", "input"]
+    sched = _diagnose(_with_sched(make(tmp_path / "c", {}), {}))["straggler"]
+    assert not any(x.startswith("contention") for x in sched.summary["limits"])
