@@ -11,7 +11,9 @@ kernels and collectives explain it. Columns follow the X / XBase / XDiff convent
 2. ranks: medians over complete steps of each component, per rank;
 3. operators / kernels: total time per name and rank, divided by the number of steps, then mean,
    min and max over ranks per run; joined on name, sorted by |meanDiff|;
-4. collectives: count, bytes and total host time per (op, group), mean over ranks.
+4. collectives: count, bytes and total host time per (op, group), mean over ranks;
+5. the cause of the change (``rankscope.analysis.diffcause``): per rank own-time and per (rank, operator,
+   input shapes) deltas normalized by a run-wide host speed factor; the headline finding.
 """
 from __future__ import annotations
 
@@ -137,6 +139,15 @@ def run_diff(run: Run, results: dict[str, Result], base: Run, base_results: dict
         summary["wall_base_ms"] = float(r["wallBase"].median()) / 1e6 if r.height else None
     else:
         summary["steps"] = "no step breakdown in one of the runs"
+    from rankscope.analysis import diffcause as dc
+
+    sa, sb = dc.op_shapes(run), dc.op_shapes(base)
+    factor, keys = dc.speed_factor(sa, sb)
+    summary["speed_factor"], summary["speed_keys"] = round(factor, 4), keys
+    tables["rank_operators"] = dc.rank_operator_deltas(sa, sb, factor)
+    tables["rank_operator_totals"] = dc.rank_operator_totals(sa, sb, factor)
+    if "ranks" in tables:
+        tables["own"] = dc.own_deltas(tables["ranks"], factor)
     tables["operators"] = name_deltas(run, base, ("cpu_op", "user_annotation"))
     tables["kernels"] = name_deltas(run, base, ("kernel", "memcpy", "memset"))
     tables["collectives"] = comm_deltas(run, base)
@@ -151,13 +162,15 @@ def _findings(tables: dict[str, Any], summary: dict[str, Any]) -> list[Finding]:
         sev = Severity.WARNING if rel > 0.1 else Severity.INFO
         out.append(Finding("step_time_change", f"median step time {a:.2f} ms vs {b:.2f} ms ({rel:+.1%})", sev,
                            evidence={"wall_ms": a, "wall_base_ms": b, "relative": rel}))
-    ranks = tables.get("ranks")
-    if ranks is not None and ranks.height:
-        comp = max(COMPONENTS[1:], key=lambda c: abs(float(ranks[f"{c}Diff"].max() or 0)))
-        row = ranks.sort(f"{comp}Diff", descending=True).row(0, named=True)
-        out.append(Finding("largest_component_change", f"largest change: {comp} on rank {row['rank']} "
-                           f"({row[f'{comp}Diff'] / 1e6:+.2f} ms per step)", Severity.INFO, (int(row["rank"]),),
-                           evidence={"component": comp, "diff_ns": row[f"{comp}Diff"]}))
+    own = tables.get("own")
+    if own is not None and own.height and a is not None and b is not None:
+        from rankscope.analysis.diffcause import headline
+
+        # the rank whose own time grew (not a rank that waited longer), host speed taken out: first
+        cause = headline(own, tables["rank_operators"], (a - b) * 1e6, summary.get("speed_factor", 1.0),
+                         summary.get("speed_keys", 0))
+        if cause is not None:
+            out.insert(0, cause)
     ops = tables.get("operators")
     if ops is not None and ops.height:
         row = ops.row(0, named=True)

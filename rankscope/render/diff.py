@@ -27,35 +27,64 @@ def to_json(diff: Result) -> dict[str, Any]:
             "tables": {n: rows_of(t) for n, t in diff.tables.items()}}
 
 
+def _short(text: Any, width: int) -> str:
+    t = "" if text is None else str(text)
+    return t if len(t) <= width else t[: width - 1] + "…"
+
+
+def _ms(v: Any, scale: float = 1e6, signed: bool = False) -> str:
+    if not isinstance(v, (int, float)):
+        return ""
+    return f"{v / scale:+,.1f}" if signed else f"{v / scale:,.1f}"
+
+
 def terminal_tables(diff: Result, top: int = 15) -> list[Any]:
-    """Rich tables: per-rank medians, then the top operators, kernels and collectives."""
+    """Rich tables that fit 80 columns (also when piped): per rank, per rank and operator (with input
+    shape), collectives. Δ columns are normalized by the host speed factor where they say "norm"."""
     from rich.table import Table
 
+    from rankscope.analysis.work import first_dims
+
+    def table(title: str, heads: list[tuple[str, bool]]) -> Any:
+        t = Table(title=title, title_justify="left", pad_edge=False, padding=(0, 1))
+        for h, left in heads:
+            t.add_column(h, justify="left" if left else "right", no_wrap=True)
+        return t
+
     out = []
-    for name, cols in (("ranks", None), ("operators", ["name", "mean", "meanBase", "meanDiff", "spread"]),
-                       ("kernels", ["name", "mean", "meanBase", "meanDiff", "spread"]),
-                       ("collectives", ["op", "pg_ranks", "calls", "callsDiff", "bytesDiff", "time_us", "time_usBase",
-                                        "time_usDiff"])):
-        t = diff.tables.get(name)
-        rows = _ms_rows(name, t)[:top] if t is not None else []
-        if not rows:
-            continue
-        cols = cols or columns_of(t)
-        unit = {"ranks": "ms per step", "collectives": "per rank over the capture, µs"}.get(name, "µs per step")
-        tab = Table(title=f"{name} ({unit})", title_justify="left")
-        for c in cols:
-            tab.add_column(c, justify="left" if c in ("name", "op", "pg_ranks") else "right",
-                           style="bold" if c.endswith("Diff") else None, overflow="fold", max_width=60)
-        for r in rows:
-            tab.add_row(*[_cell(r.get(c)) for c in cols])
-        out.append(tab)
+    ranks, own = diff.tables.get("ranks"), diff.tables.get("own")
+    if ranks is not None and rows_of(ranks):
+        norm = {r["rank"]: r for r in rows_of(own)} if own is not None else {}
+        t = table("per rank (ms per step, medians; * this run − speed factor × baseline)",
+                  [("rank", True), ("step", False), ("base", False), ("Δ step", False), ("Δ own*", False),
+                   ("Δ compute*", False), ("Δ data*", False), ("Δ wait", False)])
+        for r in rows_of(ranks)[:top]:
+            n = norm.get(r["rank"], {})
+            t.add_row(str(r["rank"]), _ms(r["wall"]), _ms(r["wallBase"]), _ms(r["wallDiff"], signed=True),
+                      _ms(n.get("ownDiffNorm"), signed=True), _ms(n.get("computingDiffNorm"), signed=True),
+                      _ms(n.get("data_waitDiffNorm"), signed=True), _ms(r["comm_exposedDiff"], signed=True))
+        out.append(t)
+    ops = diff.tables.get("rank_operator_totals")
+    if ops is not None and rows_of(ops):
+        t = table("per rank and operator (ms per step; usual inputs here / in the baseline)",
+                  [("rank", True), ("operator", True), ("inputs", True), ("this", False), ("base", False),
+                   ("Δ*", False)])
+        for r in rows_of(ops)[:top]:
+            shapes = r["inputs"] if r["inputs"] == r["inputsBase"] else f"{r['inputs'] or '-'} / {r['inputsBase'] or '-'}"
+            t.add_row(str(r["rank"]), _short(r["name"], 22), _short(shapes, 18), _ms(r["us"], 1e3),
+                      _ms(r["usBase"], 1e3), _ms(r["usDiffNorm"], 1e3, signed=True))
+        out.append(t)
+    coll = diff.tables.get("collectives")
+    if coll is not None and rows_of(coll):
+        t = table("collectives (per rank over the capture)", [("op", True), ("group", True), ("calls", False),
+                                                              ("Δ calls", False), ("Δ MB", False), ("ms", False),
+                                                              ("base ms", False), ("Δ ms", False)])
+        for r in rows_of(coll)[:top]:
+            t.add_row(_short(r["op"], 16), _short(r["pg_ranks"], 12), f"{r['calls']:g}", f"{r['callsDiff']:+g}",
+                      _ms(r["bytesDiff"], 1e6, signed=True), _ms(r["time_us"], 1e3), _ms(r["time_usBase"], 1e3),
+                      _ms(r["time_usDiff"], 1e3, signed=True))
+        out.append(t)
     return out
-
-
-def _cell(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:,.3f}"
-    return "" if v is None else str(v)
 
 
 def html_section(diff: Result) -> str:
@@ -68,13 +97,21 @@ def html_section(diff: Result) -> str:
     if ranks is not None and rows_of(ranks):
         parts.append(figure_div(_rank_delta_figure(_ms_rows("ranks", ranks)), "diff-ranks-chart"))
     parts.append("</section>")
-    for name in ("ranks", "steps", "operators", "kernels", "collectives"):
+    titles = {"ranks": "per rank (ms per step, medians)", "steps": "per rank and step (ms)",
+              "rank_operator_totals": "per rank and operator (µs per step; Norm: this run − speed factor × baseline)",
+              "rank_operators": "per rank, operator and input shapes (µs per step)",
+              "operators": "operators (µs per step, mean over ranks)", "kernels": "kernels (µs per step, mean over ranks)",
+              "collectives": "collectives (per rank over the capture, µs)"}
+    for name, title in titles.items():
         t = diff.tables.get(name)
         if t is None:
             continue
-        unit = "ms" if name in _NS_TABLES else ("per rank over the capture, µs" if name == "collectives"
-                                                else "µs per step, mean over ranks")
-        parts.append(f"<section><h3>{esc(name)} ({unit})</h3>{table_html(_ms_rows(name, t))}</section>")
+        rows = _ms_rows(name, t)
+        if not rows:
+            why = "no device kernels in either run (CPU-only traces)" if name == "kernels" else "no rows"
+            parts.append(f'<section><h3>{esc(title)}</h3><p class="muted">{esc(why)}</p></section>')
+            continue
+        parts.append(f"<section><h3>{esc(title)}</h3>{table_html(rows)}</section>")
     return "".join(parts)
 
 
