@@ -83,13 +83,15 @@ def heatmap_figure(matrix: list[list[float]], labels: list[str], title: str, uni
     return fig
 
 
-def bars_figure(rows: list[dict[str, Any]], x: str, ys: list[str], title: str, unit: str = "") -> Any:
-    """Grouped bars of numeric columns ``ys`` against ``x`` (generic fallback chart)."""
+def bars_figure(rows: list[dict[str, Any]], x: str, ys: list[str], title: str, unit: str = "",
+                labels: dict[str, str] | None = None, xlabel: str = "") -> Any:
+    """Grouped bars of numeric columns ``ys`` against ``x``; ``labels`` names the series."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     for y in ys:
-        fig.add_bar(name=y, x=[str(r.get(x)) for r in rows], y=[r.get(y) for r in rows])
+        fig.add_bar(name=(labels or {}).get(y, y), x=[f"{xlabel} {r.get(x)}".strip() for r in rows],
+                    y=[r.get(y) for r in rows])
     fig.update_layout(title=title, height=340, margin=_MARGIN, yaxis_title=unit, legend=dict(orientation="h"))
     return fig
 

@@ -34,7 +34,7 @@ VIEW_OF: dict[str, str] = {
     "trajectory": "trajectory", "collectives": "communication", "comm_matrix": "communication",
     "comm": "communication", "bandwidth": "communication", "opstats": "operators", "hta_temporal": "operators",
     "kernels": "operators", "memory": "memory", "clock": "clock", "recorder": "problems", "rpc": "problems",
-    "hang": "problems", "classify": "problems",
+    "hang": "problems", "classify": "problems", "links": "communication", "capture": "problems",
 }
 MAX_ROWS = 200
 
@@ -53,6 +53,7 @@ td,th{border-bottom:1px solid #eceef2;padding:4px 10px;text-align:right}th{backg
 td:first-child,th:first-child{text-align:left}.muted{color:#6b7280;font-size:12px}
 tr.hot td{background:#fdecea}.sev-critical{color:#b3261e;font-weight:600}.sev-warning{color:#b36b00}
 .scroll{max-height:520px;overflow:auto}code{font-size:12px;word-break:break-all}
+table.facts td{text-align:left;border:0;padding:1px 10px 1px 0}
 """
 
 _JS = """
@@ -82,60 +83,84 @@ def esc(v: Any) -> str:
 def fmt(v: Any) -> str:
     """A compact human form of a table cell."""
     if isinstance(v, float):
-        return f"{v:,.3f}" if abs(v) < 1e6 else f"{v:,.0f}"
+        return f"{v:,.2f}" if abs(v) < 1e6 else f"{v:,.0f}"
     if isinstance(v, int) and not isinstance(v, bool):
         return f"{v:,}"
-    if isinstance(v, (list, tuple, dict)):
-        return json.dumps(v, default=str)
+    if isinstance(v, (list, tuple)):
+        return ", ".join(fmt(x) for x in v)
+    if isinstance(v, dict):
+        return ", ".join(f"{k}: {fmt(x)}" for k, x in v.items())
     return "" if v is None else str(v)
 
 
 def table_html(rows: list[dict[str, Any]], cols: list[str] | None = None, *, hot: set[int] | None = None,
-               limit: int = MAX_ROWS) -> str:
+               limit: int = MAX_ROWS, total: int | None = None) -> str:
     """A sortable table of at most ``limit`` rows; rows whose index is in ``hot`` are highlighted."""
     cols = cols or (list(rows[0]) if rows else [])
     head = "".join(f"<th>{esc(c)}</th>" for c in cols)
     body = "".join(
         f'<tr{" class=hot" if hot and i in hot else ""}>' + "".join(f"<td>{esc(fmt(r.get(c)))}</td>" for c in cols)
         + "</tr>" for i, r in enumerate(rows[:limit]))
-    more = (f'<p class="muted">first {limit} of {len(rows)} rows; the full table is in '
-            "<code>rankscope analyze --json</code></p>" if len(rows) > limit else "")
+    total = len(rows) if total is None else total
+    more = (f'<p class="muted">first {limit:,} of {total:,} rows; the full table is in '
+            "<code>rankscope analyze --json</code></p>" if total > limit else "")
     return f'<div class="scroll"><table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{more}'
 
 
 def findings_html(result: Result) -> str:
-    """Findings as a list: severity, title, ranks, evidence."""
+    """Findings as a list: severity, title, ranks, and the evidence as labelled facts in human units."""
     items = []
     for f in result.findings:
-        ranks = f" (ranks {esc(', '.join(map(str, f.ranks)))})" if f.ranks else ""
-        conf = f" · confidence {f.confidence:.2f}" if f.confidence is not None else ""
+        ranks = f" (ranks {esc(', '.join(map(str, f.ranks)))})" if len(f.ranks) > 1 else ""
+        conf = f" · confidence {f.confidence:.0%}" if f.confidence is not None else ""
         items.append(f'<li><span class="sev-{esc(f.severity.value)}">{esc(f.severity.value)}</span> '
                      f"{esc(f.title)}{ranks}{conf}{_evidence(f.evidence)}</li>")
     return f"<ul>{''.join(items)}</ul>" if items else ""
 
 
 def _evidence(ev: dict[str, Any]) -> str:
-    """Scalar evidence inline, the rest behind a disclosure."""
-    if not ev:
+    """Evidence behind a disclosure, as labelled facts (the raw evidence is in the JSON output)."""
+    from rankscope.render.declare import evidence_facts
+
+    facts = evidence_facts(ev)
+    if not facts:
         return ""
-    flat = " · ".join(f"{esc(k)} {esc(fmt(v))}" for k, v in ev.items() if isinstance(v, (int, float, str, bool)))
-    return (f'<details class="muted"><summary>evidence{": " + flat if flat else ""}</summary>'
-            f"<code>{esc(json.dumps(ev, default=str))}</code></details>")
+    rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in facts)
+    return f'<details class="muted"><summary>evidence</summary><table class="facts">{rows}</table></details>'
+
+
+def declared_table(rows: list[dict[str, Any]], cols: Any, *, hot: set[int] | None = None, limit: int = MAX_ROWS) -> str:
+    """A sortable table of the declared columns (labels and human units) of ``rows``."""
+    from rankscope.render.declare import cell
+
+    cols = [c for c in cols if rows and c.key in rows[0]]
+    shown = [{c.label: cell(r.get(c.key), c.unit) for c in cols} for r in rows[:limit]]
+    return table_html(shown, [c.label for c in cols], hot=hot, limit=limit, total=len(rows))
 
 
 def result_html(name: str, result: Result, *, skip_tables: tuple[str, ...] = ()) -> str:
-    """Generic block of one analysis: findings, summary and tables (or why it was skipped)."""
+    """Block of one analysis as declared (``render.declare``): title, findings, facts, tables (or why
+    it has nothing to show and how to get it)."""
+    from rankscope.render.declare import cell, view_of
+
+    v = view_of(name, result.summary, result.tables)
+    head = f"<h3>{esc(v.title)}</h3>"
     if result.skipped:
-        return f'<h3>{esc(name)}</h3><p class="muted">skipped: {esc(result.skipped)}</p>'
-    parts = [f"<h3>{esc(name)}</h3>", findings_html(result)]
-    if result.summary:
-        parts.append(table_html([{"key": k, "value": fmt(v)} for k, v in result.summary.items()]))
-    for tname, t in result.tables.items():
-        if tname in skip_tables or t is None:
+        how = f" ({esc(v.empty)})" if v.empty and v.empty not in result.skipped else ""
+        return f'{head}<p class="muted">nothing to show: {esc(result.skipped)}{how}</p>'
+    parts = [head, findings_html(result)]
+    facts = [(c.label, cell(result.summary.get(c.key), c.unit)) for c in v.facts if c.key in result.summary]
+    facts = [(k, x) for k, x in facts if x]
+    if facts:
+        parts.append('<table class="facts">' + "".join(f"<tr><td>{esc(k)}</td><td>{esc(x)}</td></tr>"
+                                                        for k, x in facts) + "</table>")
+    for tv in v.tables:
+        t = result.tables.get(tv.table)
+        if tv.table in skip_tables or t is None:
             continue
         rows = rows_of(t)
-        parts.append(f"<details><summary>{esc(tname)} ({len(rows)} rows)</summary>"
-                     f"{table_html(rows, columns_of(t) if rows else [])}</details>")
+        body = declared_table(rows, tv.cols) if rows else f'<p class="muted">{esc(tv.empty)}</p>'
+        parts.append(f"<details><summary>{esc(tv.title)} ({len(rows):,} rows)</summary>{body}</details>")
     return "".join(parts)
 
 
@@ -158,7 +183,11 @@ def build(run: Run, results: dict[str, Result], *, diff: Result | None = None, f
     for view, fn in views.SPECIFIC.items():
         body[view].append(_safe(fn, run, results))
     for name, res in results.items():
+        if res.skipped:  # said once, with how to get it, in "Problems & skipped"
+            continue
         view = VIEW_OF.get(name, "more")
+        if name in views.DRAWN_FINDINGS:  # the verdict and its evidence are drawn by the overview already
+            res = Result(res.name, res.tables, [], res.skipped, res.summary)
         body[view].append(f"<section>{result_html(name, res, skip_tables=views.DRAWN.get(name, ()))}</section>")
     if flame:
         body["flame"].append(_safe(views.flame_view, run, results))

@@ -11,10 +11,13 @@ from typing import Any, Callable
 from rankscope.analysis.base import Result
 from rankscope.model.run import Run
 from rankscope.render import charts
-from rankscope.render.html import esc, findings_html, table_html
+from rankscope.analysis.work import first_dims
+from rankscope.render.declare import BREAKDOWN_COLS, Col as C
+from rankscope.render.html import declared_table, esc, findings_html, table_html
 
 DRAWN: dict[str, tuple[str, ...]] = {"breakdown": ("breakdown",), "straggler": ("per_rank",),
                                      "trajectory": ("trajectory",)}
+DRAWN_FINDINGS = ("straggler",)
 _MEM_POINTS = 400
 _MEM_RANKS = 16
 _SRC = ("src", "src_rank", "from", "from_rank", "sender")
@@ -42,10 +45,12 @@ def overview(run: Run, results: dict[str, Result]) -> str:
     missing = coverage_html(run)
     fig = charts.figure_div(charts.breakdown_figure(per_rank, stragglers), "breakdown-chart")
     hot = {i for i, r in enumerate(per_rank) if r["rank"] in stragglers}
-    table = table_html([{k: (v / 1e3 if k != "rank" else v) for k, v in r.items()} for r in per_rank], hot=hot)
+    cols = (C("rank", "rank", "count"), C("wall", "step time", "ns"), C("own", "own time", "ns"),
+            *[c for c in BREAKDOWN_COLS if c.key in ("computing", "comm_exposed", "data_wait", "free")])
+    table = declared_table(per_rank, cols, hot=hot)
     limits = "".join(f'<p class="muted">{esc(x)}</p>' for x in st.summary.get("limits", []))
     return (f'<section id="overview">{missing}<p class="verdict {cls}">{esc(st.summary.get("verdict", ""))}</p>'
-            f"{limits}{cluster}{findings_html(st)}{fig}<h3>per rank, median over steps (µs)</h3>{table}</section>")
+            f"{limits}{cluster}{findings_html(st)}{fig}<h3>per rank, median over steps</h3>{table}</section>")
 
 
 def coverage_html(run: Run) -> str:
@@ -79,13 +84,12 @@ def trajectory(run: Run, results: dict[str, Result]) -> str:
         own = r["wall"] - (r.get("comm_exposed") or 0)
         if r["step"] not in slowest or own > slowest[r["step"]][1]:
             slowest[r["step"]] = (i, own)
-    cols = [c for c in charts.columns_of(src) if c not in ("ts", "end", "source")]
-    shown = [{c: (r[c] / 1e3 if c not in ("rank", "step") and isinstance(r[c], (int, float))
-                  and not isinstance(r[c], bool) else r[c]) for c in cols} for r in rows]
+    cols = BREAKDOWN_COLS + (C("iteration_gap", "gap before compute", "ns"), C("fwd_bwd", "forward + backward", "ns"),
+                             C("iteration_tail", "tail after compute", "ns"))
     parts.append(charts.figure_div(charts.steps_figure(rows), "steps-chart"))
-    parts.append("<h3>per rank × step (µs; highlighted: the rank with the longest own time in each step, "
+    parts.append("<h3>per rank × step (highlighted: the rank with the longest own time in each step, "
                  "i.e. step time minus exposed communication, the straggler verdict's measure)</h3>"
-                 + table_html(shown, cols, hot={i for i, _ in slowest.values()}, limit=1000))
+                 + declared_table(rows, cols, hot={i for i, _ in slowest.values()}, limit=1000))
     return f'<section id="steps">{"".join(parts)}</section>'
 
 
@@ -109,10 +113,23 @@ def communication(run: Run, results: dict[str, Result]) -> str:
         fig = charts.stacked_figure(rows, "call", [("max_wait", "wait (slowest arrival)"), ("transfer", "transfer")],
                                     "ms", 1e6, label_prefix="")
         out.append("<h3>per collective: wait for the last rank vs transfer</h3>" + charts.figure_div(fig, "wait-chart"))
-        if "busbw_gbps" in charts.columns_of(inst):
-            fig = charts.points_figure(rows, "pg_ranks", "busbw_gbps", "bus bandwidth (GB/s)")
-            out.append("<h3>bandwidth by process group</h3>" + charts.figure_div(fig, "busbw-chart"))
-    return f"<section>{''.join(out)}</section>" if out else ""
+        bw = [r for r in rows if r.get("busbw_gbps")]
+        if "busbw_gbps" in charts.columns_of(inst) and bw:
+            for r in bw:
+                r["group"] = f"ranks {r.get('pg_ranks', '')}"
+            fig = charts.points_figure(bw, "group", "busbw_gbps", "bus bandwidth (GB/s)")
+            out.append("<h3>bus bandwidth by process group</h3>" + charts.figure_div(fig, "busbw-chart"))
+        else:
+            out.append('<h3>bus bandwidth by process group</h3><p class="muted">no bandwidth: the collectives '
+                       "carry no sizes or transfer times (profile with record_shapes=True)</p>")
+    if not any("heat-" in x for x in out):
+        out.insert(0, '<p class="muted">no communication matrix: it needs the size of each collective (profile '
+                   "with record_shapes=True) and the members of each process group</p>")
+    return f"<section>{''.join(out)}</section>"
+
+
+_HEAT_TITLES = {"bytes": ("data sent, rank → rank", "MB", 1e6), "time_ns": ("communication time, rank → rank", "ms", 1e6),
+                "count": ("calls, rank → rank", "", 1.0), "bandwidth (GB/s)": ("bandwidth, rank → rank", "GB/s", 1.0)}
 
 
 def _heatmaps(name: str, tname: str, t: object) -> list[str]:
@@ -133,8 +150,14 @@ def _heatmaps(name: str, tname: str, t: object) -> list[str]:
     if byt and tim:
         z["bandwidth (GB/s)"] = [[b / t if t else 0.0 for b, t in zip(rb, rt)] for rb, rt in zip(z[byt], z[tim])]
     labels = [str(r) for r in ranks]
-    return [charts.figure_div(charts.heatmap_figure(zz, labels, f"{name}.{tname}: {m}", m), f"heat-{tname}-{i}")
-            for i, (m, zz) in enumerate(z.items()) if m != "count"]
+    out = []
+    for i, (m, zz) in enumerate(z.items()):
+        if m == "count":
+            continue
+        title, unit, scale = _HEAT_TITLES.get(m, (m.replace("_", " "), "", 1.0))
+        zz = [[v / scale for v in row] for row in zz]
+        out.append(charts.figure_div(charts.heatmap_figure(zz, labels, title, unit), f"heat-{tname}-{i}"))
+    return out
 
 
 def operators(run: Run, results: dict[str, Result]) -> str:
@@ -150,9 +173,17 @@ def operators(run: Run, results: dict[str, Result]) -> str:
             key = _pick(cols, ("name", "op", "kernel", "operator"))
             if not (lo and hi and mid and key):
                 continue
-            rows = [r for r in charts.rows_of(t)[:25] if None not in (r[lo], r[mid], r[hi])]
-            out.append(f"<h3>{esc(name)}.{esc(tname)}: {esc(mid)} across ranks (bars: {esc(lo)} … {esc(hi)})</h3>")
-            out.append(charts.figure_div(charts.spread_figure(rows, key, lo, mid, hi, mid), f"spread-{name}-{tname}"))
+            rows = [dict(r) for r in charts.rows_of(t)[:25] if None not in (r[lo], r[mid], r[hi])]
+            if "input_dims" in cols:  # one bar per (operator, shapes): show the shape
+                for r in rows:
+                    r[key] = f"{r[key]} {first_dims(r.get('input_dims') or '')}".strip()
+            what = "kernel" if name == "kernels" else "operator"
+            by = " and input shape" if "input_dims" in cols else ""
+            out.append(f"<h3>top {what}s{by}: total time per rank over the capture, {mid} over ranks (bars: "
+                       "least … most)</h3>")
+            rows = [{**r, lo: r[lo] / 1e6, mid: r[mid] / 1e6, hi: r[hi] / 1e6} for r in rows]  # ns -> ms
+            out.append(charts.figure_div(charts.spread_figure(rows, key, lo, mid, hi, f"ms ({mid} over ranks)"),
+                                         f"spread-{name}-{tname}"))
     return f"<section>{''.join(out)}</section>" if out else ""
 
 
@@ -200,7 +231,8 @@ def clock(run: Run, results: dict[str, Result]) -> str:
         fig = charts.bars_figure([{**x, "offset_ms": (x["offset_ns"] or 0) / 1e6,
                                    "residual_ms": (x["residual_ns"] or 0) / 1e6} for x in rows],
                                  "rank", ["offset_ms", "residual_ms"], "clock offset to the reference rank and "
-                                 "residual skew after alignment", "ms")
+                                 "residual skew after alignment", "ms",
+                                 {"offset_ms": "offset", "residual_ms": "residual after alignment"}, "rank")
         return f'<section>{charts.figure_div(fig, "clock-chart")}</section>'
     rows = [{"rank": r, "host": run.ranks[r].host or "", "offset_ms": _ms(run.ranks[r].clock_offset_ns),
              "error_ms": _ms(run.ranks[r].clock_error_ns)} for r in run.rank_ids]
@@ -240,7 +272,13 @@ def problems_view(run: Run, results: dict[str, Result]) -> str:
     items = [esc(p) for p in run.problems]
     if run.missing:
         items.append(f"missing ranks: {esc(', '.join(map(str, run.missing)))}")
-    items += [f"analysis {esc(n)} skipped: {esc(r.skipped)}" for n, r in results.items() if r.skipped]
+    from rankscope.render.declare import view_of
+
+    for n, r in results.items():
+        if r.skipped:
+            v = view_of(n)
+            how = f" ({v.empty})" if v.empty and v.empty not in r.skipped else ""
+            items.append(f"{esc(v.title)}: nothing to show: {esc(r.skipped)}{esc(how)}")
     body = "".join(f"<li>{i}</li>" for i in items) or "<li>none</li>"
     return f'<section id="problems"><ul>{body}</ul></section>'
 

@@ -38,7 +38,8 @@ def test_every_view_and_skipped_reasons(evil):
     page = build(run, results)
     for v in ("overview", "trajectory", "communication", "operators", "memory", "flame", "problems"):
         assert f'id="view-{v}"' in page, v
-    assert "skipped: no hang dump in this run" in page
+    problems = page.split('id="view-problems"')[1]
+    assert "Hang: nothing to show: no hang dump in this run" in problems
     assert 'id="breakdown-chart"' in page and 'id="steps-chart"' in page and 'id="flame-chart"' in page
     assert 'id="view-diff"' not in page  # no baseline, no diff view
 
@@ -60,16 +61,23 @@ def test_generic_result_polars_and_arrow_tables():
                  summary={"total": 12345})
     out = result_html("newthing", res)
     assert "&lt;b&gt;x&lt;/b&gt;" in out and "<b>x</b>" not in out
-    assert "something &lt;odd&gt;" in out and "(ranks 1)" in out and "12,345" in out
-    assert out.count('class="sortable"') == 3  # summary + two tables
-    assert "skipped: why" in result_html("z", Result("z", skipped="why"))
+    assert "something &lt;odd&gt;" in out and "12345" in out
+    assert out.count('class="sortable"') == 2 and "<h3>Newthing</h3>" in out  # two tables, a plain title
+    assert "nothing to show: why" in result_html("z", Result("z", skipped="why"))
+    # a declared analysis shows its declared facts and columns, never its internal names
+    bd = result_html("straggler", Result("straggler", summary={"time_lost_per_step_ns": 2_500_000, "fired": [1]},
+                                         tables={"per_step": pl.DataFrame({"step": [1], "slowest": [2], "own": [3e6],
+                                                                           "others_median": [2e6],
+                                                                           "rel_excess": [0.5]})}))
+    assert "time lost per step" in bd and "2.50 ms" in bd and "3.00 ms" in bd and "50%" in bd
+    assert not any(k in bd for k in ("time_lost_per_step_ns", "fired", "rel_excess", "others_median"))
 
 
 def test_unknown_analysis_goes_to_more_view(evil):
     run, results = evil
     page = build(run, dict(results, zzz=Result("zzz", summary={"answer": 42})))
     more = page.split('id="view-more"')[1].split('class="view"')[0]
-    assert "zzz" in more and "42" in more
+    assert "Zzz" in more and "42" in more
     assert list(VIEWS)[0] == "overview"
 
 

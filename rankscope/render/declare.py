@@ -1,0 +1,218 @@
+"""How each analysis is shown: its title, the summary facts and table columns a person reads (with
+units), and what to say when it has no data and how to get it. The report and the web UI draw these
+declarations; nothing renders an analysis's raw summary dict or a table's internal column names (the
+full results stay in ``rankscope analyze --json``).
+
+One vocabulary everywhere: compute, exposed communication, data wait, idle. Times in ms (µs below
+0.1 ms), bytes and bandwidth in human units.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column or a summary fact: ``key`` in the data, ``label`` shown, ``unit`` of the stored value
+    ("ns", "us", "bytes", "gbps", "share", "count", "text", "ranks")."""
+
+    key: str
+    label: str
+    unit: str = "text"
+
+
+@dataclass(frozen=True)
+class TableView:
+    table: str
+    title: str
+    cols: tuple[Col, ...]
+    empty: str = "no rows"
+
+
+@dataclass(frozen=True)
+class View:
+    title: str
+    facts: tuple[Col, ...] = ()
+    tables: tuple[TableView, ...] = ()
+    empty: str = ""
+
+
+NS = "ns"
+C = Col
+BREAKDOWN_COLS = (C("rank", "rank", "count"), C("step", "step", "count"), C("wall", "step time", NS),
+                  C("computing", "compute", NS), C("comm_exposed", "exposed communication", NS),
+                  C("overlapped", "overlapped communication", NS), C("data_wait", "data wait", NS),
+                  C("free", "idle", NS))
+
+VIEWS: dict[str, View] = {
+    "breakdown": View("Step time breakdown (compute, exposed communication, data wait, idle)", (
+        C("whole_window_ranks", "ranks without step markers (their whole capture counts as one step)", "ranks"),),
+        (TableView("breakdown", "per rank and step (ms)", BREAKDOWN_COLS),),
+        "no steps: profile with prof.step() once per training step"),
+    "hta_temporal": View("Device time: idle, compute, non-compute (as HTA's temporal breakdown)",
+                         empty="needs GPU kernels in the traces (profile a CUDA or NPU job with device activities)"),
+    "clock": View("Clock alignment", (C("max_abs_offset_ns", "largest clock offset to the reference rank", NS),
+                                      C("max_residual_ns", "largest residual after alignment", NS)),
+                  (TableView("offsets", "per rank", (C("rank", "rank", "count"), C("offset_ns", "offset", NS),
+                                                     C("residual_ns", "residual", NS),
+                                                     C("drift_ppm", "drift (ppm)", "float"),
+                                                     C("samples", "matched samples", "count"),
+                                                     C("source", "from"))),)),
+    "links": View("Slow links and groups", (C("slow_groups", "slow groups", "count"),
+                                            C("comm_stragglers", "ranks in every slow group", "ranks")),
+                  (TableView("groups", "per process group and operation", (
+                      C("pg_ranks", "group (ranks)"), C("op", "operation"), C("bytes", "size", "bytes"),
+                      C("count", "calls", "count"), C("transfer_ns", "transfer (median)", NS),
+                      C("skew_ns", "arrival skew (median)", NS))),)),
+    "straggler": View("Straggler verdict", (C("time_lost_per_step_ns", "time lost per step", NS),),
+                      (TableView("per_step", "per step: the rank with the longest own time", (
+                          C("step", "step", "count"), C("slowest", "rank", "count"), C("own", "own time", NS),
+                          C("others_median", "other ranks' median", NS), C("rel_excess", "excess", "share"))),)),
+    "trajectory": View("Iteration trajectory", tables=(
+        TableView("per_rank", "per rank, median over steps (ms)", (
+            C("rank", "rank", "count"), C("wall", "step time", NS), C("iteration_gap", "gap before compute", NS),
+            C("fwd_bwd", "forward + backward", NS), C("iteration_tail", "tail after compute", NS))),)),
+    "collectives": View("Collectives matched across ranks", (
+        C("instances", "matched collectives", "count"), C("arrival_skew_p50_ns", "median arrival skew", NS)),
+        (TableView("arrival_by_rank", "arrival per rank", (
+            C("rank", "rank", "count"), C("median_arrival_lag", "median lag behind the first rank", NS),
+            C("total_wait", "time others waited for it", NS))),
+         TableView("instances", "per collective", (
+             C("op", "operation"), C("pg_ranks", "group (ranks)"), C("instance", "call", "count"),
+             C("bytes", "size", "bytes"), C("arrival_skew", "arrival skew", NS), C("last_rank", "last rank", "count"),
+             C("max_wait", "longest wait", NS), C("transfer", "transfer", NS), C("busbw_gbps", "bus bandwidth", "gbps"))
+         )), "no collectives in the traces"),
+    "comm_matrix": View("Communication matrix", (C("pairs", "rank pairs", "count"),
+                                                 C("process_groups", "process groups", "count"),
+                                                 C("note", "note")),
+                        (TableView("process_groups", "process groups", (
+                            C("pg_name", "group"), C("pg_ranks", "ranks"), C("type", "type"), C("size", "size", "count"),
+                            C("calls", "calls", "count"), C("desc", "description"))),),
+                        "needs collective sizes: profile with record_shapes=True"),
+    "opstats": View("Operators across ranks", (C("ranks", "ranks", "count"),), (
+        TableView("operators", "top operators: total time per rank over the capture", (
+            C("name", "operator"), C("calls", "calls", "count"), C("median", "median rank", NS),
+            C("min", "least", NS), C("max", "most", NS), C("max_rank", "rank with most", "count"),
+            C("sum", "all ranks", NS))),
+        TableView("operators_by_shape", "by input shape", (
+            C("name", "operator"), C("input_dims", "input shapes"), C("calls", "calls", "count"),
+            C("median", "median rank", NS), C("max", "most", NS), C("max_rank", "rank with most", "count"))))),
+    "kernels": View("Kernels", empty="needs GPU kernels in the traces (profile a CUDA or NPU job with device activities)"),
+    "memory": View("Memory", (C("peak_allocated", "peak allocated", "bytes"),),
+                   empty="no memory events: profile with profile_memory=True"),
+    "advice": View("Advice"),
+    "capture": View("Captured steps", (C("reference_steps", "steps captured on most ranks"),), (
+        TableView("capture", "per rank", (C("rank", "rank", "count"), C("source", "from"),
+                                          C("windows", "windows", "count"), C("n_steps", "steps", "count"),
+                                          C("missing", "missing steps"), C("extra", "extra steps"),
+                                          C("dropped", "dropped windows"))),)),
+}
+
+
+def _plain(key: str) -> str:
+    return key.replace("_ns", "").replace("_", " ")
+
+
+def view_of(name: str, summary: dict[str, Any] | None = None, tables: dict[str, Any] | None = None) -> View:
+    """The declaration of an analysis. One that declares nothing (a plugin's) is shown plainly: its scalar
+    summary facts and its tables, with names made readable (durations ending in _ns shown in ms)."""
+    if name in VIEWS:
+        return VIEWS[name]
+    from rankscope.render.charts import columns_of
+
+    facts = tuple(Col(k, _plain(k), NS if k.endswith("_ns") else "text") for k, v in (summary or {}).items()
+                  if isinstance(v, (int, float, str)) and not isinstance(v, bool))
+    tvs = tuple(TableView(t, _plain(t), tuple(Col(c, _plain(c), NS if c.endswith("_ns") else "text")
+                                               for c in columns_of(tab)))
+                for t, tab in (tables or {}).items() if tab is not None)
+    return View(_plain(name).capitalize(), facts, tvs)
+
+
+def ms(ns: float) -> str:
+    """A duration given in ns: "12.3 ms", "0.84 ms", "35 µs"."""
+    v = ns / 1e6
+    if abs(v) >= 100:
+        return f"{v:,.0f} ms"
+    if abs(v) >= 0.1:
+        return f"{v:,.1f} ms" if abs(v) >= 10 else f"{v:,.2f} ms"
+    return f"{ns / 1e3:,.0f} µs" if abs(ns) >= 1e3 or ns == 0 else f"{ns:,.0f} ns"
+
+
+def human_bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def cell(value: Any, unit: str) -> str:
+    """One value in its unit's human form ('' for missing)."""
+    if value is None or value == "":
+        return ""
+    try:
+        if unit == NS:
+            return ms(float(value))
+        if unit == "us":
+            return ms(float(value) * 1e3)
+        if unit == "bytes":
+            return human_bytes(float(value))
+        if unit == "gbps":
+            return f"{float(value):,.2f} GB/s"
+        if unit == "share":
+            return f"{float(value):+.0%}" if float(value) < 0 else f"{float(value):.0%}"
+        if unit == "count":
+            return f"{int(value):,}" if float(value) == int(value) else f"{float(value):,.2f}"
+        if unit == "float":
+            return f"{float(value):,.2f}"
+    except (TypeError, ValueError):
+        pass
+    if unit == "ranks" or isinstance(value, (list, tuple)):
+        from rankscope.intlist import format_int_list
+
+        items = list(value) if isinstance(value, (list, tuple)) else [value]
+        try:
+            return format_int_list(sorted(int(v) for v in items)) if items else "none"
+        except (TypeError, ValueError):
+            return ", ".join(map(str, items))
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {v}" for k, v in list(value.items())[:8])
+    return str(value)
+
+
+LABELS = {"own_time_ns": ("own time", NS), "others_median_ns": ("other ranks' median own time", NS),
+          "relative_excess": ("excess", "share"), "consistency": ("slower in this share of steps", "share"),
+          "test": ("test", "text"), "lost_per_step_ns": ("time lost per step", NS),
+          "lost_share_of_step": ("share of the step", "share"), "lost_total_ns": ("time lost in all", NS),
+          "last_arrival_share": ("arrived last at this share of collectives", "share"),
+          "others_wait_at_collectives_per_step_ns": ("others waited for it per step", NS),
+          "work_ratio": ("input work vs the other ranks", "float"), "example_op": ("operator", "text"),
+          "example": ("its inputs", "text"), "example_others": ("the others' inputs", "text"),
+          "last_arrivals": ("last arrivals", "count"), "instances": ("matched collectives", "count"),
+          "longest_own_time_steps": ("steps with the longest own time", "count"), "steps": ("steps", "count"),
+          "share": ("share", "share"), "ratio": ("ratio", "float"), "median_ns": ("median", NS),
+          "threshold": ("threshold", "text"), "transfer_ns": ("transfer", NS), "peers_median_ns": ("peers' median", NS),
+          "bytes": ("size", "bytes"), "arrival_skew_ns": ("arrival skew", NS), "wall_diff_ns": ("step time change", NS),
+          "own_diff_norm_ns": ("own time change (normalized)", NS), "speed_factor": ("host speed factor", "float"),
+          "operator": ("operator", "text"), "input_dims": ("inputs", "text"), "input_dims_base": ("baseline inputs", "text"),
+          "cause": ("cause", "text"), "component": ("component", "text")}
+
+
+def evidence_facts(ev: dict[str, Any], limit: int = 16) -> list[tuple[str, str]]:
+    """Known evidence keys as (label, value) in human units; nested dicts are walked one level down;
+    unknown keys are left to the JSON output."""
+    out: list[tuple[str, str]] = []
+    for k, v in ev.items():
+        if isinstance(v, dict):
+            out += [(LABELS[k2][0], cell(v2, LABELS[k2][1])) for k2, v2 in v.items()
+                    if k2 in LABELS and not isinstance(v2, (dict, list))]
+        elif k in LABELS and not isinstance(v, list):
+            out.append((LABELS[k][0], cell(v, LABELS[k][1])))
+    seen, uniq = set(), []
+    for lab, val in out:
+        if lab not in seen and val:
+            seen.add(lab)
+            uniq.append((lab, val))
+    return uniq[:limit]
