@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rankscope.model.ascend import double_hash
+
 T0_US = 1_735_689_600_000_000.0  # 2025-01-01 00:00:00 UTC in µs
 BANDWIDTH_GBPS = {"HCCS": 24.0, "RDMA": 12.0}  # GB/s = MB/ms
 
@@ -81,15 +83,6 @@ class Sim:
     ops: dict[int, list[CommOp]] = field(default_factory=dict)
     kernels: dict[int, list[Kernel]] = field(default_factory=dict)
     steps: dict[int, list[tuple[int, float, float]]] = field(default_factory=dict)  # (id, host start, host end)
-
-
-def double_hash(data: str) -> int:
-    """msprof-analyze's group hash of an HCCL comm name (cluster_analyse/common_func/utils.py)."""
-    h0 = h1 = 0
-    for ch in data:
-        h0 = (h0 * 29 + ord(ch)) & 0xFFFFFFFF
-        h1 = (h1 * 131 + ord(ch)) & 0xFFFFFFFF
-    return (h0 << 32) | h1
 
 
 def groups_of(job: AscendJob) -> list[Group]:
