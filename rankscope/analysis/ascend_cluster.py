@@ -43,6 +43,15 @@ def ratio(a: float, b: float) -> float:
     return 0 if abs(b) < 1e-15 else round(a / b, 4)
 
 
+def _num(v: Any) -> float:
+    """A number of a written entry; anything else (hostile or damaged files) counts as 0."""
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
 def _rows(run: Run, name: str) -> list[tuple[int, dict[str, Any]]]:
     return [(r, row) for r in run.rank_ids for row in run.table(r, name).to_pylist()]
 
@@ -78,17 +87,19 @@ def _total(entries: list[dict[str, Any]]) -> dict[str, Any]:
     time: dict[str, float] = defaultdict(float)
     band: dict[str, dict[str, Any]] = {}
     for e in entries:
-        for k, v in (e.get("Communication Time Info") or {}).items():
+        for k, v in _dict(e.get("Communication Time Info")).items():
             if k not in RATIOS and k != "Start Timestamp(us)":
-                time[k] += v
-        for t, d in (e.get("Communication Bandwidth Info") or {}).items():
+                time[k] += _num(v)
+        for t, d in _dict(e.get("Communication Bandwidth Info")).items():
+            d = _dict(d)
             tot = band.setdefault(t, {"Transit Time(ms)": 0, "Transit Size(MB)": 0, "Size Distribution": {}})
-            tot["Transit Time(ms)"] += d.get("Transit Time(ms)", 0)
-            tot["Transit Size(MB)"] += d.get("Transit Size(MB)", 0)
-            for size, (n, ms) in (d.get("Size Distribution") or {}).items():
+            tot["Transit Time(ms)"] += _num(d.get("Transit Time(ms)", 0))
+            tot["Transit Size(MB)"] += _num(d.get("Transit Size(MB)", 0))
+            for size, pair in _dict(d.get("Size Distribution")).items():
                 acc = tot["Size Distribution"].setdefault(size, [0, 0])
-                acc[0] += n
-                acc[1] += ms
+                if isinstance(pair, list) and len(pair) == 2:
+                    acc[0] += _num(pair[0])
+                    acc[1] += _num(pair[1])
     time["Wait Time Ratio"] = ratio(time.get("Wait Time(ms)", 0), time.get("Wait Time(ms)", 0) +
                                     time.get("Transit Time(ms)", 0))
     time["Synchronization Time Ratio"] = ratio(time.get("Synchronization Time(ms)", 0),
@@ -120,8 +131,8 @@ def communication(ops: list[tuple[int, dict[str, Any]]], seen: dict[str, dict[st
 def _combine(acc: dict[str, Any], link: dict[str, Any]) -> None:
     acc["Transport Type"] = link.get("Transport Type")
     acc["Op Name"] = link.get("Op Name", "")
-    acc["Transit Time(ms)"] += link.get("Transit Time(ms)", 0)
-    acc["Transit Size(MB)"] += link.get("Transit Size(MB)", 0)
+    acc["Transit Time(ms)"] += _num(link.get("Transit Time(ms)", 0))
+    acc["Transit Size(MB)"] += _num(link.get("Transit Size(MB)", 0))
 
 
 def _new() -> dict[str, Any]:
@@ -133,7 +144,7 @@ def matrix(links: list[tuple[int, dict[str, Any]]], seen: dict[str, dict[str, se
     struct: dict[tuple[str, str], dict[str, dict[int, dict[str, Any]]]] = defaultdict(dict)
     for r, row in links:
         struct[(_key(seen[row["kind"]][row["group"]]), row["step"])].setdefault(row["name"], {}).setdefault(
-            r, {})[row["link"]] = json.loads(row["info"])
+            r, {})[row["link"]] = _dict(json.loads(row["info"]))
     out = []
     for (g, step), by_op in struct.items():
         local: dict[str, dict[str, int]] = {}  # group hash -> local rank -> global rank, from self-links

@@ -273,7 +273,10 @@ def _comm_row(name: str, info: Any, groups: dict[str, list[int]]) -> dict[str, A
     if not isinstance(name, str) or abs(dur) > 86_400 * 10**9:
         return None
     op, seq, group = parse_name(name)
-    nbytes = transit_bytes(info.get("Communication Bandwidth Info"))
+    bw = info.get("Communication Bandwidth Info")
+    if bw is not None and not isinstance(bw, dict):
+        raise TypeError("Communication Bandwidth Info is not an object")  # counted as a wrong-typed entry
+    nbytes = transit_bytes(bw)
     members = groups.get(group) or []
     return {"op": op, "name": name, "ts": ts, "dur": dur, "dev_ts": ts, "dev_dur": dur, "pg_name": group,
             "pg_ranks": ",".join(map(str, members)), "group_size": len(members), "seq": seq, "nelems_in": -1,
