@@ -122,9 +122,9 @@ def communication(ops: list[tuple[int, dict[str, Any]]], seen: dict[str, dict[st
             for r, info in ranks.items():
                 out.append({"group": g, "step": step, "op": op, "rank": str(r), "info": json.dumps(info)})
                 per[op.split("@")[-1]][r].append(info)
-        for h, ranks in per.items():
+        for h, by_rank in per.items():
             out += [{"group": g, "step": step, "op": f"Total Op Info@{h}", "rank": str(r),
-                     "info": json.dumps(_total(entries))} for r, entries in ranks.items()]
+                     "info": json.dumps(_total(entries))} for r, entries in by_rank.items()]
     return out
 
 
@@ -198,7 +198,7 @@ def run_ascend_cluster(run: Run, results: dict[str, Any]) -> Result:
     header, rows, note = step_trace(run, steps, records)
     if rows:
         tables["step_trace"] = pa.Table.from_pylist([dict(zip(header, map(_cell, r))) for r in rows])
-    summary = {"groups": len(records), "ranks": len(run.rank_ids), "step_rows": len(rows)}
+    summary: dict[str, Any] = {"groups": len(records), "ranks": len(run.rank_ids), "step_rows": len(rows)}
     if note:
         summary["parallel_index"] = note
     return Result("ascend_cluster", tables=tables, summary=summary)

@@ -79,12 +79,13 @@ def step_trace(run: Run, steps: list[tuple[int, dict[str, Any]]], records: list[
     """(header, rows, note on the index columns) of cluster_step_trace_time.csv."""
     if not steps:
         return [], [], ""
-    rows, cols = [], []
+    rows: list[list[Any]] = []
+    cols: list[str] = []
     for r, s in steps:
         vals = json.loads(s["row"])
         cols = cols or list(vals)
         rows.append([s["step"], "rank", r] + [_float(v) for v in vals.values()])
-    groups = {}
+    groups: dict[int, tuple[int, ...]] = {}
     for st in stages(records):
         for r in st:
             groups.setdefault(r, tuple(st))

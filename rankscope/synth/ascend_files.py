@@ -23,14 +23,11 @@ The per-operation CANN fields follow the real output in ../shared/data/ascend_ms
 """
 from __future__ import annotations
 
-import csv
-import json
 import re
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
-from rankscope.synth.ascend_sim import AscendJob, CommOp, Sim, simulate
+from rankscope.synth.ascend_sim import CommOp, Sim
 
 OUT = "ASCEND_PROFILER_OUTPUT"
 HCCL_PATTERN = re.compile(r"send|reduce|invalid|broadcast|allreduce|receive|allgather|reducescatter|scatter|"
@@ -92,7 +89,8 @@ def step_trace_rows(events: list[tuple[str, float, float]], steps: list[dict[str
     """create_step_file of _trace_step_time_parser.py on (name, ts, dur) events of one device."""
     flag = {"Communication": "comun", "Computing": "compute", "Free": "free",
             "Communication(Not Overlapped)": "comunNotOverlp", "hcom_receive": "bubble"}
-    info = {s["step_id"]: {"e2e": [-1.0, -1.0], "first": -1.0} for s in steps}
+    e2es: dict[str, list[float]] = {s["step_id"]: [-1.0, -1.0] for s in steps}
+    first: dict[str, float] = {s["step_id"]: -1.0 for s in steps}
     acc: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for name, ts, dur in events:
         kind = name if name in OVERLAP else "hcom_receive" if name.startswith("hcom_receive") else None
@@ -100,21 +98,21 @@ def step_trace_rows(events: list[tuple[str, float, float]], steps: list[dict[str
             continue
         cur = next((s["step_id"] for s in steps if s["start"] <= ts < s["end"]), None)
         if cur is not None:
-            e2e = info[cur]["e2e"]
+            e2e = e2es[cur]
             if ts < e2e[0] or e2e[0] == -1:
                 e2e[0] = ts
             if ts + dur > e2e[1] or e2e[1] == -1:
                 e2e[1] = ts + dur
-            if kind in ("Communication", "Computing") and (ts < info[cur]["first"] or info[cur]["first"] == -1):
-                info[cur]["first"] = ts
+            if kind in ("Communication", "Computing") and (ts < first[cur] or first[cur] == -1):
+                first[cur] = ts
         acc[cur][flag[kind]] += dur  # type: ignore[index]
     rows = []
     for s in steps:
         t = acc[s["step_id"]]
-        e2e = info[s["step_id"]]["e2e"]
+        e2e = e2es[s["step_id"]]
         rows.append([device, s["step_id"], t["compute"], t["comunNotOverlp"], t["comun"] - t["comunNotOverlp"],
                      t["comun"], t["free"], (e2e[1] - e2e[0]) - t["bubble"], t["bubble"],
-                     max(t["comunNotOverlp"] - t["bubble"], 0), info[s["step_id"]]["first"] - s["fwk_start"]])
+                     max(t["comunNotOverlp"] - t["bubble"], 0), first[s["step_id"]] - s["fwk_start"]])
     return rows
 
 

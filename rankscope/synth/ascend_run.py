@@ -60,7 +60,7 @@ def trace_view(sim: Sim, rank: int, skew: float) -> list[dict[str, Any]]:
     dev = rank % sim.job.per_node
     evs = (_meta(PY, "Python", "CPU", 0) + _meta(CANN, "CANN", "CPU", 2) + _meta(HW, "Ascend Hardware", f"NPU {dev}", 8)
            + _meta(HCCL, "HCCL", f"NPU {dev}", 9) + _meta(OVL, "Overlap Analysis", f"NPU {dev}", 11))
-    gtid = {}
+    gtid: dict[str, int] = {}
     for g in sim.groups:
         if rank in g.ranks:
             gtid[g.hash] = 1000 + 2 * len(gtid)
@@ -96,7 +96,7 @@ def communication(sim: Sim, rank: int, skew: float) -> tuple[dict[str, Any], dic
     comm: dict[str, Any] = {}
     matrix: dict[str, Any] = {}
     for s in step_ranges(sim, rank):
-        ops = {"p2p": {}, "collective": {}}
+        ops: dict[str, dict[str, Any]] = {"p2p": {}, "collective": {}}
         raw: dict[str, dict[str, Any]] = {"p2p": {}, "collective": {}}
         for op in sim.ops[rank]:
             if s["start"] <= op.start <= s["end"]:
