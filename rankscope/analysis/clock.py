@@ -25,6 +25,7 @@ switches alignment off: offsets are then zero and say so.
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,8 @@ from rankscope.analysis import edgesolve
 from rankscope.analysis.base import Finding, Result, Severity, frame
 from rankscope.analysis.stats import as_int
 from rankscope.model.run import Run
+
+log = logging.getLogger(__name__)
 
 DRIFT_Z = 5.0
 DRIFT_MIN_NS = 10_000
@@ -88,6 +91,7 @@ class ClockAlignment:
     enabled: bool = True
     applied_drift_ppm: dict[int, float] = field(default_factory=dict)  # significant drifts only
     t_ref_ns: int = 0  # where the constant offsets hold (the centre of the matched collectives)
+    note: str = ""  # why the alignment fell back (a linear-algebra failure), shown in the summary
 
     def correction(self, rank: int, ts: Any) -> Any:
         """How far ``rank``'s clock is ahead of the reference at local time(s) ``ts`` (numpy)."""
@@ -184,7 +188,15 @@ def fit_drift(x: np.ndarray, y: np.ndarray) -> tuple[float, bool]:
     and moves the clock by more than DRIFT_MIN_NS from the window's centre to its ends."""
     if len(x) < 8:
         return 0.0, False
-    x, y = x.astype(float), y.astype(float)
+    try:
+        return _fit_drift(x.astype(float), y.astype(float))
+    except (np.linalg.LinAlgError, ValueError, FloatingPointError):
+        # np.polyfit's SVD can fail to converge on ill-conditioned input (seen on Ascend runs,
+        # issue 13): no drift is estimated rather than no analysis at all.
+        return 0.0, False
+
+
+def _fit_drift(x: np.ndarray, y: np.ndarray) -> tuple[float, bool]:
     mad0 = float(np.median(np.abs(y - np.median(y)))) * 1.4826
     keep0 = np.abs(y - np.median(y)) <= max(5 * mad0, 1.0)  # gross outliers first: they would tilt a fit
     if keep0.sum() >= 8:
@@ -228,7 +240,27 @@ def drifts(rows: pl.DataFrame, ref: int) -> dict[int, tuple[float, bool]]:
 
 def align(run: Run, matched: pl.DataFrame | None = None, *, enabled: bool | None = None,
           use_anchors: bool = True, ref: int | None = None) -> ClockAlignment:
-    """Per-rank clock offsets to ``ref`` (default: the lowest rank) from anchors and collectives."""
+    """Per-rank clock offsets to ``ref`` (default: the lowest rank) from anchors and collectives.
+
+    Never raises on numerics: a linear-algebra failure falls back to the anchors alone (or no
+    offsets) and says so in ``note``.
+    """
+    try:
+        return _align(run, matched, enabled=enabled, use_anchors=use_anchors, ref=ref)
+    except (np.linalg.LinAlgError, FloatingPointError, ValueError, ZeroDivisionError) as exc:
+        log.debug("clock alignment failed", exc_info=True)
+        ranks = run.rank_ids
+        anchors = {r: run.ranks[r].clock_offset_ns for r in ranks} if use_anchors else {}
+        prior = {r: int(v) for r, v in anchors.items() if v is not None}
+        base = prior.get(ranks[0] if ref is None else ref, 0)
+        return ClockAlignment(ranks[0] if ref is None else ref, {r: prior.get(r, base) - base for r in ranks},
+                              source={r: "anchors" if r in prior else "none" for r in ranks},
+                              note=f"alignment from collectives failed ({type(exc).__name__}: {exc}); "
+                                   "clock anchors only")
+
+
+def _align(run: Run, matched: pl.DataFrame | None = None, *, enabled: bool | None = None,
+           use_anchors: bool = True, ref: int | None = None) -> ClockAlignment:
     if enabled is None:
         enabled = os.environ.get("RANKSCOPE_CLOCK_ALIGN", "1") not in ("0", "off", "false", "no")
     ranks = run.rank_ids
@@ -290,6 +322,8 @@ def run_clock(run: Run, results: dict[str, Result]) -> Result:
         "max_abs_offset_ns": max_abs, "max_residual_ns": max(al.residual_ns.values(), default=0),
         "drift_applied_ppm": {str(r): round(v, 3) for r, v in al.applied_drift_ppm.items()},
         "t_ref_ns": al.t_ref_ns}
+    if al.note:
+        summary["note"] = al.note
     findings = []
     if al.enabled and max_abs > 1_000_000:
         worst = max(al.offset_ns, key=lambda r: abs(al.offset_ns[r]))

@@ -41,6 +41,9 @@ BUILTIN: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...], bool]
      ("memory",), (), True),
     ("advice", "advice", "run_advice",
      "rules with thresholds: data loading, exposed comm, host gaps, memory, ...", (), ("breakdown",), False),
+    ("ascend_cluster", "ascend_cluster", "run_ascend_cluster",
+     "msprof-analyze cluster files (step trace, communication, matrix, groups) from torch_npu summaries",
+     (), (), False),
     ("capture", "capture", "run_capture", "captured steps per rank: window mismatch, idle ranks, dropped windows",
      (), (), False),
 )

@@ -48,7 +48,8 @@ LAYER_CAT: dict[str, str | None] = {
     "python3": "cpu_op", "overlap analysis": None,
 }
 _INFO_RE = re.compile(r"profiler_info_(\d+)\.json$")
-_HCOM_RE = re.compile(r"^hcom_([A-Za-z]+)_+(\d+)?[^@]*(?:@(.*))?$")
+# hcom_<op>__<last 3 digits of the group hash>_<per-group call counter>[_<n>]@<group hash>
+_HCOM_RE = re.compile(r"^hcom_([A-Za-z]+)_+([^@]*)(?:@(.*))?$")
 
 
 def is_ascend_dir(d: Path) -> bool:
@@ -95,10 +96,48 @@ def identity(d: Path) -> tuple[int | None, str, dict[str, Any]]:
     return None, "unknown", dist
 
 
+def double_hash(data: str) -> int:
+    """msprof-analyze's hash of an HCCL comm name: the group id in operation names ("@<hash>").
+
+    From msprof_analyze/cluster_analyse/common_func/utils.py (26.2.0); parallel_group_info in
+    profiler_metadata.json is keyed by the comm name, operations by this hash of it.
+    """
+    h0 = h1 = 0
+    for ch in data:
+        h0 = (h0 * 29 + ord(ch)) & 0xFFFFFFFF
+        h1 = (h1 * 131 + ord(ch)) & 0xFFFFFFFF
+    return (h0 << 32) | h1
+
+
+def _metadata(d: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads((d / "profiler_metadata.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def process_groups(d: Path) -> list[dict[str, Any]]:
+    """The rank's HCCL groups from profiler_metadata.json's ``parallel_group_info``.
+
+    ``name`` is the group hash used in operation names, ``desc`` the group's name ("tp", "pp",
+    "default_group"), ``ranks`` its global ranks, ``comm_name`` the HCCL comm name it is keyed by.
+    """
+    info = _metadata(d).get("parallel_group_info")
+    out = []
+    for comm, g in (info.items() if isinstance(info, dict) else []):
+        ranks = g.get("global_ranks") if isinstance(g, dict) else None
+        if isinstance(ranks, list) and all(type(r) is int for r in ranks) and len(ranks) < (1 << 20):
+            out.append({"name": str(double_hash(str(comm))), "desc": str(g.get("group_name", "")),
+                        "ranks": sorted(ranks), "comm_name": str(comm)})
+    return out
+
+
 class _AscendTrace(RawTrace):
     """trace_view.json events with a Kineto category derived from their layer (process)."""
 
     pid_cat: dict[Any, str | None] = {}
+    dropped: set[tuple[Any, Any]] = set()  # (pid, tid) of HCCL task-level threads
     typed = False  # events are rewritten in place below: plain Event structs
 
     def chunks(self, size: int | None = None) -> Iterator[list[Event]]:
@@ -106,29 +145,43 @@ class _AscendTrace(RawTrace):
             for e in chunk:  # per event, but only a dict lookup on the Ascend path
                 if e.pid in self.pid_cat and (not e.cat or self.pid_cat[e.pid] == "kernel"):
                     e.cat = self.pid_cat[e.pid]
-            yield [e for e in chunk if self.pid_cat.get(e.pid, "") is not None]
+            yield [e for e in chunk if self.pid_cat.get(e.pid, "") is not None
+                   and (not self.dropped or (e.pid, e.tid) not in self.dropped)]
 
 
 class _Meta(kineto.msgspec.Struct, gc=False):
     ph: str = ""
     name: str = ""
     pid: Any = None
+    tid: Any = None
     args: Any = None
 
 
-def _layers(data: bytes) -> dict[Any, str | None]:
-    """pid -> category from the "process_name" metadata events."""
+def _layers(data: bytes) -> tuple[dict[Any, str | None], set[tuple[Any, Any]]]:
+    """pid -> category from the "process_name" metadata events, and the HCCL task-level threads.
+
+    The HCCL layer has one "Group <hash> Communication" thread per group with the operations
+    (hcom_*) and, at Level1, task threads ("Plane 0", ...) with their Notify_Wait / Memcpy /
+    RDMASend tasks: parts of those operations, not compute, so they are left out.
+    """
     out: dict[Any, str | None] = {}
+    threads: list[_Meta] = []
     try:
         metas = kineto.msgspec.json.decode(data, type=list[_Meta])
     except kineto.msgspec.DecodeError:
-        return out
+        return out, set()
     for m in metas:
         if m.ph == "M" and m.name == "process_name" and isinstance(m.args, dict):
             layer = str(m.args.get("name", "")).strip().lower()
             if layer in LAYER_CAT:
                 out[m.pid] = LAYER_CAT[layer]
-    return out
+            if layer == "communication":  # the HCCL layer's name in some CANN versions
+                out[m.pid] = "kernel"
+        elif m.ph == "M" and m.name == "thread_name" and isinstance(m.args, dict):
+            threads.append(m)
+    hccl = {m.pid for m in threads if str(m.args.get("name", "")).endswith("Communication")}
+    dropped = {(m.pid, m.tid) for m in threads if m.pid in hccl and "Communication" not in str(m.args.get("name", ""))}
+    return out, dropped
 
 
 def read_trace_view(path: Path) -> RawTrace:
@@ -136,12 +189,12 @@ def read_trace_view(path: Path) -> RawTrace:
     data, problems = kineto.read_bytes(path)
     raw = kineto.decode_bytes(str(path), data, problems)
     out = _AscendTrace(raw.path, raw.trace, raw.problems, raw.partial, raw.nbytes)
-    out.pid_cat = _layers(data)
+    out.pid_cat, out.dropped = _layers(data)
     return out
 
 
-def collectives(path: Path) -> tuple[pa.Table, list[str]]:
-    """The ``collectives`` table from communication.json."""
+def collectives(path: Path, groups: dict[str, list[int]] | None = None) -> tuple[pa.Table, list[str]]:
+    """The ``collectives`` table from communication.json; ``groups``: group hash -> member ranks."""
     try:
         doc = json.loads(Path(path).read_bytes().decode("utf-8-sig", errors="replace"))
     except (OSError, ValueError, RecursionError) as exc:
@@ -152,7 +205,7 @@ def collectives(path: Path) -> tuple[pa.Table, list[str]]:
                                              "no collectives"]
     bad: list[int] = [0]
     rows = [r for step in doc.values() if isinstance(step, dict)
-            for kind in ("collective", "p2p") for r in _comm_rows(step.get(kind), bad)]
+            for kind in ("collective", "p2p") for r in _comm_rows(step.get(kind), bad, groups or {})]
     problems = [f"{path}: {bad[0]} communication entries with wrong types were left out"] if bad[0] else []
     if not rows:
         return schema.empty("collectives"), problems
@@ -160,14 +213,16 @@ def collectives(path: Path) -> tuple[pa.Table, list[str]]:
     return pa.table(cols, schema=schema.COLLECTIVES).sort_by("ts"), problems
 
 
-def _comm_rows(ops: Any, bad: list[int]) -> Iterator[dict[str, Any]]:
+def _comm_rows(ops: Any, bad: list[int], groups: dict[str, list[int]]) -> Iterator[dict[str, Any]]:
     """Rows of one step's "collective" / "p2p" object; an entry with wrong types is counted in ``bad``."""
     if not isinstance(ops, dict):
         bad[0] += ops is not None
         return
     for name, info in ops.items():
+        if isinstance(name, str) and name.startswith("Total"):
+            continue  # "Total Op Info": the writer's per-step sum, not an operation
         try:
-            row = _comm_row(name, info)
+            row = _comm_row(name, info, groups)
         except (TypeError, ValueError, AttributeError, OverflowError):
             row = None
         if row is None:
@@ -176,25 +231,55 @@ def _comm_rows(ops: Any, bad: list[int]) -> Iterator[dict[str, Any]]:
             yield row
 
 
-def _comm_row(name: str, info: Any) -> dict[str, Any] | None:
+def transit_bytes(bw: Any) -> int:
+    """Bytes moved by one operation from its "Communication Bandwidth Info" (MB = 10^6 bytes).
+
+    SDMA is the sum of HCCS and PCIE in CANN's output (see the real file in
+    ../shared/data/ascend_msprof/cluster_communication.json), so it is skipped when either is there.
+    """
+    if not isinstance(bw, dict):
+        return -1
+    parts = {k: float(v.get("Transit Size(MB)", 0) or 0) for k, v in bw.items() if isinstance(v, dict)}
+    if "HCCS" in parts or "PCIE" in parts:
+        parts.pop("SDMA", None)
+    size = sum(parts.values())
+    return int(round(size * 1e6)) if size and 0 < size < 1e12 else -1
+
+
+def parse_name(name: str) -> tuple[str, int, str]:
+    """(op, per-group call counter, group hash) of ``hcom_allReduce__149_2_1@6622486332382281149``.
+
+    The first number is the last three digits of the group hash, the second the call counter of
+    the group on this rank (the same on every member); a name with one number uses that one.
+    """
     from rankscope.model.comms import normalize_op
 
+    m = _HCOM_RE.match(name)
+    if not m:
+        return "other", -1, ""
+    nums = re.findall(r"\d+", m.group(2))
+    seq = int(nums[1] if len(nums) > 1 else nums[0]) if nums and len(nums[-1]) < 18 else -1
+    return normalize_op(m.group(1)), seq, m.group(3) or ""
+
+
+def _comm_row(name: str, info: Any, groups: dict[str, list[int]]) -> dict[str, Any] | None:
     # One entry; a wrong type raises (TypeError, ...) and is counted by the caller.
     t = (info or {}).get("Communication Time Info") or {}
     start = t.get("Start Timestamp(us)")
     if not isinstance(start, (int, float)) or not math.isfinite(start) or abs(start) > 4.1e15:
         return None
-    m = _HCOM_RE.match(name)
-    size = sum(float(v.get("Transit Size(MB)", 0) or 0)
-               for v in ((info.get("Communication Bandwidth Info") or {}).values()) if isinstance(v, dict))
     ts = int(math.floor(start)) * 1000 + round((start - math.floor(start)) * 1000)
     dur = int(round(float(t.get("Elapse Time(ms)", 0) or 0) * 1e6))
-    nbytes = int(round(size * 1e6)) if size and 0 < size < 1e12 else -1
     if not isinstance(name, str) or abs(dur) > 86_400 * 10**9:
         return None
-    return {"op": normalize_op(m.group(1)) if m else "other", "name": name, "ts": ts, "dur": dur,
-            "dev_ts": ts, "dev_dur": dur, "pg_name": (m.group(3) if m else None) or "", "pg_ranks": "",
-            "group_size": 0, "seq": int(m.group(2)) if m and m.group(2) and len(m.group(2)) < 18 else -1, "nelems_in": -1,
+    op, seq, group = parse_name(name)
+    bw = info.get("Communication Bandwidth Info")
+    if bw is not None and not isinstance(bw, dict):
+        raise TypeError("Communication Bandwidth Info is not an object")  # counted as a wrong-typed entry
+    nbytes = transit_bytes(bw)
+    members = groups.get(group) or []
+    return {"op": op, "name": name, "ts": ts, "dur": dur, "dev_ts": ts, "dev_dur": dur, "pg_name": group,
+            "pg_ranks": ",".join(map(str, members)), "group_size": len(members), "seq": seq, "nelems_in": -1,
             "nelems_out": -1, "dtype": "", "bytes_in": nbytes, "bytes_out": nbytes, "external_id": -1}
 
 
@@ -238,8 +323,14 @@ def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
     tabs, problems = tables.build(raw)
     problems = [f"{tv}: {p}" for p in raw.problems + problems]
     if (out / "communication.json").is_file():
-        tabs["collectives"], more = collectives(out / "communication.json")
+        groups = {g["name"]: g["ranks"] for g in process_groups(d)}
+        tabs["collectives"], more = collectives(out / "communication.json", groups)
         problems += more
+    from rankscope.model import ascend_files
+
+    summary, more = ascend_files.read_all(out)
+    tabs.update(summary)
+    problems += more
     if (out / "memory_record.csv").is_file():
         try:
             tabs["memory"] = memory(out / "memory_record.csv")

@@ -17,8 +17,8 @@ from rankscope.errors import TraceError
 from rankscope.model.info import RankInfo, compact_groups
 
 log = logging.getLogger(__name__)
-CACHE_VERSION = "4"  # 4: RankInfo.damage, bounded fields (issue 11): older entries are re-read
-TABLE_NAMES = ("events", "collectives", "memory", "steps")
+CACHE_VERSION = "5"  # 5: Ascend summary tables (issue 13). 4: RankInfo.damage, bounded fields (issue 11): older entries are re-read
+TABLE_NAMES = ("events", "collectives", "memory", "steps", "comm_ops", "comm_links", "step_times")
 ROW_GROUP = 1 << 17  # rows per Parquet row group: bounds the writer's buffers on very large ranks
 
 
@@ -204,8 +204,10 @@ def _read_ascend(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | Trac
 
     d = Path(task.root or task.files[0])
     rank, source, dist = ascend.identity(d)
-    info = RankInfo(rank=-1 if rank is None else rank, files=list(task.files), meta=task.meta or {},
-                    rank_source=source, world_size=dist.get("world_size"), backend=dist.get("backend") or "hccl")
+    meta = {**(task.meta or {}), **({"distributed_args": dist} if dist else {})}
+    info = RankInfo(rank=-1 if rank is None else rank, files=list(task.files), meta=meta,
+                    rank_source=source, world_size=dist.get("world_size"), backend=dist.get("backend") or "hccl",
+                    process_groups=compact_groups(ascend.process_groups(d)))
     try:
         tabs, problems, partial = ascend.read(d)
     except TraceError as err:
@@ -323,7 +325,10 @@ def _write(info: RankInfo, parts: list[dict[str, Any]], out: Path) -> RankInfo:
 
     out.mkdir(parents=True, exist_ok=True)
     for name in TABLE_NAMES:
-        t = pa.concat_tables([p[name] for p in parts]).unify_dictionaries() if len(parts) > 1 else parts[0][name]
+        from rankscope.model import schema
+
+        got = [p.get(name, schema.empty(name)) for p in parts]  # Ascend-only tables are empty elsewhere
+        t = pa.concat_tables(got).unify_dictionaries() if len(got) > 1 else got[0]
         if name in ("events", "collectives", "steps", "memory") and t.num_rows:
             t = t.sort_by("ts") if name != "events" else t
         info.counts[name] = t.num_rows

@@ -70,8 +70,16 @@ STEPS = pa.schema([
     ("host_end", pa.int64()), ("complete", pa.bool_()),
 ])
 
+# Ascend summary files as written by torch_npu (model/ascend_files.py); empty for other readers.
+COMM_OPS = pa.schema([("step", pa.string()), ("kind", pa.string()), ("name", pa.string()),
+                      ("group", pa.string()), ("info", pa.string())])
+COMM_LINKS = pa.schema([("step", pa.string()), ("kind", pa.string()), ("name", pa.string()),
+                        ("group", pa.string()), ("link", pa.string()), ("info", pa.string())])
+STEP_TIMES = pa.schema([("step", pa.string()), ("row", pa.string())])
+
 TABLES: dict[str, pa.Schema] = {
     "events": EVENTS, "collectives": COLLECTIVES, "memory": MEMORY, "steps": STEPS,
+    "comm_ops": COMM_OPS, "comm_links": COMM_LINKS, "step_times": STEP_TIMES,
 }
 
 # Normalized collective names from the many spellings (record_param_comms "Collective name",
@@ -89,7 +97,8 @@ COLLECTIVE_OPS: dict[str, str] = {
     "broadcast": "broadcast", "reduce": "reduce",
     "alltoall": "all_to_all", "all_to_all": "all_to_all", "alltoall_base": "all_to_all",
     "all_to_all_single": "all_to_all", "alltoallv": "all_to_all",
-    "send": "send", "recv": "recv", "recvanysource": "recv", "sendrecv": "send",
+    "send": "send", "recv": "recv", "recvanysource": "recv", "sendrecv": "send", "receive": "recv",
+    "batchsendrecv": "send",
     "barrier": "barrier", "gather": "gather", "scatter": "scatter",
 }
 

@@ -80,7 +80,16 @@ def export(run: Any, results: dict[str, Any], fmt: str, out_dir: str | Path) -> 
 
 
 def ascend_files(results: dict[str, Any], out: Path) -> list[Path]:
-    """The msprof-analyze compatible files that the available results allow."""
+    """The msprof-analyze compatible files that the available results allow.
+
+    An Ascend run (torch_npu summaries present) gets msprof-analyze's own files (render/msprof.py);
+    other runs get the same shapes from rankscope's breakdown and collectives.
+    """
+    asc = results.get("ascend_cluster")
+    if asc is not None and not asc.skipped and asc.tables:
+        from rankscope.render import msprof
+
+        return msprof.write(asc.tables, out)
     paths = []
     bd = results.get("breakdown")
     if bd is not None and not bd.skipped and "step_trace_time" in bd.tables:
