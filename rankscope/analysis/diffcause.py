@@ -120,7 +120,7 @@ def headline(own: pl.DataFrame, ops: pl.DataFrame, wall_diff_ns: float, factor: 
     row = own.sort("ownDiffNorm", descending=True).row(0, named=True)
     rank, d_own = int(row["rank"]), float(row["ownDiffNorm"])
     part = max(PARTS, key=lambda c: float(row[f"{c}DiffNorm"]))
-    op_txt, ev_op = "", {}
+    op_txt, ev_op = "", {}  # type: tuple[str, dict[str, Any]]
     if part == "computing":
         op_txt, ev_op = _operator(ops.filter(pl.col("rank") == rank))
     share = d_own / wall_diff_ns if wall_diff_ns > 0 else None

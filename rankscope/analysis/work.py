@@ -101,7 +101,9 @@ def _example(mine: pl.DataFrame, theirs: list[pl.DataFrame]) -> tuple[str, str, 
     order = mine.with_columns(aten=pl.col("name").str.starts_with("aten::")).sort(["aten", "t"], descending=True)
     for name, dims in order.head(200).select("name", "input_dims").iter_rows():
         d = _dims(dims)
-        for o in by_name.get(name, []) if d else []:
+        if not d:
+            continue
+        for o in by_name.get(name, []):
             diff = [i for i, (a, b) in enumerate(zip(d, o)) if a != b]
             if len(o) == len(d) and len(diff) == 1 and d[diff[0]] > o[diff[0]]:
                 return name, json.dumps(d), json.dumps(o)

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     factor = args.imbalance if rank == args.slow_rank else 1.0
     n = args.steps + args.warmup + 2
     if args.family == "lm":
-        data = TokenBatches(n, 8, 48, 96, factor, args.seed * 1000 + rank)
+        data: Dataset = TokenBatches(n, 8, 48, 96, factor, args.seed * 1000 + rank)
         loader = DataLoader(data, batch_size=None, shuffle=False)
         model: nn.Module = TinyLM()
         loss_fn = lambda out, y: nn.functional.cross_entropy(out.flatten(0, 1), y.flatten(), ignore_index=0)  # noqa: E731

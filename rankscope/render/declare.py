@@ -102,6 +102,10 @@ VIEWS: dict[str, View] = {
     "memory": View("Memory", (C("peak_allocated", "peak allocated", "bytes"),),
                    empty="no memory events: profile with profile_memory=True"),
     "advice": View("Advice"),
+    "ascend_cluster": View("Ascend cluster summary (msprof-analyze's cluster files)", (
+        C("ranks", "ranks", "count"), C("groups", "communication groups", "count"),
+        C("step_rows", "step trace rows", "count")),
+        empty="Ascend runs only (torch_npu profiler output); `rankscope analyze --export` writes the files"),
     "capture": View("Captured steps", (C("reference_steps", "steps captured on most ranks"),), (
         TableView("capture", "per rank", (C("rank", "rank", "count"), C("source", "from"),
                                           C("windows", "windows", "count"), C("n_steps", "steps", "count"),
