@@ -36,6 +36,7 @@ class View:
     facts: tuple[Col, ...] = ()
     tables: tuple[TableView, ...] = ()
     empty: str = ""
+    optional: bool = False  # not listed among the skipped when it does not apply to the run
 
 
 NS = "ns"
@@ -105,7 +106,7 @@ VIEWS: dict[str, View] = {
     "ascend_cluster": View("Ascend cluster summary (msprof-analyze's cluster files)", (
         C("ranks", "ranks", "count"), C("groups", "communication groups", "count"),
         C("step_rows", "step trace rows", "count")),
-        empty="Ascend runs only (torch_npu profiler output); `rankscope analyze --export` writes the files"),
+        empty="Ascend runs only (torch_npu profiler output)", optional=True),
     "capture": View("Captured steps", (C("reference_steps", "steps captured on most ranks"),), (
         TableView("capture", "per rank", (C("rank", "rank", "count"), C("source", "from"),
                                           C("windows", "windows", "count"), C("n_steps", "steps", "count"),

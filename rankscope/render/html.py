@@ -146,7 +146,7 @@ def result_html(name: str, result: Result, *, skip_tables: tuple[str, ...] = ())
     v = view_of(name, result.summary, result.tables)
     head = f"<h3>{esc(v.title)}</h3>"
     if result.skipped:
-        how = f" ({esc(v.empty)})" if v.empty and v.empty not in result.skipped else ""
+        how = f" ({esc(v.empty)})" if v.empty and "(" not in result.skipped else ""
         return f'{head}<p class="muted">nothing to show: {esc(result.skipped)}{how}</p>'
     parts = [head, findings_html(result)]
     facts = [(c.label, cell(result.summary.get(c.key), c.unit)) for c in v.facts if c.key in result.summary]

@@ -277,7 +277,9 @@ def problems_view(run: Run, results: dict[str, Result]) -> str:
     for n, r in results.items():
         if r.skipped:
             v = view_of(n)
-            how = f" ({v.empty})" if v.empty and v.empty not in r.skipped else ""
+            if v.optional:
+                continue
+            how = f" ({v.empty})" if v.empty and "(" not in r.skipped else ""
             items.append(f"{esc(v.title)}: nothing to show: {esc(r.skipped)}{esc(how)}")
     body = "".join(f"<li>{i}</li>" for i in items) or "<li>none</li>"
     return f'<section id="problems"><ul>{body}</ul></section>'
