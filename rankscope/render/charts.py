@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 _MARGIN = dict(l=50, r=20, t=30, b=40)
-COMPONENTS = (("computing", "compute", "#4c78a8"), ("comm_exposed", "exposed comm", "#e45756"),
+COMPONENTS = (("computing", "compute", "#4c78a8"), ("comm_exposed", "exposed communication", "#e45756"),
               ("data_wait", "data wait", "#f58518"), ("free", "idle", "#bab0ac"))
 
 
-def figure_div(fig: Any, div_id: str) -> str:
+def figure_div(fig: Any, div_id: str, href: str | None = None) -> str:
     """An HTML fragment for ``fig``: an empty div and the figure's JSON, drawn by the page when its view is
     first shown (so opening a big report draws only the overview). plotly's JSON escapes ``<``, ``>`` and
     ``/``, so trace names cannot close the script element."""
@@ -20,8 +20,9 @@ def figure_div(fig: Any, div_id: str) -> str:
 
     h = fig.layout.height or 360
     i = html.escape(div_id, quote=True)
+    link = f' data-href="{html.escape(href, quote=True)}"' if href else ""
     return (f'<div id="{i}" class="rs-fig" style="min-height:{int(h)}px"></div>'
-            f'<script type="application/json" data-fig="{i}">{fig.to_json()}</script>')
+            f'<script type="application/json" data-fig="{i}"{link}>{fig.to_json()}</script>')
 
 
 def rows_of(table: Any) -> list[dict[str, Any]]:
@@ -152,4 +153,44 @@ def points_figure(rows: list[dict[str, Any]], x: str, y: str, ytitle: str) -> An
 
     fig = go.Figure(go.Box(x=[str(r.get(x)) for r in rows], y=[r.get(y) for r in rows], boxpoints="all"))
     fig.update_layout(yaxis_title=ytitle, xaxis_title=x, height=320, margin=_MARGIN)
+    return fig
+
+
+CLASS_COLORS = ("#4c78a8", "#e45756", "#f58518", "#d9d6d2")
+
+
+def cluster_figure(tl: dict[str, Any]) -> Any:
+    """Who waits for whom: per lane (rank), bars of compute / exposed communication / data wait / idle
+    over the chosen steps; a grey line through each collective's arrivals on every rank, the last
+    arrival marked red; dotted lines at step starts."""
+    import plotly.graph_objects as go
+
+    lanes = tl["lanes"]
+    fig = go.Figure()
+    for k, (name, color) in enumerate(zip(tl["classes"], CLASS_COLORS)):
+        bs = [b for b in tl["blocks"] if b[3] == k]
+        fig.add_bar(name=name, orientation="h", y=[lanes[b[0]] for b in bs], x=[b[2] - b[1] for b in bs],
+                    base=[b[1] for b in bs], marker_color=color, marker_line_width=0,
+                    customdata=[tl["ranks"][b[0]] for b in bs],
+                    hovertemplate="%{y}<br>" + name + ": %{x:.2f} ms from %{base:.2f} ms<extra></extra>")
+    xs: list[Any] = []
+    ys: list[Any] = []
+    lx, ly = [], []
+    for pts in tl["arrivals"]:
+        xs += [p[1] for p in pts] + [None]
+        ys += [lanes[p[0]] for p in pts] + [None]
+        last = max(pts, key=lambda p: p[1])
+        lx.append(last[1])
+        ly.append(lanes[last[0]])
+    fig.add_scatter(name="collective arrivals", x=xs, y=ys, mode="lines+markers", line=dict(color="#555", width=1),
+                    marker=dict(size=4, color="#555"), hoverinfo="skip")
+    fig.add_scatter(name="last to arrive", x=lx, y=ly, mode="markers", marker=dict(size=9, color="#b3261e",
+                                                                                  symbol="diamond"),
+                    hovertemplate="%{y} arrived last at %{x:.2f} ms<extra></extra>")
+    for step, x in tl["step_starts"].items():
+        fig.add_vline(x=x, line_dash="dot", line_color="#888", annotation_text=f"step {step}",
+                      annotation_position="top left")
+    fig.update_layout(barmode="overlay", height=max(220, 34 * len(lanes) + 110), margin=dict(l=180, r=20, t=40, b=40),
+                      xaxis_title="ms (clocks aligned)" if tl.get("aligned") else "ms (each rank's own clock)",
+                      yaxis=dict(autorange="reversed", type="category"), legend=dict(orientation="h", y=-0.25))
     return fig

@@ -119,7 +119,7 @@ def _rank_delta_figure(rows: list[dict[str, Any]]) -> Any:
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for c, label, color in (("computingDiff", "compute", "#4c78a8"), ("comm_exposedDiff", "exposed comm", "#e45756"),
+    for c, label, color in (("computingDiff", "compute", "#4c78a8"), ("comm_exposedDiff", "exposed communication", "#e45756"),
                             ("data_waitDiff", "data wait", "#f58518"), ("freeDiff", "idle", "#bab0ac")):
         fig.add_bar(name=label, x=[f"rank {r['rank']}" for r in rows], y=[r[c] for r in rows], marker_color=color)
     fig.update_layout(barmode="relative", yaxis_title="Δ ms per step (median) vs baseline", height=360,

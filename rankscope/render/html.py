@@ -62,7 +62,8 @@ document.querySelectorAll('nav a').forEach(a=>a.classList.toggle('active',a.data
 rsDraw(document.getElementById('view-'+v));}
 function rsDraw(view){if(!view)return;view.querySelectorAll('script[data-fig]').forEach(s=>{if(s.dataset.done)return;
 s.dataset.done='1';const f=JSON.parse(s.textContent);Plotly.newPlot(s.dataset.fig,f.data,f.layout,
-{displaylogo:false,responsive:true});});}
+{displaylogo:false,responsive:true}).then(el=>{const h=s.dataset.href;if(h)el.on('plotly_click',d=>{
+const r=d.points[0].customdata;if(r!==undefined&&r!==null)location.href=h+'&ranks='+r;});});});}
 function rsSort(th){const t=th.closest('table'),b=t.tBodies[0],i=[...th.parentNode.children].indexOf(th),
 d=th.dataset.dir==='asc'?'desc':'asc';th.dataset.dir=d;const num=s=>{const x=parseFloat(s.replace(/,/g,''));
 return isNaN(x)?null:x};const rows=[...b.rows].sort((r1,r2)=>{const a=r1.cells[i].textContent,c=r2.cells[i].textContent,
@@ -174,7 +175,7 @@ def timeline_hint(run: Run) -> str:
 
 
 def build(run: Run, results: dict[str, Result], *, diff: Result | None = None, flame: bool = True,
-          nav_extra: str = "", timeline_html: str | None = None) -> str:
+          nav_extra: str = "", timeline_html: str | None = None, timeline_url: str | None = None) -> str:
     """The report page as a string (the web UI serves it as is). ``timeline_html`` replaces the hint on how
     to get the merged timeline (the web UI puts a download form there)."""
     from rankscope.render import views
@@ -182,6 +183,11 @@ def build(run: Run, results: dict[str, Result], *, diff: Result | None = None, f
     body: dict[str, list[str]] = {v: [] for v in VIEWS}
     for view, fn in views.SPECIFIC.items():
         body[view].append(_safe(fn, run, results))
+    cluster = _safe(views.cluster_view, run, results, timeline_url)
+    body["overview"] = [x.replace("<!--cluster-->", cluster, 1) if "<!--cluster-->" in x else x
+                        for x in body["overview"]]
+    if not any(cluster in x for x in body["overview"]):
+        body["overview"].insert(1, cluster)
     for name, res in results.items():
         if res.skipped:  # said once, with how to get it, in "Problems & skipped"
             continue

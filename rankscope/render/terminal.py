@@ -13,7 +13,7 @@ def _ms(ns: float) -> str:
 def rank_table(per_rank: Any, verdict: str, stragglers: set[int]) -> Table:
     """Per rank: mean step time, compute, exposed communication, data wait, idle (ms)."""
     t = Table(title="Per-rank step breakdown (median over steps, ms)", caption=f"verdict: {verdict}")
-    for col in ("rank", "step time", "compute", "exposed comm", "data wait", "idle"):
+    for col in ("rank", "step time", "compute", "exposed comm.", "data wait", "idle"):
         t.add_column(col, justify="right")
     for row in per_rank.to_pylist():
         style = "bold red" if row["rank"] in stragglers else None

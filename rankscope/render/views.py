@@ -49,8 +49,41 @@ def overview(run: Run, results: dict[str, Result]) -> str:
             *[c for c in BREAKDOWN_COLS if c.key in ("computing", "comm_exposed", "data_wait", "free")])
     table = declared_table(per_rank, cols, hot=hot)
     limits = "".join(f'<p class="muted">{esc(x)}</p>' for x in st.summary.get("limits", []))
+    from rankscope.render.html import _evidence
+
+    proof = "".join(f'<div class="muted">{esc(f.title.split(",")[0])}'
+                    f'{f" · confidence {f.confidence:.0%}" if f.confidence is not None else ""}{_evidence(f.evidence)}'
+                    "</div>" for f in st.findings)
     return (f'<section id="overview">{missing}<p class="verdict {cls}">{esc(st.summary.get("verdict", ""))}</p>'
-            f"{limits}{cluster}{findings_html(st)}{fig}<h3>per rank, median over steps</h3>{table}</section>")
+            f"{proof}{limits}{cluster}</section><!--cluster--><section><h3>per rank, median over steps</h3>{fig}"
+            f"{table}</section>")
+
+
+def cluster_view(run: Run, results: dict[str, Result], timeline_url: str | None = None) -> str:
+    """Who waits for whom over the worst step and its neighbours (``analysis.waits``), with the way to the
+    exact events: a link to the merged trace of those steps (served) or the command that writes it."""
+    import shlex
+
+    from rankscope.analysis.waits import cluster_timeline
+    from rankscope.intlist import format_int_list
+
+    tl = cluster_timeline(run, results)
+    if "why" in tl:
+        return f'<section id="cluster"><h3>Who waits for whom</h3><p class="muted">{esc(tl["why"])}</p></section>'
+    steps, ranks = format_int_list(tl["steps"]), format_int_list(sorted(tl["ranks"]))
+    href = f"{timeline_url}?steps={steps}" if timeline_url else None
+    if href:
+        how = (f'<a id="cluster-timeline-link" href="{esc(href)}&amp;ranks={esc(ranks)}">download these steps as a '
+               "merged trace</a> (open it in ui.perfetto.dev); click a rank's lane for that rank alone")
+    else:
+        cmd = f"rankscope timeline {shlex.quote(str(run.path))} --steps {steps} --ranks {ranks} -o steps.pftrace"
+        how = f"the exact events of these steps: <code>{esc(cmd)}</code>, then open the file in ui.perfetto.dev"
+    grouped = (f" ({len(tl['lanes'])} of {len(run.rank_ids)} ranks: the slowest, median and fastest by own time)"
+               if len(tl["lanes"]) < len(run.rank_ids) else "")
+    return (f'<section id="cluster"><h3>Who waits for whom: step{"s" if len(tl["steps"]) > 1 else ""} {esc(steps)}'
+            f"{esc(grouped)}</h3><p class=\"muted\">each lane is a rank; grey lines join each collective's "
+            "arrivals across ranks, the red diamond is the last rank to arrive (the others wait for it in red)</p>"
+            f'{charts.figure_div(charts.cluster_figure(tl), "cluster-chart", href)}<p class="muted">{how}</p></section>')
 
 
 def coverage_html(run: Run) -> str:

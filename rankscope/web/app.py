@@ -149,7 +149,8 @@ class Runs:
             base = load_run(b, jobs=1, allow_missing_ranks=True, cache_dir=self.cache_dir)
             diff = run_diff(run, results, base, run_all(base))
         name, base_name = _leaf(a), _leaf(b) if b is not None else None
-        return build(run, results, diff=diff, nav_extra=self.switcher(name, base_name), timeline_html=timeline_form(name))
+        return build(run, results, diff=diff, nav_extra=self.switcher(name, base_name), timeline_html=timeline_form(name),
+                     timeline_url=f"/runs/{name}/timeline")  # NAME: a plain file name
 
     def switcher(self, current: str, baseline: str | None) -> str:
         """Header links: back to the list, and a form to switch run or compare with another."""

@@ -90,3 +90,28 @@ def test_report_of_64_ranks_stays_small(tmp_path):
     size = page.stat().st_size
     assert size < 10 * 2**20, size
     assert page.read_text().count('class="view"') >= 8
+
+
+def test_cluster_timeline_shows_who_waits_for_whom(tmp_path):
+    """Issue 17: one lane per rank over the worst step and its neighbours, blocks that add up to each
+    rank's steps, each collective's arrivals joined across ranks with the last one marked; the way to
+    the exact events (a command offline, a link when served)."""
+    from rankscope.analysis.waits import cluster_timeline
+    from tests.unit.test_diag_straggler import make
+
+    run = load_run(make(tmp_path / "s", {2: 1.5}, world=3, steps=6), jobs=1)
+    res = run_all(run)
+    tl = cluster_timeline(run, res)
+    assert tl["lanes"] == ["rank 0", "rank 1", "rank 2"] and len(tl["steps"]) in (2, 3)
+    for lane in range(3):  # per lane, blocks are ordered, contiguous and cover the chosen steps
+        bl = [b for b in tl["blocks"] if b[0] == lane]
+        assert all(a[2] == pytest.approx(b[1]) for a, b in zip(bl, bl[1:]))
+    names = tl["classes"]
+    comp = {lane: sum(b[2] - b[1] for b in tl["blocks"] if b[0] == lane and names[b[3]] == "compute") for lane in range(3)}
+    assert comp[2] == pytest.approx(1.5 * comp[0], rel=0.01)  # 4 mm of 3 ms vs 2 ms per step
+    assert tl["arrivals"] and all(max(p, key=lambda x: x[1])[0] == 2 for p in tl["arrivals"])  # rank 2 last
+    page = build(run, res)
+    sec = page.split('id="cluster"')[1].split("</section>")[0]
+    assert 'id="cluster-chart"' in sec and "rankscope timeline" in sec and "--steps" in sec
+    served = build(run, res, timeline_url="/runs/s/timeline")
+    assert 'id="cluster-timeline-link" href="/runs/s/timeline?steps=' in served and 'data-href="/runs/s/timeline?steps=' in served
