@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import html
+import json
 import multiprocessing
 import os
 import re
@@ -135,6 +136,27 @@ class Runs:
             self._cache.move_to_end(key)
             return self._cache[key]
 
+    def summary(self, name: str) -> dict[str, Any]:
+        """The run table's row of ``name`` (analyzed once per version of the run)."""
+        from rankscope.analysis.registry import run_all
+        from rankscope.model.run import load_run
+        from rankscope.web.runtable import summarize
+
+        a = self.path(name)
+        assert a is not None
+        stamp = _stamp(a)
+        key = ("summary", name, stamp)
+        with self._lock:
+            if key in self._cache:
+                return json.loads(self._cache[key])
+        run = load_run(a, jobs=1, allow_missing_ranks=True, cache_dir=self.cache_dir)
+        row = summarize(run, run_all(run, names=["breakdown", "clock", "links", "straggler"]), _size(a))
+        with self._lock:
+            self._cache[key] = json.dumps(row)
+            while len(self._cache) > self._pages * 8:
+                self._cache.popitem(last=False)
+        return row
+
     def _render(self, a: Path, b: Path | None) -> str:
         from rankscope.analysis.registry import run_all
         from rankscope.model.run import load_run
@@ -231,6 +253,22 @@ def _leaf(p: Any) -> str:
     return str(p).rstrip("/").rsplit("/", 1)[-1]
 
 
+def _size(p: Any) -> int:
+    """Bytes of a run's files (its traces, dumps and metadata; not rankscope's own analysis/ cache)."""
+    if isinstance(p, str):
+        from rankscope.store import source
+
+        fs, root = source.filesystem(p)
+        return sum(int(v.get("size") or 0) for k, v in fs.find(root, detail=True).items() if "/analysis/" not in k)
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(p, followlinks=False):
+        dirnames[:] = [d for d in dirnames if not (Path(dirpath) == Path(p) and d == "analysis")]
+        for f in filenames:
+            with contextlib.suppress(OSError):
+                total += (Path(dirpath) / f).lstat().st_size
+    return total
+
+
 def _stamp(p: Any) -> tuple[tuple[str, Any, Any], ...]:
     """A cheap change marker: name, size and mtime of each entry of the run and of its ranks/ folder.
 
@@ -261,14 +299,10 @@ def _stamp(p: Any) -> tuple[tuple[str, Any, Any], ...]:
 
 
 def _index(runs: Runs) -> str:
+    from rankscope.web.runtable import page
+
     names = list_runs(runs.root)
-    items = "".join(f'<li><a class="run" href="/runs/{html.escape(n)}">{html.escape(n)}</a></li>' for n in names)
-    body = f"<ul>{items}</ul>" if names else f"<p>no runs under {html.escape(runs.name)}</p>"
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
-            f'<title>rankscope runs</title>'
-            f'<style>body{{font-family:system-ui,sans-serif;margin:24px;color:#1d2330}}</style></head><body>'
-            f"<h1>rankscope · runs under {html.escape(runs.name)}</h1>{body}"
-            f"{runs.switcher(names[0], None) if names else ''}</body></html>")
+    return page(runs.name, names, runs.switcher(names[0], None) if names else "")
 
 
 def create_app(root: str | Path, cache_dir: str | Path | None = None) -> Starlette:
@@ -282,6 +316,16 @@ def create_app(root: str | Path, cache_dir: str | Path | None = None) -> Starlet
 
     async def api_runs(request: Request) -> Response:
         return JSONResponse({"root": runs.name, "runs": list_runs(runs.root)})
+
+    async def api_summary(request: Request) -> Response:
+        name = request.path_params["name"]
+        refused = _refusal(runs, name)
+        if refused is not None:
+            return JSONResponse({"error": refused.body.decode()}, status_code=refused.status_code)
+        try:
+            return JSONResponse(await run_in_threadpool(runs.summary, name))
+        except Exception as exc:  # noqa: BLE001 - one broken run gets an error row, the server stays up
+            return JSONResponse({"error": runs.public(f"{type(exc).__name__}: {exc}")}, status_code=500)
 
     async def show(request: Request) -> Response:
         return await _page(runs, request.path_params["name"], None)
@@ -299,7 +343,8 @@ def create_app(root: str | Path, cache_dir: str | Path | None = None) -> Starlet
         timelines.close()
         runs.close()
 
-    return Starlette(routes=[Route("/", index), Route("/api/runs", api_runs), Route("/runs/{name}", show),
+    return Starlette(routes=[Route("/", index), Route("/api/runs", api_runs),
+                             Route("/api/runs/{name}/summary", api_summary), Route("/runs/{name}", show),
                              Route("/runs/{name}/timeline", timeline), Route("/compare", compare)],
                      lifespan=lifespan)
 

@@ -140,3 +140,58 @@ def test_served_ui_switch_runs_and_compare(browser, runs):
         assert dl.value.suggested_filename == "slow1-timeline.pftrace"
         assert Path(dl.value.path()).stat().st_size > 1000
         assert not p.errors, p.errors
+
+
+INTERNAL = ("ranks_without_steps", "time_lost_per_step_ns", "t_ref_ns", "comm_exposed", "opstats.", "comm_matrix.",
+            '{"', "relative_excess", "whole_window_ranks", "others_median")
+
+
+def test_report_shows_no_internal_names(browser, runs, tmp_path):
+    """Issue 17: what a person sees (every view, every disclosure opened) holds no internal names or raw
+    JSON; every chart has data or a sentence saying why not."""
+    from rankscope.analysis.registry import run_all
+    from rankscope.model.run import load_run
+    from rankscope.render.html import render
+
+    run = load_run(runs / "slow1", jobs=1)
+    out = render(run, run_all(run), tmp_path / "r.html")
+    p = Page(browser)
+    p.page.goto(out.as_uri())
+    for v in p.views():
+        p.page.click(f'nav a[data-view="{v}"]')
+        p.page.eval_on_selector_all(f"#view-{v} details", "ds => ds.forEach(d => d.open = true)")
+        text = p.page.inner_text(f"#view-{v}")
+        assert not [k for k in INTERNAL if k in text], (v, [k for k in INTERNAL if k in text])
+    p.page.click('nav a[data-view="overview"]')
+    p.page.wait_for_selector("#cluster-chart .main-svg")
+    lanes = p.page.eval_on_selector_all("#cluster-chart .ytick text", "ts => ts.map(t => t.textContent)")
+    assert sorted(lanes) == ["rank 0", "rank 1"]
+    p.page.screenshot(path=str(ARTIFACTS / "report-cluster-overview.png"), full_page=False)
+    assert not p.errors, p.errors
+
+
+def test_served_run_table_sorts_filters_and_shows_verdicts(browser, runs):
+    """Issue 17: the index is a run table (started, ranks, hosts, steps, median step time, verdict and
+    cause, size), filled as each run is analyzed, sortable and filterable."""
+    with Served(runs) as s:
+        p = Page(browser)
+        p.page.goto(s.url + "/")
+        p.page.wait_for_function("document.getElementById('status').textContent === ''", timeout=180_000)
+        rows = p.page.eval_on_selector_all("#runs tbody tr", "rs => rs.map(r => Object.fromEntries("
+                                           "[...r.cells].map(c => [c.className, c.textContent])))")
+        by = {r["name"]: r for r in rows}
+        assert set(by) == {"healthy", "slow1"}
+        for r in by.values():
+            assert r["ranks"] == "2" and r["steps"] == "3" and float(r["step"]) > 0 and r["size"].endswith("B")
+            assert r["started"][:2] == "20" and r["verdict"]
+        assert by["slow1"]["verdict"].startswith("rank 1 is slow") and by["slow1"]["cause"]
+        p.page.click("#runs th:nth-child(1)")
+        p.page.click("#runs th:nth-child(1)")
+        names = p.page.eval_on_selector_all("#runs tbody tr", "rs => rs.map(r => r.dataset.run)")
+        assert names == ["slow1", "healthy"]
+        p.page.fill("#filter", "slow")
+        shown = p.page.eval_on_selector_all("#runs tbody tr", "rs => rs.filter(r => r.style.display !== 'none')"
+                                            ".map(r => r.dataset.run)")
+        assert shown == ["slow1"]
+        p.page.screenshot(path=str(ARTIFACTS / "served-run-table.png"), full_page=True)
+        assert not p.errors, p.errors
