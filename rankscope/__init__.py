@@ -11,7 +11,8 @@ Collection (inside a training process)::
             train_step(batch)
             prof.step()
 
-Analysis: ``rankscope analyze RUN`` or :func:`rankscope.load_run`.
+Analysis: ``rankscope analyze RUN``, or in a notebook ``rankscope.analyze(RUN)`` (tables as polars or
+pandas DataFrames: see :mod:`rankscope.api` and docs/notebook.ipynb).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "profile", "trace_handler", "load_run"]
+__all__ = ["__version__", "profile", "trace_handler", "load_run", "analyze"]
 
 
 def __getattr__(name: str) -> Any:
@@ -32,4 +33,8 @@ def __getattr__(name: str) -> Any:
         from rankscope.model.run import load_run
 
         return load_run
+    if name == "analyze":
+        from rankscope.api import analyze
+
+        return analyze
     raise AttributeError(f"module 'rankscope' has no attribute {name!r}")
