@@ -107,7 +107,8 @@ def cluster_timeline(run: Run, results: dict[str, Result], steps: list[int] | No
     off = {r: int(al.offset_ns.get(r, 0)) if al else 0 for r in run.rank_ids}
     lanes = choose_lanes(run, results, per_rank(bd))
     sel = bd.filter(pl.col("step").is_in(chosen))
-    win = {r: (int(g["ts"].min()), int(g["end"].max())) for (r,), g in sel.group_by("rank")}
+    spans = sel.group_by("rank").agg(t0=pl.col("ts").min(), t1=pl.col("end").max())
+    win = {int(r): (int(a), int(b)) for r, a, b in spans.iter_rows()}
     lanes = [(r, lab) for r, lab in lanes if r in win]
     base = min(win[r][0] - off[r] for r, _ in lanes)
     out_blocks = []
@@ -127,8 +128,8 @@ def cluster_timeline(run: Run, results: dict[str, Result], steps: list[int] | No
             if len(pts) >= 2:
                 arrivals.append(sorted(pts))
     ref = lanes[0][0] if lanes else 0
-    step_starts = {int(s): (int(g["ts"].min()) - off.get(ref, 0) - base) / 1e6 for (s,), g in
-                   sel.filter(pl.col("rank") == ref).group_by("step")} if lanes else {}
+    firsts = sel.filter(pl.col("rank") == ref).group_by("step").agg(t=pl.col("ts").min())
+    step_starts = {int(s): (int(t) - off.get(ref, 0) - base) / 1e6 for s, t in firsts.iter_rows()} if lanes else {}
     return {"lanes": [lab for _, lab in lanes], "ranks": [r for r, _ in lanes], "steps": chosen,
             "blocks": out_blocks, "arrivals": arrivals, "step_starts": step_starts, "classes": list(CLASSES),
             "aligned": al is not None}

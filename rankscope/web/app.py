@@ -321,7 +321,7 @@ def create_app(root: str | Path, cache_dir: str | Path | None = None) -> Starlet
         name = request.path_params["name"]
         refused = _refusal(runs, name)
         if refused is not None:
-            return JSONResponse({"error": refused.body.decode()}, status_code=refused.status_code)
+            return JSONResponse({"error": bytes(refused.body).decode()}, status_code=refused.status_code)
         try:
             return JSONResponse(await run_in_threadpool(runs.summary, name))
         except Exception as exc:  # noqa: BLE001 - one broken run gets an error row, the server stays up
