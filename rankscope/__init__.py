@@ -20,7 +20,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "profile", "trace_handler", "load_run", "analyze"]
+__all__ = ["__version__", "profile", "trace_handler", "load_run", "analyze", "comms"]
 
 
 def __getattr__(name: str) -> Any:
@@ -33,6 +33,10 @@ def __getattr__(name: str) -> Any:
         from rankscope.model.run import load_run
 
         return load_run
+    if name == "comms":
+        from rankscope.collect import comms
+
+        return comms
     if name == "analyze":
         from rankscope.api import analyze
 

@@ -92,3 +92,40 @@ def _headline(v: Verdict) -> str:
     return (f"hang in {_group(p)} at collective #{p['seq']} ({p['op']}): ranks {format_int_list(p['missing'])} "
             f"never joined it (last recorded: " + ", ".join(f"rank {r} #{s}" for r, s in p["their_last"].items())
             + f"); ranks {format_int_list(p['joined'])} wait in it")
+
+
+def run_hang(run: Any, results: dict[str, Any]) -> Any:
+    """Registered analysis "hang": the latest collective recorder dump of every rank in the run directory
+    (``ranks/<r>/comms.<n>-<reason>.rank<r>.json.gz``), matched by (process group, sequence)."""
+    import polars as pl
+
+    from rankscope.analysis.base import Finding, Result, Severity
+    from rankscope.errors import TraceError
+    from rankscope.model import frdump
+
+    files = [f for f in frdump.find(run.path) if str(f).rsplit("/", 1)[-1].startswith("comms.")]
+    if not files:
+        return Result("hang", skipped="no collective recorder dumps in the run (profile with comms=True or "
+                                      "RANKSCOPE_COMMS=1; dumps come at the end, on a watchdog, on SIGUSR1 or with "
+                                      "`rankscope trigger RUN --dump`)")
+    latest: dict[int, Any] = {}
+    for f in sorted(files, key=lambda x: str(x).rsplit("/", 1)[-1]):  # comms.<n>-...: the last one wins
+        try:
+            d = frdump.read(f)
+        except (TraceError, OSError):
+            continue
+        latest[d.rank] = d
+    if not latest:
+        return Result("hang", skipped="the collective recorder dumps in the run could not be read")
+    v = diagnose(list(latest.values()), run.world_size)
+    sev = Severity.CRITICAL if v.problems else Severity.INFO
+    findings = [Finding("hang" if v.problems and v.problems[0]["kind"] == "not_joined" else
+                        "desync" if v.problems else "collectives_in_step", v.headline, sev,
+                        tuple(v.problems[0].get("missing") or [r for rs in v.problems[0].get("odd", {}).values()
+                                                                for r in rs]) if v.problems else (),
+                        {k: val for k, val in (v.problems[0] if v.problems else {}).items() if k != "group"})]
+    rows = [{"group": g["group"], "desc": g["desc"], "rank": int(r), "last_seq": int(s)}
+            for g in v.groups for r, s in g["last_seq"].items()]
+    return Result("hang", tables={"last_collective": pl.DataFrame(rows) if rows else pl.DataFrame()},
+                  findings=findings, summary={"headline": v.headline, "dumps": len(latest),
+                                              "no_dump": v.no_dump})

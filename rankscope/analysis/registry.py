@@ -44,6 +44,7 @@ BUILTIN: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...], bool]
     ("ascend_cluster", "ascend_cluster", "run_ascend_cluster",
      "msprof-analyze cluster files (step trace, communication, matrix, groups) from torch_npu summaries",
      (), (), False),
+    ("hang", "hang", "run_hang", "collective recorder dumps matched across ranks: hangs and desyncs", (), (), False),
     ("capture", "capture", "run_capture", "captured steps per rank: window mismatch, idle ranks, dropped windows",
      (), (), False),
 )

@@ -41,6 +41,14 @@ def enable(buffer: int = DEFAULT_BUFFER) -> None:
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(buffer))
 
 
+def ring_sized() -> bool:
+    """Whether Flight Recorder records (its ring sized by TORCH_FR_BUFFER_SIZE when the group was made)."""
+    try:
+        return int(os.environ.get("TORCH_FR_BUFFER_SIZE", "0") or 0) > 0
+    except ValueError:
+        return False
+
+
 def _groups() -> dict[str, dict[str, str]]:
     """{pg name: {name, desc, ranks}} of every process group this rank knows."""
     import torch.distributed as dist
@@ -58,8 +66,9 @@ class Recorder:
     """One rank's recorder control (see the module docstring)."""
 
     def __init__(self, out_dir: str, *, watchdog_s: float | None = None, on_signal: bool = True,
-                 at_exit: bool = False) -> None:
+                 at_exit: bool = False, on_dump: Any = None) -> None:
         self.out_dir, self.watchdog_s, self.on_signal, self.at_exit = out_dir, watchdog_s, on_signal, at_exit
+        self.on_dump = on_dump  # called (path, reason) after each dump, e.g. to publish it with the run
         self.since_ns: int | None = None
         self.until_ns: int | None = None
         self.dumps: list[str] = []
@@ -128,10 +137,15 @@ class Recorder:
                 pickle.dump(doc, f)
             os.replace(tmp, out)  # whole or absent: a reader never sees half a dump
             self.dumps.append(out)
-            return out
         except Exception:  # noqa: BLE001 - a failed dump must never reach the training loop
             log.warning("rankscope: collective dump failed", exc_info=True)
             return None
+        try:
+            if self.on_dump is not None:
+                self.on_dump(out, reason)
+        except Exception:  # noqa: BLE001
+            log.warning("rankscope: publishing the collective dump failed", exc_info=True)
+        return out
 
     def _on_exit(self) -> None:
         self._stop.set()
@@ -166,3 +180,32 @@ class Recorder:
                     self.dump("watchdog")
             except Exception:  # noqa: BLE001 - the watchdog must never take the job down
                 log.debug("comms watchdog poll failed", exc_info=True)
+
+
+def as_json_gz(path: str) -> bytes:
+    """A dump file (Flight Recorder's pickle, written by ``Recorder.dump``) as gzipped JSON: the form kept
+    in a run directory (``ranks/<rank>/comms.*.json.gz``), readable without unpickling."""
+    import gzip
+    import json
+
+    from rankscope.model.frdump import _PlainData
+
+    with open(path, "rb") as f:
+        doc = _PlainData(f).load()
+    return gzip.compress(json.dumps(doc, default=str).encode(), 6)
+
+
+def from_env() -> dict[str, Any] | None:
+    """``RANKSCOPE_COMMS``: "1" (record, dump at exit, on SIGUSR1 and on a trigger), or options
+    "watchdog=300,exit=0" (watchdog seconds; exit dump on/off); unset, "" or "0": None."""
+    raw = os.environ.get("RANKSCOPE_COMMS", "").strip()
+    if raw in ("", "0", "off", "false"):
+        return None
+    opts: dict[str, Any] = {"watchdog_s": None, "at_exit": True}
+    for part in raw.split(","):
+        k, _, v = part.partition("=")
+        if k.strip() == "watchdog" and v:
+            opts["watchdog_s"] = float(v)
+        elif k.strip() == "exit" and v:
+            opts["at_exit"] = v.strip() not in ("0", "off", "false")
+    return opts

@@ -113,6 +113,20 @@ class Collector:
             self.exporter.submit(result, staging, rel)
         return rel
 
+    def add_comms(self, path: str, reason: str) -> str:
+        """Spool a collective recorder dump (``comms.Recorder``) as ``ranks/<r>/comms.<n>-<reason>.rank<r>.json.gz``
+        (gzipped JSON: readable without unpickling) for upload with the run."""
+        from rankscope.collect.comms import as_json_gz
+
+        n = len([e for e in self.spool.entries if "/comms." in e]) + 1
+        tag = re.sub(r"[^A-Za-z0-9]+", "-", reason)[:24] or "dump"
+        rel = f"{L.RANKS_DIR}/{self.ident.rank}/comms.{n:04d}-{tag}.rank{self.ident.rank}.json.gz"
+        self.spool.add_bytes(rel, as_json_gz(path), kind="comms")
+        self.extra.setdefault("comms_dumps", []).append({"file": rel.rsplit("/", 1)[-1], "reason": reason,
+                                                         "wall_ns": time.time_ns()})
+        self.write_meta()
+        return rel
+
     def _staged(self, rel: str) -> None:
         self.spool.add_staged(rel)
         self._exported.add(rel.rsplit("/", 1)[-1])

@@ -25,6 +25,7 @@ the window. A main thread stuck inside one C call closes it when that call retur
 from __future__ import annotations
 
 import atexit
+import os
 import ctypes
 import logging
 import threading
@@ -105,7 +106,7 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
                  layout: dict[str, int] | None = None, run_id: str | None = None, spool_dir: str | None = None,
                  storage_options: dict[str, Any] | None = None, upload: UploadConfig | None = None,
                  host_map: str | None = None, idle_timeout_s: float = 600.0, on_demand: bool = False,
-                 backend: str = "torch") -> None:
+                 backend: str = "torch", comms: bool | dict[str, Any] | None = None) -> None:
         self._kw = {"activities": activities, "record_shapes": record_shapes, "profile_memory": profile_memory,
                     "with_stack": with_stack, "with_flops": with_flops, "with_modules": with_modules,
                     "experimental_config": experimental_config}
@@ -115,6 +116,13 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         self._spool_dir, self._storage_options, self._upload = spool_dir, storage_options, upload
         self.host_map, self.idle_timeout_s, self.on_demand = host_map, idle_timeout_s, on_demand
         self._mod = _backend(backend)
+        from rankscope.collect import comms as _comms
+
+        # the collective recorder: comms=True / {"watchdog_s": 300, "at_exit": True}, or RANKSCOPE_COMMS
+        self._comms_opts: dict[str, Any] | None = (
+            _comms.from_env() if comms is None else {"watchdog_s": None, "at_exit": True} if comms is True
+            else dict(comms) if isinstance(comms, dict) and comms else None)
+        self._recorder: Any = None
         self.step_num = 0
         self.collector: Collector | None = None
         self._prof: Any = None
@@ -209,8 +217,9 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             self.collector.open()
             dist = M._dist()
             store = dist.distributed_c10d._get_default_store() if dist else None
+            self._start_recorder()
             self._watcher = Watcher(self.collector.target, ident.rank, store, f"rankscope/{run_id}/{n}/trigger",
-                                    since_ns=time.time_ns()).start(self.step_num)
+                                    since_ns=time.time_ns(), on_dump=self._dump_comms).start(self.step_num)
         self._running = True
         self._last_step = time.monotonic()
         self._sched_mark = self._sched.sample()
@@ -224,6 +233,33 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             self._stop_evt.clear()
             self._watchdog = threading.Thread(target=self._watch, name="rankscope-idle", daemon=True)
             self._watchdog.start()
+
+    def _start_recorder(self) -> None:
+        """Start the collective recorder when asked (dumps go to the run with the traces)."""
+        if not self._comms_opts or self.collector is None:
+            return
+        from rankscope.collect import comms
+
+        try:
+            if not comms.ring_sized():
+                log.warning("rankscope: the collective recorder sees nothing: Flight Recorder's ring must be sized "
+                            "before init_process_group (TORCH_FR_BUFFER_SIZE=2000 in the job's environment, or "
+                            "rankscope.comms.enable() before init_process_group)")
+            out = os.path.join(self.collector.spool.dir, "comms-staging")
+            self._recorder = comms.Recorder(out, watchdog_s=self._comms_opts.get("watchdog_s"),
+                                            at_exit=bool(self._comms_opts.get("at_exit", True)),
+                                            on_dump=self.collector.add_comms).start()
+        except Exception:  # noqa: BLE001 - never the job
+            log.warning("rankscope: the collective recorder could not start", exc_info=True)
+            self._recorder = None
+
+    def _dump_comms(self, reason: str) -> None:
+        """A remote trigger asked for a collective dump (runs on the trigger thread, not the training one)."""
+        if self._recorder is not None:
+            self._recorder.dump(reason)
+        elif self.collector is not None:
+            self.collector.extra.setdefault("comms_dumps", []).append(
+                {"reason": reason, "error": "the collective recorder is off (comms=True or RANKSCOPE_COMMS=1)"})
 
     def step(self) -> None:
         """Mark the end of a training step (same meaning as torch.profiler's ``step()``)."""
@@ -313,6 +349,11 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             self._watchdog = None
         if self._watcher is not None:
             self._watcher.close()
+        if self._recorder is not None:  # the exit dump goes out with the run, before the uploads close
+            if self._recorder.at_exit:
+                self._recorder.dump("end")
+            self._recorder.stop()
+            self._recorder = None
         if self.collector is not None:
             self.collector.close()
 

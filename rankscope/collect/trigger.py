@@ -31,6 +31,7 @@ class Plan:
     steps: int
     ranks: tuple[int, ...] | None
     created_ns: int
+    dump: bool = False  # also dump the collective recorder (on the trigger thread, at once)
 
     def action(self, step: int) -> str | None:
         """'warmup', 'record', 'save' (last recorded step) or None outside the plan."""
@@ -46,10 +47,11 @@ class Plan:
         return self.start + self.warmup + self.steps
 
 
-def request_doc(request_id: str, steps: int, warmup: int = 1, ranks: list[int] | None = None) -> dict[str, Any]:
-    """Body of a trigger request file."""
+def request_doc(request_id: str, steps: int, warmup: int = 1, ranks: list[int] | None = None,
+                dump: bool = False) -> dict[str, Any]:
+    """Body of a trigger request file (``steps`` 0 with ``dump``: a collective dump only)."""
     return {"format": L.TRIGGER_FORMAT, "id": request_id, "steps": int(steps), "warmup": int(warmup),
-            "ranks": ranks, "created_ns": time.time_ns()}
+            "ranks": ranks, "created_ns": time.time_ns(), "dump": bool(dump)}
 
 
 class Watcher:
@@ -65,7 +67,8 @@ class Watcher:
     """
 
     def __init__(self, target: Any, rank: int, store: Any | None, key: str, since_ns: int,
-                 poll_s: float = 1.0, store_poll_s: float = 0.25) -> None:
+                 poll_s: float = 1.0, store_poll_s: float = 0.25, on_dump: Any = None) -> None:
+        self.on_dump = on_dump  # called (reason) on this thread for a request with "dump": a hung rank dumps too
         self.target, self.rank, self.store, self.key = target, rank, store, key
         self.since_ns, self.poll_s, self.store_poll_s = since_ns, poll_s, store_poll_s
         self.seen: set[str] = set()
@@ -105,7 +108,12 @@ class Watcher:
                 plan = self._from_file() if self.reads_file else self._from_store()
             except Exception:  # noqa: BLE001 - a broken request or a dead store must never stop training
                 plan = None
-            if plan is not None:
+            if plan is not None and plan.dump and self.on_dump is not None:
+                try:
+                    self.on_dump(f"trigger {plan.id}")
+                except Exception:  # noqa: BLE001 - never the job
+                    pass
+            if plan is not None and plan.steps > 0:
                 with self._lock:
                     self._found.append(plan)
 
@@ -137,7 +145,7 @@ class Watcher:
             self.seen.add(req["id"])
             ranks = tuple(req["ranks"]) if req.get("ranks") is not None else None
             plan = Plan(req["id"], self.start_step(), int(req.get("warmup", 1)), int(req["steps"]), ranks,
-                        int(req["created_ns"]))
+                        int(req["created_ns"]), bool(req.get("dump", False)))
             if self.store is not None:
                 self.store.set(self.key, json.dumps(asdict(plan)))
             return plan
@@ -155,7 +163,7 @@ class Watcher:
 
 
 def write_request(run: str, steps: int, warmup: int = 1, ranks: list[int] | None = None,
-                  storage_options: dict[str, Any] | None = None) -> tuple[str, str]:
+                  storage_options: dict[str, Any] | None = None, dump: bool = False) -> tuple[str, str]:
     """Leave a trigger request in ``run``; returns (request id, path written)."""
     import uuid
 
@@ -165,7 +173,7 @@ def write_request(run: str, steps: int, warmup: int = 1, ranks: list[int] | None
     target = open_target(run, storage_options)
     rid = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     rel = L.trigger_rel(rid)
-    data = json.dumps(request_doc(rid, steps, warmup, ranks)).encode()
+    data = json.dumps(request_doc(rid, steps, warmup, ranks, dump)).encode()
     import tempfile
 
     with tempfile.NamedTemporaryFile(suffix=".json") as tmp:

@@ -19,6 +19,9 @@ from typing import Any
 from rankscope.errors import TraceError
 
 _RANK = re.compile(r"(\d+)(?:\.json)?$")
+# A ring of 20,000 entries pickles to a few MB; anything far larger is not a dump (memory bounded).
+MAX_DUMP = 512 << 20
+zlib_error = __import__("zlib").error
 
 
 @dataclass(frozen=True)
@@ -62,14 +65,23 @@ def read(path: str | Path) -> FrDump:
     from rankscope.store import source
 
     p = Path(str(path).rsplit("/", 1)[-1]) if source.is_url(str(path)) else Path(path)
-    m = _RANK.search(p.name)
+    m = _RANK.search(p.name.removesuffix(".gz"))
     if not m:
         raise TraceError(str(path), "no rank number at the end of the file name (torch names dumps PREFIX<rank>)")
     with source.open_binary(str(path)) as fh:
-        raw = fh.read()
+        raw = fh.read(MAX_DUMP + 1)
     try:
+        if raw[:2] == b"\x1f\x8b":  # rankscope.profile's dumps in a run: ranks/<r>/comms.*.rank<r>.json.gz
+            import zlib
+
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            raw = d.decompress(raw, MAX_DUMP + 1)
+            if len(raw) > MAX_DUMP:
+                raise TraceError(str(path), f"larger than {MAX_DUMP >> 20} MiB inflated: not read")
+        if len(raw) > MAX_DUMP:
+            raise TraceError(str(path), f"larger than {MAX_DUMP >> 20} MiB: not read")
         doc = json.loads(raw) if raw[:1] in (b"{", b"[") else _PlainData(io.BytesIO(raw)).load()
-    except (ValueError, pickle.UnpicklingError, EOFError, RecursionError) as exc:
+    except (ValueError, pickle.UnpicklingError, EOFError, RecursionError, zlib_error) as exc:
         raise TraceError(str(path), f"not a Flight Recorder dump ({str(exc)[:100]})") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
         raise TraceError(str(path), "not a Flight Recorder dump (no 'entries' list)")
@@ -99,12 +111,20 @@ def find(root: str | Path) -> list[Path] | list[str]:
         fs, base = source.filesystem(str(root))
         proto = str(root).split("://", 1)[0]
         names = sorted(fs.find(base))
-        return [f"{proto}://{n}" for n in names if _RANK.search(n.rsplit("/", 1)[-1])
-                and not n.endswith((".parquet", ".gz", ".html")) and n.rsplit("/", 1)[-1] not in _NOT_DUMPS]
+        return [f"{proto}://{n}" for n in names if is_dump_name(n.rsplit("/", 1)[-1])]
     r = Path(root)
-    files = [r] if r.is_file() else sorted(p for p in r.rglob("*") if p.is_file() and _RANK.search(p.name)
-                                           and not p.name.endswith((".parquet", ".gz", ".html")))
-    return [f for f in files if f.name not in _NOT_DUMPS]
+    files = [r] if r.is_file() else sorted(p for p in r.rglob("*") if p.is_file() and is_dump_name(p.name))
+    return files
+
+
+def is_dump_name(name: str) -> bool:
+    """A dump's file name: ending in a rank number (torch's PREFIX<rank>, optionally .json), or rankscope's
+    ``comms.<n>-<reason>.rank<r>.json.gz`` in a run directory; not a trace, cache or report."""
+    if name in _NOT_DUMPS:
+        return False
+    if name.startswith("comms.") and name.endswith(".json.gz"):
+        return bool(_RANK.search(name.removesuffix(".gz")))
+    return bool(_RANK.search(name)) and not name.endswith((".parquet", ".gz", ".html"))
 
 
 _NOT_DUMPS = ("meta.json", "run.json", "MANIFEST.json")

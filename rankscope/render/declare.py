@@ -107,6 +107,12 @@ VIEWS: dict[str, View] = {
         C("ranks", "ranks", "count"), C("groups", "communication groups", "count"),
         C("step_rows", "step trace rows", "count")),
         empty="Ascend runs only (torch_npu profiler output)", optional=True),
+    "hang": View("Collectives / hang (collective recorder dumps)", (
+        C("headline", "verdict"), C("dumps", "ranks with a dump", "count"), C("no_dump", "ranks without a dump", "ranks")),
+        (TableView("last_collective", "last collective recorded per rank and process group", (
+            C("group", "group"), C("desc", "description"), C("rank", "rank", "count"),
+            C("last_seq", "last sequence number", "count"))),),
+        "profile with comms=True or RANKSCOPE_COMMS=1, then `rankscope trigger RUN --dump`"),
     "capture": View("Captured steps", (C("reference_steps", "steps captured on most ranks"),), (
         TableView("capture", "per rank", (C("rank", "rank", "count"), C("source", "from"),
                                           C("windows", "windows", "count"), C("n_steps", "steps", "count"),

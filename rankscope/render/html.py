@@ -26,7 +26,8 @@ from rankscope.render.charts import breakdown_figure, columns_of, rows_of, steps
 
 VIEWS: dict[str, str] = {
     "overview": "Overview", "trajectory": "Iteration trajectory", "communication": "Communication",
-    "operators": "Operators & kernels", "memory": "Memory", "clock": "Clock", "flame": "Flame graph",
+    "operators": "Operators & kernels", "memory": "Memory", "clock": "Clock", "hang": "Collectives / hang",
+    "flame": "Flame graph",
     "diff": "Diff", "more": "More", "problems": "Problems & skipped",
 }
 VIEW_OF: dict[str, str] = {
@@ -34,7 +35,7 @@ VIEW_OF: dict[str, str] = {
     "trajectory": "trajectory", "collectives": "communication", "comm_matrix": "communication",
     "comm": "communication", "bandwidth": "communication", "opstats": "operators", "hta_temporal": "operators",
     "kernels": "operators", "memory": "memory", "clock": "clock", "recorder": "problems", "rpc": "problems",
-    "hang": "problems", "classify": "problems", "links": "communication", "capture": "problems",
+    "hang": "hang", "classify": "problems", "links": "communication", "capture": "problems",
 }
 MAX_ROWS = 200
 

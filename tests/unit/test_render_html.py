@@ -39,7 +39,7 @@ def test_every_view_and_skipped_reasons(evil):
     for v in ("overview", "trajectory", "communication", "operators", "memory", "flame", "problems"):
         assert f'id="view-{v}"' in page, v
     problems = page.split('id="view-problems"')[1]
-    assert "Hang: nothing to show: no hang dump in this run" in problems
+    assert "Collectives / hang (collective recorder dumps): nothing to show: no hang dump in this run" in problems
     assert 'id="breakdown-chart"' in page and 'id="steps-chart"' in page and 'id="flame-chart"' in page
     assert 'id="view-diff"' not in page  # no baseline, no diff view
 

@@ -1,0 +1,45 @@
+"""Run a training script with the collective recorder on, no code change:
+
+    torchrun --nproc-per-node 4 -m rankscope.collect.comms_run --out /shared/job1/fr --watchdog 300 train.py ARGS
+
+Sizes Flight Recorder's ring before the script creates its process group, starts a ``comms.Recorder``
+on every rank (dump at exit, on SIGUSR1, and when a collective stays pending longer than --watchdog
+seconds), then runs the script as ``__main__``. Read the dumps with ``rankscope hang OUT``. Jobs that
+use ``rankscope.profile`` get the same with ``comms=True`` or ``RANKSCOPE_COMMS=1``, the dumps going to
+the run directory.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m rankscope.collect.comms_run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=os.environ.get("RANKSCOPE_COMMS_DIR", "rankscope-comms"),
+                   help="directory for the per-rank dumps fr_rank_<rank> (default $RANKSCOPE_COMMS_DIR or ./rankscope-comms)")
+    p.add_argument("--watchdog", type=float, default=None, help="dump when a collective is pending this many seconds")
+    p.add_argument("--buffer", type=int, default=2000, help="Flight Recorder ring size (entries per rank)")
+    p.add_argument("--no-exit-dump", action="store_true", help="no dump when the script ends")
+    p.add_argument("script", help="the training script")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    a = p.parse_args(argv)
+    from rankscope.collect import comms
+
+    comms.enable(a.buffer)
+    rec = comms.Recorder(a.out, watchdog_s=a.watchdog, at_exit=not a.no_exit_dump).start()
+    sys.argv = [a.script, *a.args]
+    try:
+        runpy.run_path(a.script, run_name="__main__")
+    finally:
+        if not a.no_exit_dump:
+            rec.dump("exit")
+        rec.at_exit = False
+        rec.stop()
+
+
+if __name__ == "__main__":
+    main()
