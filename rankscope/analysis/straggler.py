@@ -191,6 +191,43 @@ def more_work(pr: pl.DataFrame, work_of: Callable[[int], Work | None]) -> list[t
     return [(i, own / rest - 1, "more calls")] if extra_calls_ns(work_of(rank)) >= CAUSE_SHARE * (own - rest) else []
 
 
+def more_input(pr: pl.DataFrame, work_of: Callable[[int], Work | None]) -> list[tuple[int, float, str]]:
+    """Among the 3 ranks with the longest own time, one whose input work per step (elements of its
+    operators' inputs: shapes, no noise) is >= IMBALANCE_WORK above the others' and whose own time is
+    >= PAIR_MIN above theirs. Measured (bench/workloads.py, 4 ranks on 2 cores): an LM rank with 1.3-1.6x
+    longer sequences had +20-40 % own time, but with four processes sharing two cores the other ranks'
+    own times spread too much for Dixon's test in 5 of 10 runs."""
+    from rankscope.analysis.work import IMBALANCE_WORK
+
+    if pr.height < 2:
+        return []
+    for i in np.argsort(-pr["own"].to_numpy())[:3]:
+        rank, own = int(pr["rank"][int(i)]), float(pr["own"][int(i)])
+        rest = as_float(pr.filter(pl.col("rank") != rank)["own"].median(), 0.0)
+        work = work_of(rank)
+        if rest > 0 and own / rest - 1 >= PAIR_MIN and work and work.get("work_ratio", 1.0) - 1 >= IMBALANCE_WORK:
+            return [(int(i), own / rest - 1, "input work")]
+    return []
+
+
+def agreeing(run: Run, results: dict[str, Result], bd: pl.DataFrame, pr: pl.DataFrame) -> list[tuple[int, float, str]]:
+    """The likely straggler (``likely.likely_straggler``) when its evidence is strong enough for a verdict:
+    own time >= REL_THRESHOLD above the others' median, last at >= 75 % of the matched collectives and the
+    longest own time in >= 75 % of the steps. Measured (bench/workloads.py, 4 ranks on 2 cores): a rank
+    decoding 1.9x the bytes had +39 % own time, arrived last at 8 of 8 collectives and was the slowest in
+    8 of 8 steps, yet Dixon's test (the other ranks' spread) did not speak."""
+    from rankscope.analysis.likely import likely_straggler
+
+    f = likely_straggler(run, results, per_step(bd), pr, [])
+    if f is None:
+        return []
+    ev = f.evidence
+    strong = (ev["relative_excess"] >= REL_THRESHOLD and ev["last_arrivals"] >= 0.75 * ev["instances"]
+              and ev["longest_own_time_steps"] >= 0.75 * ev["steps"])
+    i = pr["rank"].to_list().index(f.ranks[0])
+    return [(i, float(ev["relative_excess"]), "arrival order + steps")] if strong else []
+
+
 def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
                         pr: pl.DataFrame) -> list[Finding]:
     """Stragglers whose own (non-waiting) time per step is an outlier, with cause and time lost."""
@@ -219,7 +256,8 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
 
     found = steady(outliers(pr["own"].to_numpy().astype(float)) or cpu_available_outliers(steps, pr)
                    or paired(steps, pr, sched))
-    for i, rel, test, cons in found or steady(more_work(pr, work_of)):
+    for i, rel, test, cons in (found or steady(more_work(pr, work_of)) or steady(more_input(pr, work_of))
+                               or steady(agreeing(run, results, bd, pr))):
         rank = int(pr["rank"][i])
         row = pr.row(i, named=True)
         others = pr.filter(pl.col("rank") != rank)

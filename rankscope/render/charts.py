@@ -43,16 +43,17 @@ def columns_of(table: Any) -> list[str]:
     return list(table.column_names if hasattr(table, "column_names") else table.columns)
 
 
-def breakdown_figure(per_rank: Any, stragglers: set[int]) -> Any:
-    """Stacked bars: per rank, median step time split into compute / exposed comm / data / idle."""
+def breakdown_figure(per_rank: Any, stragglers: set[int], labels: list[str] | None = None,
+                     ytitle: str = "ms per step (median)") -> Any:
+    """Stacked bars: per rank (or per ``labels``), step time split into compute / exposed comm / data / idle."""
     import plotly.graph_objects as go
 
     rows = rows_of(per_rank)
-    ranks = [f"rank {r['rank']}" + (" ⚠" if r["rank"] in stragglers else "") for r in rows]
+    ranks = labels or [f"rank {r['rank']}" + (" ⚠" if r["rank"] in stragglers else "") for r in rows]
     fig = go.Figure()
     for col, label, color in COMPONENTS:
         fig.add_bar(name=label, x=ranks, y=[r[col] / 1e6 for r in rows], marker_color=color)
-    fig.update_layout(barmode="stack", yaxis_title="ms per step (median)", height=380, margin=_MARGIN,
+    fig.update_layout(barmode="stack", yaxis_title=ytitle, height=380, margin=_MARGIN,
                       legend=dict(orientation="h"))
     return fig
 

@@ -61,7 +61,7 @@ _JS = """
 function rsShow(v){document.querySelectorAll('.view').forEach(e=>e.classList.toggle('active',e.id==='view-'+v));
 document.querySelectorAll('nav a').forEach(a=>a.classList.toggle('active',a.dataset.view===v));
 rsDraw(document.getElementById('view-'+v));}
-function rsDraw(view){if(!view)return;view.querySelectorAll('script[data-fig]').forEach(s=>{if(s.dataset.done)return;
+function rsDraw(view){if(!view)return;view.querySelectorAll('script[data-fig]').forEach(s=>{if(s.dataset.done||s.closest('[hidden]'))return;
 s.dataset.done='1';const f=JSON.parse(s.textContent);Plotly.newPlot(s.dataset.fig,f.data,f.layout,
 {displaylogo:false,responsive:true}).then(el=>{const h=s.dataset.href;if(h)el.on('plotly_click',d=>{
 const r=d.points[0].customdata;if(r!==undefined&&r!==null)location.href=h+'&ranks='+r;});});});}

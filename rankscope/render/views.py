@@ -161,6 +161,7 @@ def communication(run: Run, results: dict[str, Result]) -> str:
     return f"<section>{''.join(out)}</section>"
 
 
+_HEAT_CELLS = 128
 _HEAT_TITLES = {"bytes": ("data sent, rank → rank", "MB", 1e6), "time_ns": ("communication time, rank → rank", "ms", 1e6),
                 "count": ("calls, rank → rank", "", 1.0), "bandwidth (GB/s)": ("bandwidth, rank → rank", "GB/s", 1.0)}
 
@@ -172,23 +173,29 @@ def _heatmaps(name: str, tname: str, t: object) -> list[str]:
         return []
     rows = charts.rows_of(t)
     ranks = sorted({int(r[src]) for r in rows} | {int(r[dst]) for r in rows})
-    idx = {r: i for i, r in enumerate(ranks)}
+    # beyond _HEAT_CELLS ranks per side, blocks of consecutive ranks (a 1,024 x 1,024 matrix is 13 MB of JSON
+    # and no one reads single cells of it): sums per block, bandwidth from the sums
+    width = -(-len(ranks) // _HEAT_CELLS)
+    idx = {r: i // width for i, r in enumerate(ranks)}
+    n = -(-len(ranks) // width)
     sums = [c for c in cols if any(m in c.lower() for m in _METRICS) and "bw" not in c.lower()
             and "bandwidth" not in c.lower()]
-    z = {m: [[0.0] * len(ranks) for _ in ranks] for m in sums}
-    for r in rows:  # summed over ops and groups: one cell per rank pair
+    z = {m: [[0.0] * n for _ in range(n)] for m in sums}
+    for r in rows:  # summed over ops and groups: one cell per rank pair (or block pair)
         for m in sums:
             z[m][idx[int(r[src])]][idx[int(r[dst])]] += float(r[m] or 0)
     byt, tim = _pick(sums, ("bytes",)), _pick(sums, ("time_ns", "time", "dur"))
     if byt and tim:
         z["bandwidth (GB/s)"] = [[b / t if t else 0.0 for b, t in zip(rb, rt)] for rb, rt in zip(z[byt], z[tim])]
-    labels = [str(r) for r in ranks]
+    labels = ([str(r) for r in ranks] if width == 1 else
+              [f"{ranks[i * width]}-{ranks[min(len(ranks), (i + 1) * width) - 1]}" for i in range(n)])
     out = []
     for i, (m, zz) in enumerate(z.items()):
         if m == "count":
             continue
         title, unit, scale = _HEAT_TITLES.get(m, (m.replace("_", " "), "", 1.0))
-        zz = [[v / scale for v in row] for row in zz]
+        title += f" (blocks of {width} ranks)" if width > 1 else ""
+        zz = [[float(f"{v / scale:.4g}") for v in row] for row in zz]
         out.append(charts.figure_div(charts.heatmap_figure(zz, labels, title, unit), f"heat-{tname}-{i}"))
     return out
 
@@ -280,17 +287,40 @@ def _ms(ns: int | None) -> float | None:
 
 
 def flame_view(run: Run, results: dict[str, Result]) -> str:
-    """Icicle of host call stacks merged over ranks (inclusive µs)."""
+    """Icicles of host call stacks (inclusive time): the cluster (summed over ranks) and, to pick from,
+    the straggler verdict's ranks, the fastest rank by own time and rank 0 (a few, so the report stays small)."""
     from rankscope.render.flame import icicle_nodes
 
-    nodes = icicle_nodes(run)
-    if not nodes["ids"]:
+    st = _ok(results, "straggler")
+    picks: list[tuple[str, list[int] | None]] = [(f"all {len(run.ranks)} ranks (summed)", None)]
+    why: dict[int, str] = {}
+    for f in st.findings if st else []:
+        for r in f.ranks:
+            why.setdefault(r, "straggler" if f.kind == "straggler" else "likely straggler")
+    if st is not None and "per_rank" in st.tables:
+        pr = sorted(charts.rows_of(st.tables["per_rank"]), key=lambda r: r["own"])
+        if pr:
+            why.setdefault(pr[0]["rank"], "fastest own time")
+    if run.rank_ids:
+        why.setdefault(run.rank_ids[0], "")
+    for r, reason in list(why.items())[:4]:
+        picks.append((f"rank {r}" + (f" ({reason})" if reason else ""), [r]))
+    opts, figs = [], []
+    for i, (label, ranks) in enumerate(picks):
+        nodes = icicle_nodes(run, ranks)
+        if not nodes["ids"]:
+            continue
+        opts.append(f'<option value="flame-{i}">{esc(label)}</option>')
+        fig = charts.figure_div(charts.icicle_figure(nodes["ids"], nodes["labels"], nodes["parents"], nodes["values"]),
+                                "flame-chart" if i == 0 else f"flame-chart-{i}")
+        figs.append(f'<div class="flame-pick" id="flame-{i}"{"" if i == 0 else " hidden"}>{fig}</div>')
+    if not figs:
         return '<section><p class="muted">no nested host events to draw</p></section>'
-    fig = charts.icicle_figure(nodes["ids"], nodes["labels"], nodes["parents"], nodes["values"])
-    return (f'<section><p class="muted">host call stacks summed over {len(run.ranks)} ranks; frames under '
-            f"{nodes['min_share']:.1%} of the total are folded away. Export: <code>rankscope timeline</code> / "
-            f"folded stacks via <code>rankscope.render.flame.write_folded</code></p>"
-            f'{charts.figure_div(fig, "flame-chart")}</section>')
+    pick = ('<p>show <select id="flame-select" onchange="document.querySelectorAll(\'.flame-pick\').forEach(d=>'
+            'd.hidden=d.id!==this.value);rsDraw(document.getElementById(this.value))">' + "".join(opts) + "</select></p>")
+    return (f'<section><p class="muted">host call stacks, inclusive time; frames under 0.1% of the total are '
+            "folded away. Folded stacks for other tools: <code>rankscope.render.flame.write_folded</code></p>"
+            f"{pick}{''.join(figs)}</section>")
 
 
 def diff_view(run: Run, diff: Result) -> str:

@@ -157,6 +157,28 @@ class Runs:
                 self._cache.popitem(last=False)
         return row
 
+    def rank_page(self, name: str, rank: int) -> str | None:
+        """The page of one rank of ``name`` (None when the run has no such rank)."""
+        from rankscope.analysis.registry import run_all
+        from rankscope.model.run import load_run
+        from rankscope.web.rankpage import page
+
+        a = self.path(name)
+        assert a is not None
+        key = ("rank", name, rank, _stamp(a))
+        with self._lock:
+            if key in self._cache:
+                return self._cache[key]
+        run = load_run(a, jobs=1, allow_missing_ranks=True, cache_dir=self.cache_dir)
+        if rank not in run.ranks:
+            return None
+        html_ = page(run, run_all(run, names=["breakdown", "clock", "links", "straggler"]), rank, name)
+        with self._lock:
+            self._cache[key] = html_
+            while len(self._cache) > self._pages * 8:
+                self._cache.popitem(last=False)
+        return html_
+
     def _render(self, a: Path, b: Path | None) -> str:
         from rankscope.analysis.registry import run_all
         from rankscope.model.run import load_run
@@ -171,7 +193,13 @@ class Runs:
             base = load_run(b, jobs=1, allow_missing_ranks=True, cache_dir=self.cache_dir)
             diff = run_diff(run, results, base, run_all(base))
         name, base_name = _leaf(a), _leaf(b) if b is not None else None
-        return build(run, results, diff=diff, nav_extra=self.switcher(name, base_name), timeline_html=timeline_form(name),
+        ranks = run.rank_ids
+        links = " ".join(f'<a class="rank-link" style="color:#9cc3ff" href="/runs/{name}/rank/{r}">{r}</a>'
+                         for r in ranks[:64])
+        rank_nav = (f'<div class="sub">rank pages: {links}' + (f" … (or /runs/{name}/rank/N, N up to {ranks[-1]})"
+                                                              if len(ranks) > 64 else "") + "</div>") if ranks else ""
+        return build(run, results, diff=diff, nav_extra=self.switcher(name, base_name) + rank_nav,
+                     timeline_html=timeline_form(name),
                      timeline_url=f"/runs/{name}/timeline")  # NAME: a plain file name
 
     def switcher(self, current: str, baseline: str | None) -> str:
@@ -327,6 +355,22 @@ def create_app(root: str | Path, cache_dir: str | Path | None = None) -> Starlet
         except Exception as exc:  # noqa: BLE001 - one broken run gets an error row, the server stays up
             return JSONResponse({"error": runs.public(f"{type(exc).__name__}: {exc}")}, status_code=500)
 
+    async def rank(request: Request) -> Response:
+        name, r = request.path_params["name"], request.path_params["rank"]
+        refused = _refusal(runs, name)
+        if refused is not None:
+            return refused
+        if not r.isdigit() or len(r) > 7:
+            return HTMLResponse("refused: a rank is a number", status_code=400)
+        try:
+            got = await run_in_threadpool(runs.rank_page, name, int(r))
+        except Exception as exc:  # noqa: BLE001 - a broken run gets an error page, the server stays up
+            return HTMLResponse(f"cannot show rank {int(r)} of {html.escape(name)}: "
+                                f"{html.escape(runs.public(str(exc)))}", status_code=500)
+        if got is None:
+            return HTMLResponse(f"not found: {html.escape(name)} has no rank {int(r)}", status_code=404)
+        return HTMLResponse(got)
+
     async def show(request: Request) -> Response:
         return await _page(runs, request.path_params["name"], None)
 
@@ -345,6 +389,7 @@ def create_app(root: str | Path, cache_dir: str | Path | None = None) -> Starlet
 
     return Starlette(routes=[Route("/", index), Route("/api/runs", api_runs),
                              Route("/api/runs/{name}/summary", api_summary), Route("/runs/{name}", show),
+                             Route("/runs/{name}/rank/{rank}", rank),
                              Route("/runs/{name}/timeline", timeline), Route("/compare", compare)],
                      lifespan=lifespan)
 

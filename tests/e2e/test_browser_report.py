@@ -58,8 +58,9 @@ class Page:
             self.page.click(f'nav a[data-view="{v}"]')
             assert self.page.is_visible(f"#view-{v}")
             assert self.page.eval_on_selector_all(".view.active", "es => es.length") == 1
-            count = (f"[document.querySelectorAll('#view-{v} .rs-fig').length,"
-                     f" [...document.querySelectorAll('#view-{v} .rs-fig')].filter(d => d.querySelector('.main-svg')).length]")
+            # charts behind a choice (the flame graph's other ranks) are drawn when chosen
+            figs = f"[...document.querySelectorAll('#view-{v} .rs-fig')].filter(d => !d.closest('[hidden]'))"
+            count = f"[{figs}.length, {figs}.filter(d => d.querySelector('.main-svg')).length]"
             try:  # charts are drawn when their view is first shown
                 self.page.wait_for_function(f"(() => {{const c = {count}; return c[0] === c[1];}})()", timeout=15_000)
             finally:
@@ -167,6 +168,15 @@ def test_report_shows_no_internal_names(browser, runs, tmp_path):
     lanes = p.page.eval_on_selector_all("#cluster-chart .ytick text", "ts => ts.map(t => t.textContent)")
     assert sorted(lanes) == ["rank 0", "rank 1"]
     p.page.screenshot(path=str(ARTIFACTS / "report-cluster-overview.png"), full_page=False)
+    # flame graph per rank: the straggler's own icicle is one choice away
+    p.page.click('nav a[data-view="flame"]')
+    options = p.page.eval_on_selector_all("#flame-select option", "os => os.map(o => o.textContent)")
+    assert options[0].startswith("all 2 ranks") and any(o.startswith("rank 1 (straggler") for o in options), options
+    value = p.page.eval_on_selector_all("#flame-select option", "os => os.filter(o => o.textContent.startsWith("
+                                        "'rank 1')).map(o => o.value)")[0]
+    p.page.select_option("#flame-select", value)
+    p.page.wait_for_selector(f"#{value} .main-svg")
+    assert p.page.is_hidden("#flame-0") and p.page.is_visible(f"#{value}")
     assert not p.errors, p.errors
 
 
@@ -194,4 +204,41 @@ def test_served_run_table_sorts_filters_and_shows_verdicts(browser, runs):
                                             ".map(r => r.dataset.run)")
         assert shown == ["slow1"]
         p.page.screenshot(path=str(ARTIFACTS / "served-run-table.png"), full_page=True)
+        # a rank's own page, reached from the run's page
+        p.page.click("a.run >> text=slow1")
+        p.page.wait_for_selector("#breakdown-chart .main-svg", timeout=120_000)
+        p.page.click("a.rank-link >> text=1")
+        p.page.wait_for_selector("#rank-steps-chart .main-svg", timeout=120_000)
+        assert p.page.inner_text(".verdict").startswith("rank 1 is slow")
+        ops = p.page.eval_on_selector_all("table.sortable tbody tr td:first-child", "ts => ts.map(t => t.textContent)")
+        assert "aten::mm" in ops
+        assert "ranks=1" in p.page.get_attribute("#rank-timeline-link", "href")
+        p.page.screenshot(path=str(ARTIFACTS / "served-rank-page.png"), full_page=True)
         assert not p.errors, p.errors
+
+
+@pytest.mark.parametrize("ranks,steps,ops,limit_s", [(64, 10, 60, 3.0), (1024, 3, 12, 5.0)])
+def test_large_report_is_small_and_opens_fast(browser, tmp_path, ranks, steps, ops, limit_s):
+    """Issue 17: the report of a 64-rank, 10-step run stays under 10 MB and its overview is drawn in
+    under 3 s; at 1,024 synthetic ranks in under 5 s. The cluster timeline groups ranks beyond 32 lanes."""
+    from rankscope.analysis.registry import run_all
+    from rankscope.model.run import load_run
+    from rankscope.render.html import render
+    from rankscope.synth import generate
+
+    root = generate(tmp_path / f"s{ranks}", ranks=ranks, steps=steps, ops_per_step=ops, seed=5)
+    run = load_run(root, jobs=2)
+    out = render(run, run_all(run), tmp_path / "r.html")
+    assert out.stat().st_size < 10 * 2**20, out.stat().st_size
+    p = Page(browser)
+    t0 = time.perf_counter()
+    p.page.goto(out.as_uri())
+    p.page.wait_for_selector("#breakdown-chart .main-svg")
+    p.page.wait_for_selector("#cluster-chart .main-svg")
+    took = time.perf_counter() - t0
+    assert took < limit_s, took
+    lanes = p.page.eval_on_selector_all("#cluster-chart .ytick text", "ts => ts.map(t => t.textContent)")
+    assert 3 <= len(lanes) <= 8 and any("fastest own time" in x for x in lanes), lanes
+    assert any("slowest own time" in x or "straggler verdict" in x for x in lanes), lanes
+    p.page.screenshot(path=str(ARTIFACTS / f"report-{ranks}-ranks.png"))
+    assert not p.errors, p.errors
