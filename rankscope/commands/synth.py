@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import time
 
 HELP = "generate a synthetic multi-rank Kineto run (stragglers, slow links, clock skew) with ground truth"
@@ -57,6 +58,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f.add_argument("--skew", action="append", default=[], metavar="RANK:OFFSET_S[:PPM]",
                    help="set one rank's clock offset (and drift) exactly, e.g. 3:-0.25:10. Repeatable")
     o = p.add_argument_group("output")
+    o.add_argument("--format", choices=["kineto", "ascend"], default="kineto",
+                   help="kineto (default): torch.profiler traces; ascend: torch_npu profiler folders "
+                        "(*_ascend_pt, written by torch_npu's rules: TP x PP over nodes, pipeline receives, HCCL "
+                        "task events), read by rankscope and by msprof-analyze alike; uses --ranks, --tp, "
+                        "--gpus-per-host and the first --straggler / --slow-link")
     o.add_argument("--seed", type=int, default=0, help="same seed and flags -> same bytes (default 0)")
     o.add_argument("--jobs", type=int, default=1, help="worker processes writing ranks (default 1)")
     o.add_argument("--gzip-level", type=int, default=1, choices=range(0, 10), metavar="0-9",
@@ -71,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     from rankscope.errors import RankscopeError
     from rankscope.synth import generate
 
+    if args.format == "ascend":
+        return _ascend(args)
     ops = args.ops_per_step
     if args.size_mb is not None:
         if args.size_mb <= 0:
@@ -91,4 +99,37 @@ def run(args: argparse.Namespace) -> int:
     Console().print(f"[bold]{out}[/]: {args.ranks} ranks x {args.steps} steps, {ops} ops/step, "
                     f"~{raw:.1f} MB JSON per rank, {gz:.1f} MB on disk, {secs:.1f} s\n"
                     f"ground truth: {out / 'synth_truth.json'}")
+    return 0
+
+
+def _ascend(args: argparse.Namespace) -> int:
+    """A realistic torch_npu run (``rankscope.synth.ascend_run``) under OUT."""
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from rankscope.errors import RankscopeError
+    from rankscope.synth.ascend_run import write_run
+    from rankscope.synth.ascend_sim import AscendJob
+
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()) and not args.overwrite:
+        raise RankscopeError(f"synth: {out} is not empty (--overwrite to write into it)")
+    tp = args.tp or 2
+    per_node = min(args.gpus_per_host, args.ranks)
+    if args.ranks % tp or args.ranks % per_node:
+        raise RankscopeError(f"synth --format ascend: --ranks {args.ranks} must be a multiple of --tp {tp} and of "
+                             f"--gpus-per-host {per_node}")
+    job = AscendJob(ranks=args.ranks, per_node=per_node, tp=tp)
+    if args.straggler:
+        rank, _, factor = (args.straggler[0].split(":") + ["", ""])[:3]
+        job = replace(job, slow_rank=int(rank), slow_factor=float(factor or 1.35))
+    if args.slow_link:
+        pair, _, factor = args.slow_link[0].partition(":")
+        a, _, b = pair.partition("-")
+        job = replace(job, slow_link=(int(a), int(b)), slow_link_factor=float(factor or 0.25))
+    dirs = write_run(out, job)
+    Console().print(f"[bold]{out}[/]: {len(dirs)} torch_npu profiler folders (*_ascend_pt); slow rank "
+                    f"{job.slow_rank} x{job.slow_factor:g}, slow link {job.slow_link} x{job.slow_link_factor:g}; "
+                    f"compare: msprof-analyze cluster -d {out} -m all")
     return 0

@@ -53,8 +53,9 @@ _HCOM_RE = re.compile(r"^hcom_([A-Za-z]+)_+([^@]*)(?:@(.*))?$")
 
 
 def is_ascend_dir(d: Path) -> bool:
-    """A torch_npu profiler output directory (``*_ascend_pt`` or one with ASCEND_PROFILER_OUTPUT)."""
-    return d.is_dir() and ((d / OUTPUT).is_dir() or (d.name.endswith("_ascend_pt") and
+    """A torch_npu (``*_ascend_pt``) or MindSpore (``*_ascend_ms``, the same layout) profiler output
+    directory, or one with ASCEND_PROFILER_OUTPUT."""
+    return d.is_dir() and ((d / OUTPUT).is_dir() or (d.name.endswith(("_ascend_pt", "_ascend_ms")) and
                                                       any(d.glob("profiler_info*.json"))))
 
 
