@@ -456,3 +456,14 @@ def test_verdict_says_what_the_data_cannot_show(tmp_path):
     assert [x.split(" ")[0] for x in limits] == ["contention", "input"]
     sched = _diagnose(_with_sched(make(tmp_path / "c", {}), {}))["straggler"]
     assert not any(x.startswith("contention") for x in sched.summary["limits"])
+
+
+def test_more_input_work_explaining_the_extra_compute_is_imbalance_even_when_idle_grew_more(tmp_path):
+    """Rank 2 runs its matmuls on 1.5x larger inputs (compute +4 ms per step) and also waits 1.8 ms more
+    for data (usual 1 ms): data grew most against its usual size, but the extra compute is what the extra
+    input work predicts, and it is the larger part: input imbalance. With the same inputs (slower
+    compute only), the cause stays what the timings say."""
+    res = _diagnose(make(tmp_path / "a", {2: 1.5}, dims={2: 384}, data={2: 2.8}))["straggler"]
+    assert res.findings[0].evidence["cause"] == "imbalance", res.summary["verdict"]
+    same = _diagnose(make(tmp_path / "b", {2: 1.5}, data={2: 2.8}))["straggler"]
+    assert same.findings[0].evidence["cause"] != "imbalance", same.summary["verdict"]
