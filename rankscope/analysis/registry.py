@@ -45,6 +45,8 @@ BUILTIN: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...], bool]
      "msprof-analyze cluster files (step trace, communication, matrix, groups) from torch_npu summaries",
      (), (), False),
     ("hang", "hang", "run_hang", "collective recorder dumps matched across ranks: hangs and desyncs", (), (), False),
+    ("rpc", "rpc", "run_rpc", "RPC calls: per destination, remote time vs network + queueing, slowest functions",
+     (), (), False),
     ("capture", "capture", "run_capture", "captured steps per rank: window mismatch, idle ranks, dropped windows",
      (), (), False),
 )

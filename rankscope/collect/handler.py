@@ -127,6 +127,18 @@ class Collector:
         self.write_meta()
         return rel
 
+    def add_rpc(self, doc: dict[str, Any]) -> str:
+        """Spool the RPC calls of a profile (``rankscope.collect.rpc.runfiles``) as ``ranks/<r>/rpc.<n>.json.gz``."""
+        import gzip
+
+        n = len([e for e in self.spool.entries if "/rpc." in e])
+        rel = L.rpc_rel(self.ident.rank, n)
+        self.spool.add_bytes(rel, gzip.compress(json.dumps(doc).encode(), 3), kind="rpc")
+        self.extra.setdefault("rpc_files", []).append({"file": rel.rsplit("/", 1)[-1], "calls": len(doc["calls"]),
+                                                       "gaps": len(doc["gaps"])})
+        self.write_meta()
+        return rel
+
     def _staged(self, rel: str) -> None:
         self.spool.add_staged(rel)
         self._exported.add(rel.rsplit("/", 1)[-1])

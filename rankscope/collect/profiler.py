@@ -54,6 +54,11 @@ def _backend(name: str) -> Any:
     return torch.profiler
 
 
+def backend_is_torch(mod: Any) -> bool:
+    """True for torch.profiler (RPC profiling needs torch.distributed.rpc; not tried on torch_npu)."""
+    return getattr(mod, "__name__", "") == "torch.profiler"
+
+
 def _run_on_main_thread(fn: Callable[[], None]) -> Any:
     def cb(_: Any) -> int:
         try:
@@ -95,7 +100,10 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
     Extra keywords: ``layout`` ({"dp","tp","pp"}), ``run_id``, ``spool_dir``, ``storage_options``,
     ``upload`` (:class:`UploadConfig`), ``host_map`` (path for the alias -> host file, rank 0,
     mode 0600), ``idle_timeout_s``, ``on_demand`` (record nothing until triggered),
-    ``backend`` ("torch" or "torch_npu"). Without ``run`` it behaves like torch's profile.
+    ``backend`` ("torch" or "torch_npu"), ``rpc`` (default True: while a window records, calls made with
+    ``torch.distributed.rpc`` are profiled on the worker that runs them and saved with the run as
+    ``ranks/<r>/rpc.<n>.json.gz``; see :mod:`rankscope.rpc`). Without ``run`` it behaves like torch's
+    profile (the RPC calls are then in ``rpc_calls`` after ``stop()``).
     """
 
     def __init__(self, *, activities: Iterable[Any] | None = None, schedule: Callable[[int], Any] | None = None,
@@ -106,7 +114,7 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
                  layout: dict[str, int] | None = None, run_id: str | None = None, spool_dir: str | None = None,
                  storage_options: dict[str, Any] | None = None, upload: UploadConfig | None = None,
                  host_map: str | None = None, idle_timeout_s: float = 600.0, on_demand: bool = False,
-                 backend: str = "torch", comms: bool | dict[str, Any] | None = None) -> None:
+                 backend: str = "torch", comms: bool | dict[str, Any] | None = None, rpc: bool = True) -> None:
         self._kw = {"activities": activities, "record_shapes": record_shapes, "profile_memory": profile_memory,
                     "with_stack": with_stack, "with_flops": with_flops, "with_modules": with_modules,
                     "experimental_config": experimental_config}
@@ -123,6 +131,8 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             _comms.from_env() if comms is None else {"watchdog_s": None, "at_exit": True} if comms is True
             else dict(comms) if isinstance(comms, dict) and comms else None)
         self._recorder: Any = None
+        self._rpc_on, self._rpc = rpc, None
+        self.rpc_calls: list[dict[str, Any]] = []
         self.step_num = 0
         self.collector: Collector | None = None
         self._prof: Any = None
@@ -228,6 +238,11 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             self._prof.start()
             if self._recording(self.step_num):
                 self._win_start_ns = time.time_ns()
+            if self._rpc_on and backend_is_torch(self._mod):
+                from rankscope.collect.rpc import runfiles
+
+                self._rpc = runfiles.start(self._kw)
+            self._rpc_follow()
         atexit.register(self._atexit)
         if self.idle_timeout_s and self.collector is not None:
             self._stop_evt.clear()
@@ -287,7 +302,13 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             self._prof.step()
             if self._recording(self.step_num) and self._win_start_ns is None:
                 self._win_start_ns = time.time_ns()
+        self._rpc_follow()
         self._sched_mark = self._sched.sample()
+
+    def _rpc_follow(self) -> None:
+        """RPC calls are profiled on their callee only while a window records here."""
+        if self._rpc is not None:
+            self._rpc.enabled = self._prof is not None and self._recording(self.step_num)
 
     def _adopt(self, plan: Plan) -> None:
         if plan.start <= self.step_num:  # seen late: start now; meta shows the steps really captured
@@ -343,6 +364,12 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         self._stop_evt.set()
         atexit.unregister(self._atexit)
         self._note_no_steps()
+        if self._rpc is not None:
+            from rankscope.collect.rpc import runfiles
+
+            rec, self._rpc = self._rpc, None
+            doc = runfiles.stop(rec, self.collector)
+            self.rpc_calls = doc["calls"] if doc else []
         self._close_window()
         if self._watchdog is not None:
             self._watchdog.join(timeout=2.0)

@@ -140,7 +140,7 @@ def load_and_analyze(path: str, jobs: int, allow_missing: bool = True, clock_ali
 
 
 def print_summary(run: Run, results: dict[str, Result], report: str | None = None) -> None:
-    from rankscope.render.terminal import findings_lines, rank_table
+    from rankscope.render.terminal import findings_lines, rank_table, rpc_lines
 
     for line in coverage_lines(run):  # first: what the results below do not cover
         out.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
@@ -155,7 +155,7 @@ def print_summary(run: Run, results: dict[str, Result], report: str | None = Non
             out.print(f"[dim]  {escape(line)}[/]", highlight=False, soft_wrap=True)
     from rankscope.errors import safe
 
-    for line in findings_lines(results):  # op and kernel names come from the traces: escape them
+    for line in findings_lines(results) + rpc_lines(results):  # names come from the traces: escape them
         out.print(safe(line), highlight=False, markup=False)
     if report:
         out.print(f"report: {report}")

@@ -34,7 +34,7 @@ class Found:
 
 def is_trace(p: Path) -> bool:
     try:
-        return p.name.endswith(TRACE_SUFFIXES) and p.name not in _NOT_TRACES and not p.name.startswith("comms.") \
+        return p.name.endswith(TRACE_SUFFIXES) and p.name not in _NOT_TRACES and not p.name.startswith(("comms.", "rpc.")) \
             and p.is_file()
     except OSError:
         return False

@@ -53,7 +53,7 @@ def local_cache_dir(url: str) -> Path:
 
 
 def _is_trace(name: str) -> bool:
-    return name.endswith((".json", ".json.gz")) and name not in SKIP and not name.startswith(("comms.", "."))
+    return name.endswith((".json", ".json.gz")) and name not in SKIP and not name.startswith(("comms.", "rpc.", "."))
 
 
 def discover(url: str, cache: Path | str) -> Found:

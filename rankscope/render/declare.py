@@ -113,6 +113,24 @@ VIEWS: dict[str, View] = {
             C("group", "group"), C("desc", "description"), C("rank", "rank", "count"),
             C("last_seq", "last sequence number", "count"))),),
         "profile with comms=True or RANKSCOPE_COMMS=1, then `rankscope trigger RUN --dump`"),
+    "rpc": View("RPC calls across workers", (
+        C("calls", "calls", "count"), C("destinations", "destinations", "count"),
+        C("remote_ns", "time on the callees", NS), C("network_ns", "network + queueing", NS),
+        C("nested_calls", "nested calls (a callee calling on)", "count"), C("not_captured", "not captured")),
+        (TableView("destinations", "per destination", (
+            C("rank", "rank", "count"), C("src", "from"), C("dst", "to"), C("calls", "calls", "count"),
+            C("errors", "errors", "count"), C("unprofiled", "without remote events", "count"),
+            C("round_trip_ns", "round trips", NS), C("remote_ns", "on the callee", NS),
+            C("network_ns", "network + queueing", NS), C("offset_ns", "clock offset (median)", NS),
+            C("offset_error_ns", "offset error bound", NS))),
+         TableView("functions", "slowest functions", (
+             C("dst", "on"), C("fn", "function"), C("calls", "calls", "count"),
+             C("round_trip_ns", "round trips", NS), C("max_round_trip_ns", "longest", NS),
+             C("remote_ns", "on the callee", NS), C("network_ns", "network + queueing", NS))),
+         TableView("remote_operators", "remote operators (self time)", (
+             C("worker", "worker"), C("name", "operator"), C("calls", "calls", "count"),
+             C("self_ns", "self time", NS), C("total_ns", "total time", NS)))),
+        "no torch.distributed.rpc calls were recorded", optional=True),
     "capture": View("Captured steps", (C("reference_steps", "steps captured on most ranks"),), (
         TableView("capture", "per rank", (C("rank", "rank", "count"), C("source", "from"),
                                           C("windows", "windows", "count"), C("n_steps", "steps", "count"),

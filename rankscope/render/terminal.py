@@ -32,3 +32,22 @@ def findings_lines(results: dict[str, Any], limit: int = 8) -> list[str]:
     if len(found) > limit:
         lines.append(f"… and {len(found) - limit} more (see the report or --json)")
     return lines
+
+
+def rpc_lines(results: dict[str, Any], limit: int = 8) -> list[str]:
+    """The RPC view in a few lines: the headline, then per destination calls, callee time and
+    network + queueing time, the clock offset used; nothing when the run made no RPC calls."""
+    r = results.get("rpc")
+    if r is None or r.skipped:
+        return []
+    lines = [f"RPC: {r.findings[0].title}" if r.findings else "RPC:"]
+    for row in r.tables["destinations"].head(limit).iter_rows(named=True):
+        lines.append(f"  rank {row['rank']} {row['src']} -> {row['dst']}: {row['calls']} calls, "
+                     f"{_ms(row['remote_ns'] or 0)} ms on the callee, {_ms(row['network_ns'] or 0)} ms network + "
+                     f"queueing, clock offset {_ms(row['offset_ns'] or 0)} ± {_ms(row['offset_error_ns'] or 0)} ms")
+    fns = r.tables["functions"]
+    if fns.height:
+        top = fns.row(0, named=True)
+        lines.append(f"  slowest function: {top['fn']} on {top['dst']} ({top['calls']} calls, "
+                     f"{_ms(top['round_trip_ns'])} ms in all)")
+    return lines

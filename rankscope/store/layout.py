@@ -48,6 +48,16 @@ def trace_rel(rank: int, name: str) -> str:
     return f"{rank_dir(rank)}/{name}{TRACE_SUFFIX}"
 
 
+def rpc_rel(rank: int, index: int) -> str:
+    """``ranks/<rank>/rpc.<NNNN>.json.gz``: the RPC calls of one profile (``rankscope.collect.rpc``)."""
+    return f"{rank_dir(rank)}/rpc.{int(index):04d}.json.gz"
+
+
+def is_rpc_name(name: str) -> bool:
+    """True for the file name of :func:`rpc_rel`."""
+    return bool(re.fullmatch(r"rpc\.\d+\.json\.gz", name))
+
+
 def window_name(index: int) -> str:
     """File stem of the ``index``-th captured window of a rank."""
     return f"window-{int(index):04d}"

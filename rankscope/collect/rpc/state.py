@@ -1,0 +1,132 @@
+"""The switch and the patches: who is recording RPC calls, and torch's RPC functions while they do.
+
+``rpc_sync``, ``rpc_async`` and ``remote`` here have torch's signatures. With no recorder active they
+call torch's function after one flag check; with one active (a profile on this process, or a profiled
+call running on this thread of a callee: nested RPC) the call is sent through
+:func:`rankscope.collect.rpc.callee.run_profiled` and its reply merged by :mod:`.calls`.
+
+:func:`install` puts these wrappers in place of ``torch.distributed.rpc.{rpc_sync,rpc_async,remote}``
+(and the same names in ``torch.distributed.rpc.api``), counted, and :func:`uninstall` puts torch's
+back when the last user is done. Code that imported the functions by name before the profile
+started (``from torch.distributed.rpc import rpc_sync``) keeps torch's own: use the wrappers there.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Callable, Iterator
+
+import torch.distributed.rpc as _rpc
+from torch.distributed.rpc import api as _api
+from torch.distributed.rpc.constants import UNSET_RPC_TIMEOUT
+
+NAMES = ("rpc_sync", "rpc_async", "remote")
+TORCH: dict[str, Callable[..., Any]] = {n: getattr(_api, n) for n in NAMES}
+_ACTIVE: Any = None  # the process's recorder (calls.Recorder) while a profile records
+_LOCAL = threading.local()  # .scope: a nested recorder while this thread runs a profiled call
+_PATCH_LOCK = threading.Lock()
+_PATCH_USERS = 0
+_SAVED: dict[tuple[Any, str], Any] = {}
+
+
+def fn_name(fn: Any) -> str:
+    """How a function is named in call spans: its qualified name (torch's choice too)."""
+    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__)
+
+
+def rpc_sync(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any = None,
+             timeout: float = UNSET_RPC_TIMEOUT) -> Any:
+    """``torch.distributed.rpc.rpc_sync``, profiled on the callee while a recorder is active."""
+    rec = _ACTIVE if _ACTIVE is not None and _ACTIVE.enabled else getattr(_LOCAL, "scope", None)
+    if rec is None:
+        return TORCH["rpc_sync"](to, func, args, kwargs, timeout)
+    from rankscope.collect.rpc import calls
+
+    return calls.send(rec, "rpc_sync", to, func, args, kwargs, timeout).wait()
+
+
+def rpc_async(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any = None,
+              timeout: float = UNSET_RPC_TIMEOUT) -> Any:
+    """``torch.distributed.rpc.rpc_async``, profiled on the callee while a recorder is active."""
+    rec = _ACTIVE if _ACTIVE is not None and _ACTIVE.enabled else getattr(_LOCAL, "scope", None)
+    if rec is None:
+        return TORCH["rpc_async"](to, func, args, kwargs, timeout)
+    from rankscope.collect.rpc import calls
+
+    return calls.send(rec, "rpc_async", to, func, args, kwargs, timeout)
+
+
+def remote(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any = None,
+           timeout: float = UNSET_RPC_TIMEOUT) -> Any:
+    """``torch.distributed.rpc.remote``, profiled on the owner while a recorder is active."""
+    rec = _ACTIVE if _ACTIVE is not None and _ACTIVE.enabled else getattr(_LOCAL, "scope", None)
+    if rec is None:
+        return TORCH["remote"](to, func, args, kwargs, timeout)
+    from rankscope.collect.rpc import calls
+
+    return calls.send_remote(rec, to, func, args, kwargs, timeout)
+
+
+WRAPPERS: dict[str, Callable[..., Any]] = {"rpc_sync": rpc_sync, "rpc_async": rpc_async, "remote": remote}
+
+
+def install() -> None:
+    """Put the wrappers in torch's place (counted: the last :func:`uninstall` restores torch's)."""
+    global _PATCH_USERS
+    with _PATCH_LOCK:
+        _PATCH_USERS += 1
+        if _PATCH_USERS > 1:
+            return
+        for mod in (_rpc, _api):
+            for n in NAMES:
+                _SAVED[(mod, n)] = getattr(mod, n)
+                setattr(mod, n, WRAPPERS[n])
+
+
+def uninstall() -> None:
+    """Undo one :func:`install`; the last one puts back exactly what was there before."""
+    global _PATCH_USERS
+    with _PATCH_LOCK:
+        if _PATCH_USERS == 0:
+            return
+        _PATCH_USERS -= 1
+        if _PATCH_USERS:
+            return
+        for (mod, n), fn in _SAVED.items():
+            setattr(mod, n, fn)
+        _SAVED.clear()
+
+
+def patched() -> bool:
+    """True while torch's RPC functions are replaced by the wrappers."""
+    return any(getattr(_rpc, n) is WRAPPERS[n] or getattr(_api, n) is WRAPPERS[n] for n in NAMES)
+
+
+def activate(recorder: Any) -> None:
+    """Make ``recorder`` the process's RPC recorder and patch torch's functions."""
+    global _ACTIVE
+    if _ACTIVE is not None:
+        raise RuntimeError("rankscope: an RPC profile is already active in this process")
+    _ACTIVE = recorder
+    install()
+
+
+def deactivate(recorder: Any) -> None:
+    """Stop recording with ``recorder`` and restore torch's functions."""
+    global _ACTIVE
+    if _ACTIVE is recorder:
+        _ACTIVE = None
+        uninstall()
+
+
+@contextlib.contextmanager
+def nested_scope(recorder: Any) -> Iterator[None]:
+    """While a callee thread runs a profiled call: its own RPC calls are profiled too (nested RPC)."""
+    prev = getattr(_LOCAL, "scope", None)
+    _LOCAL.scope = recorder
+    install()
+    try:
+        yield
+    finally:
+        _LOCAL.scope = prev
+        uninstall()
