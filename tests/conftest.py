@@ -20,6 +20,26 @@ def no_leaked_signal_handlers():
     assert after == before, f"signal handlers leaked: {after} != {before}"
 
 
+def _rpc_functions() -> dict[str, object]:
+    """torch.distributed.rpc's call functions, when this process imported it (never imported here)."""
+    import sys
+
+    mods = [sys.modules.get("torch.distributed.rpc"), sys.modules.get("torch.distributed.rpc.api")]
+    return {f"{m.__name__}.{n}": getattr(m, n, None) for m in mods if m is not None
+            for n in ("rpc_sync", "rpc_async", "remote")}
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_rpc_patches():
+    """rankscope's RPC patches are gone when the profile that made them stops (STYLE.md rule 14)."""
+    before = _rpc_functions()
+    yield
+    after = {k: v for k, v in _rpc_functions().items() if k in before}
+    assert after == before, f"torch.distributed.rpc functions left patched: {after}"
+    wrapped = [k for k, v in _rpc_functions().items() if getattr(v, "__module__", "").startswith("rankscope.")]
+    assert not wrapped, f"torch.distributed.rpc functions left patched: {wrapped}"
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED.is_dir():

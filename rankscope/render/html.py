@@ -27,14 +27,14 @@ from rankscope.render.charts import breakdown_figure, columns_of, rows_of, steps
 VIEWS: dict[str, str] = {
     "overview": "Overview", "trajectory": "Iteration trajectory", "communication": "Communication",
     "operators": "Operators & kernels", "memory": "Memory", "clock": "Clock", "hang": "Collectives / hang",
-    "flame": "Flame graph",
+    "rpc": "RPC", "flame": "Flame graph",
     "diff": "Diff", "more": "More", "problems": "Problems & skipped",
 }
 VIEW_OF: dict[str, str] = {
     "breakdown": "overview", "straggler": "overview", "advice": "overview", "diagnosis": "overview",
     "trajectory": "trajectory", "collectives": "communication", "comm_matrix": "communication",
     "comm": "communication", "bandwidth": "communication", "opstats": "operators", "hta_temporal": "operators",
-    "kernels": "operators", "memory": "memory", "clock": "clock", "recorder": "problems", "rpc": "problems",
+    "kernels": "operators", "memory": "memory", "clock": "clock", "recorder": "problems", "rpc": "rpc",
     "hang": "hang", "classify": "problems", "links": "communication", "capture": "problems",
 }
 MAX_ROWS = 200

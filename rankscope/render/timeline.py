@@ -30,6 +30,16 @@ if TYPE_CHECKING:
 
 DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_user_annotation")
 COLL_TRACK, MEM_TRACK, STREAM_BASE = 0, 1, 1 << 30
+RPC_BASE = 1 << 29  # track of the events a remote worker ran for this rank's RPC calls: RPC_BASE + worker id
+
+
+def track_label(t: int, remote: dict[int, str] | None = None) -> str:
+    """A track's name: a device stream, a remote worker's lane (RPC), or a host thread."""
+    if t >= STREAM_BASE:
+        return f"stream {t - STREAM_BASE}"
+    if t >= RPC_BASE:
+        return (remote or {}).get(t, f"remote worker {t - RPC_BASE}")
+    return f"thread {t}"
 
 
 def parse_ints(spec: str | None, what: str) -> list[int] | None:
@@ -94,7 +104,42 @@ def rank_frames(run: Any, rank: int, al: Any, steps: set[int] | None) -> dict[st
     co = co.with_columns(lane=pl.Series("lane", lanes(co["ts"].to_numpy(), co["dur"].to_numpy()), pl.Int32))
     mem = frame(run.table(rank, "memory", columns=["ts", "total_allocated"]))
     mem = _in_window(mem, win, None).with_columns(aligned(pl.col("ts")))
-    return {"events": ev, "collectives": co, "memory": mem}
+    rem, names = remote_events(run, rank, win)
+    if rem.height:
+        rem = rem.with_columns(aligned(pl.col("ts")).alias("ts"))
+        ev = pl.concat([ev, rem.cast(ev.schema)])  # type: ignore[arg-type]
+    return {"events": ev, "collectives": co, "memory": mem, "remote": names}
+
+
+def remote_events(run: Any, rank: int, win: tuple[int, int] | None) -> tuple[Any, dict[int, str]]:
+    """The events remote workers ran for this rank's RPC calls (``ranks/<r>/rpc.*.json.gz``), on the
+    rank's own clock already (each call's offset applied when it was recorded), one track per worker."""
+    import polars as pl
+
+    calls = _rpc_calls(run).get(rank, [])
+    from rankscope.model.rpcfiles import tables
+
+    ev = tables(calls)[1].filter(pl.col("name") != "[memory]")
+    ev = _in_window(ev, win)
+    names = {RPC_BASE + int(w): f"remote {n} (RPC, id {w})" for w, n in
+             ev.select("worker_id", "worker").unique().iter_rows()}
+    return ev.select("name", "ts", "dur", (RPC_BASE + pl.col("worker_id")).alias("track")), names
+
+
+def _rpc_calls(run: Any) -> dict[int, list[dict[str, Any]]]:
+    """RPC call records of the run by rank (read once per Run object)."""
+    got = getattr(run, "_rpc_calls", None)
+    if got is None:
+        from rankscope.model.rpcfiles import load
+
+        got = {}
+        for c in load(str(run.path))[0]:
+            got.setdefault(c.get("rank"), []).append(c)
+        try:
+            run._rpc_calls = got
+        except AttributeError:  # a frozen or slotted Run: read again next time
+            pass
+    return got
 
 
 def lanes(ts: Any, dur: Any) -> Any:
@@ -209,7 +254,7 @@ def perfetto_bytes(sel: dict[str, Any]) -> bytes:
         tracks = sorted(ev["track"].unique().to_list())
         tmap = {t: proc | (i + 2) for i, t in enumerate(tracks)}
         for t, u in tmap.items():
-            label = f"stream {t - STREAM_BASE}" if t >= STREAM_BASE else f"thread {t}"
+            label = track_label(t, f.get("remote"))
             tid = int(t) if 0 <= t < (1 << 31) - 4096 else (1 << 31) - 2 - tracks.index(t)
             head.append(pf.thread_track(u, proc, r + 1, tid, label))
         co_lanes = sorted(set(f["collectives"]["lane"].to_list()) | {0})

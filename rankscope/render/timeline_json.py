@@ -27,9 +27,9 @@ def _meta(sel: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": sel["names"][r]}})
         out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": r}})
         for t in f["events"]["track"].unique().sort().to_list():
-            from rankscope.render.timeline import STREAM_BASE
+            from rankscope.render.timeline import track_label
 
-            label = f"stream {t - STREAM_BASE}" if t >= STREAM_BASE else f"thread {t}"
+            label = track_label(t, f.get("remote"))
             out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": int(t), "args": {"name": label}})
         for lane in sorted(set(f["collectives"]["lane"].to_list()) | {0}):
             tid = coll_label(lane)

@@ -46,7 +46,7 @@ def render(rows: list[tuple[str, int, int, int, int]], *, sort_by: str = "cpu_ti
     """The table as text (torch's layout: a header, dashes, rows, the self CPU total below)."""
     total_self = sum(r[1] for r in rows) or 1
     key = SORT_KEYS.get(sort_by, 2)
-    shown = sorted(rows, key=lambda r: (-r[key], r[0]))[:row_limit] if row_limit > 0 else rows
+    shown = sorted(rows, key=lambda r: (-int(r[key]), r[0]))[:row_limit] if row_limit > 0 else rows
     cells = [(r[0] if len(r[0]) <= name_width else r[0][:name_width - 3] + "...",
               f"{100 * r[1] / total_self:.2f}%", _t(r[1]), f"{100 * r[2] / total_self:.2f}%", _t(r[2]),
               _t(r[2] / max(r[3], 1)), str(r[3]), str(r[4])) for r in shown]
