@@ -54,6 +54,10 @@ def caller(out: str, run_dir: str | None) -> None:
         rpc.rpc_sync("worker1", fails, args=(7,))
     except Exception as exc:  # noqa: BLE001
         res["plain_exc"] = [type(exc).__name__, str(exc).splitlines()[:2]]
+    try:
+        rpc.remote("worker1", fails, args=(8,)).to_here()
+    except Exception as exc:  # noqa: BLE001
+        res["plain_remote_exc"] = [type(exc).__name__, str(exc).splitlines()[:2]]
     rpc.rpc_sync("worker1", remote_mm, args=(a, b))  # warm up both sides unprofiled
     with rr.profile(record_shapes=True) as prof:
         res["patched_during"] = rr.patched()
@@ -67,6 +71,10 @@ def caller(out: str, run_dir: str | None) -> None:
             rpc.rpc_sync("worker1", fails, args=(7,))
         except Exception as exc:  # noqa: BLE001
             res["profiled_exc"] = [type(exc).__name__, str(exc).splitlines()[:2]]
+        try:
+            rpc.remote("worker1", fails, args=(8,)).to_here()
+        except Exception as exc:  # noqa: BLE001
+            res["profiled_remote_exc"] = [type(exc).__name__, str(exc).splitlines()[:2]]
         n = rpc.rpc_sync("worker1", calls_third, args=(a,))
         res["nested_ok"] = bool(torch.allclose(n, torch.mm(a, a) + 1))
     res["patched_after"] = rr.patched()

@@ -114,6 +114,9 @@ def test_exception_in_the_remote_function_reaches_the_caller_unchanged(job):
     assert r["profiled_exc"] == r["plain_exc"]
     assert r["profiled_exc"][0] == "ValueError" and "remote failure 7" in r["profiled_exc"][1][1]
     assert _call(job["calls"], "rpc_sync#fails")["status"] == "error"
+    assert r["profiled_remote_exc"] == r["plain_remote_exc"]  # remote(): raised by to_here(), as without rankscope
+    assert _call(job["calls"], "remote#fails")["status"] == "error"
+    assert r["profiled_remote_exc"][0] == "ValueError" and "remote failure 8" in str(r["profiled_remote_exc"])
 
 
 def test_patches_are_in_place_only_while_profiling(job):

@@ -104,7 +104,9 @@ def run_remote(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
 
     _LAST.exc = None
     reply = run_profiled(fn, args, kwargs, config)
-    result, reply.result = reply.result, None
+    result = reply.result
+    if not isinstance(result, RemoteException):
+        reply.result = None  # the value stays in the RRef; the caller takes only the events
     with _REMOTE_LOCK:
         _REMOTE_REPLIES[key] = reply
     if isinstance(result, RemoteException) and _LAST.exc is not None:

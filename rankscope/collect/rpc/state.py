@@ -23,7 +23,13 @@ from torch.distributed.rpc.constants import UNSET_RPC_TIMEOUT
 NAMES = ("rpc_sync", "rpc_async", "remote")
 TORCH: dict[str, Callable[..., Any]] = {n: getattr(_api, n) for n in NAMES}
 _ACTIVE: Any = None  # the process's recorder (calls.Recorder) while a profile records
-_LOCAL = threading.local()  # .scope: a nested recorder while this thread runs a profiled call
+
+
+class _Local(threading.local):
+    scope: Any = None  # a class default: reading it on a thread that never set it costs no exception
+
+
+_LOCAL = _Local()  # .scope: a nested recorder while this thread runs a profiled call
 _PATCH_LOCK = threading.Lock()
 _PATCH_USERS = 0
 _SAVED: dict[tuple[Any, str], Any] = {}
@@ -37,7 +43,7 @@ def fn_name(fn: Any) -> str:
 def rpc_sync(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any = None,
              timeout: float = UNSET_RPC_TIMEOUT) -> Any:
     """``torch.distributed.rpc.rpc_sync``, profiled on the callee while a recorder is active."""
-    rec = _ACTIVE if _ACTIVE is not None and _ACTIVE.enabled else getattr(_LOCAL, "scope", None)
+    rec = _ACTIVE if _ACTIVE is not None and _ACTIVE.enabled else _LOCAL.scope
     if rec is None:
         return TORCH["rpc_sync"](to, func, args, kwargs, timeout)
     from rankscope.collect.rpc import calls
@@ -48,7 +54,7 @@ def rpc_sync(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any = 
 def rpc_async(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any = None,
               timeout: float = UNSET_RPC_TIMEOUT) -> Any:
     """``torch.distributed.rpc.rpc_async``, profiled on the callee while a recorder is active."""
-    rec = _ACTIVE if _ACTIVE is not None and _ACTIVE.enabled else getattr(_LOCAL, "scope", None)
+    rec = _ACTIVE if _ACTIVE is not None and _ACTIVE.enabled else _LOCAL.scope
     if rec is None:
         return TORCH["rpc_async"](to, func, args, kwargs, timeout)
     from rankscope.collect.rpc import calls
@@ -59,7 +65,7 @@ def rpc_async(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any =
 def remote(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any = None,
            timeout: float = UNSET_RPC_TIMEOUT) -> Any:
     """``torch.distributed.rpc.remote``, profiled on the owner while a recorder is active."""
-    rec = _ACTIVE if _ACTIVE is not None and _ACTIVE.enabled else getattr(_LOCAL, "scope", None)
+    rec = _ACTIVE if _ACTIVE is not None and _ACTIVE.enabled else _LOCAL.scope
     if rec is None:
         return TORCH["remote"](to, func, args, kwargs, timeout)
     from rankscope.collect.rpc import calls
@@ -122,7 +128,7 @@ def deactivate(recorder: Any) -> None:
 @contextlib.contextmanager
 def nested_scope(recorder: Any) -> Iterator[None]:
     """While a callee thread runs a profiled call: its own RPC calls are profiled too (nested RPC)."""
-    prev = getattr(_LOCAL, "scope", None)
+    prev = _LOCAL.scope
     _LOCAL.scope = recorder
     install()
     try:
