@@ -131,7 +131,7 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             _comms.from_env() if comms is None else {"watchdog_s": None, "at_exit": True} if comms is True
             else dict(comms) if isinstance(comms, dict) and comms else None)
         self._recorder: Any = None
-        self._rpc_on, self._rpc = rpc, None
+        self._rpc_on, self._rpc, self._held = rpc, None, False
         self.rpc_calls: list[dict[str, Any]] = []
         self.step_num = 0
         self.collector: Collector | None = None
@@ -238,10 +238,12 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             self._prof.start()
             if self._recording(self.step_num):
                 self._win_start_ns = time.time_ns()
-            if self._rpc_on and backend_is_torch(self._mod):
+            if backend_is_torch(self._mod):
                 from rankscope.collect.rpc import runfiles
 
-                self._rpc = runfiles.start(self._kw)
+                runfiles.hold(+1)
+                self._held = True
+                self._rpc = runfiles.start(self._kw) if self._rpc_on else None
             self._rpc_follow()
         atexit.register(self._atexit)
         if self.idle_timeout_s and self.collector is not None:
@@ -364,12 +366,15 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         self._stop_evt.set()
         atexit.unregister(self._atexit)
         self._note_no_steps()
-        if self._rpc is not None:
-            from rankscope.collect.rpc import runfiles
+        from rankscope.collect.rpc import runfiles
 
+        if self._rpc is not None:
             rec, self._rpc = self._rpc, None
             doc = runfiles.stop(rec, self.collector)
             self.rpc_calls = doc["calls"] if doc else []
+        if self._held:
+            self._held = False
+            runfiles.hold(-1)
         self._close_window()
         if self._watchdog is not None:
             self._watchdog.join(timeout=2.0)

@@ -34,6 +34,11 @@ def calls_third(a: torch.Tensor) -> torch.Tensor:
     return rpc.rpc_sync("worker2", remote_mm, args=(a, a)) + 1
 
 
+def calls_back(a: torch.Tensor) -> torch.Tensor:
+    # worker0 runs a rankscope profile itself: its profiler is busy, it answers unprofiled
+    return rpc.rpc_sync("worker0", remote_mm, args=(a, a))
+
+
 def hide_rankscope() -> bool:
     """Make this worker look like one without rankscope's RPC support (an older rankscope)."""
     for name in [m for m in sys.modules if m.startswith("rankscope.collect.rpc")]:
@@ -75,6 +80,8 @@ def caller(out: str, run_dir: str | None) -> None:
             rpc.remote("worker1", fails, args=(8,)).to_here()
         except Exception as exc:  # noqa: BLE001
             res["profiled_remote_exc"] = [type(exc).__name__, str(exc).splitlines()[:2]]
+        back = rpc.rpc_sync("worker1", calls_back, args=(a,))
+        res["busy_ok"] = bool(torch.allclose(back, torch.mm(a, a)))
         n = rpc.rpc_sync("worker1", calls_third, args=(a,))
         res["nested_ok"] = bool(torch.allclose(n, torch.mm(a, a) + 1))
     res["patched_after"] = rr.patched()

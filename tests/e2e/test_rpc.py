@@ -141,6 +141,11 @@ def test_nested_rpc_is_profiled_and_placed_inside_the_outer_call(job):
 
 def test_a_callee_that_cannot_profile_answers_and_the_gap_is_noted(job):
     r = job["res"]
+    # busy: worker1 calls back into worker0, whose own profile holds the profiler
+    assert r["busy_ok"]
+    back = _call(job["calls"], "rpc_sync#remote_mm(worker1 -> worker0)")
+    assert back["depth"] == 1 and back["events"] == [] and "busy" in back["gap"] and back["status"] == "unprofiled"
+    assert any("busy" in g for g in r["gaps"]) and len(r["gaps"]) == 1
     assert r["gap_ok"]
     assert len(r["gap_gaps"]) == 1 and "worker2 cannot run profiled calls" in r["gap_gaps"][0]
     assert "rankscope" in r["gap_gaps"][0]

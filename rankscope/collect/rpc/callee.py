@@ -8,8 +8,10 @@ torch's own ``RemoteException`` (the caller raises it exactly as a plain RPC wou
 thread, and the two timestamps. Calls the function made to further workers through a patched or
 wrapped RPC (nested RPC) come back in ``nested``.
 
-A callee that cannot profile (its profiler is running already, another profiled call holds it)
-runs the function plainly and says why in ``gap``.
+A callee that cannot profile (a rankscope profile runs its profiler already, another profiled call
+holds it, or ``RANKSCOPE_RPC_CALLEE=0`` in its environment) runs the function plainly and says why in
+``gap``. A bare ``torch.profiler.profile`` running in the callee cannot be detected (torch keeps that
+state per thread): set ``RANKSCOPE_RPC_CALLEE=0`` on such workers.
 
 ``RANKSCOPE_RPC_CLOCK_SHIFT_NS`` shifts this process's RPC clock (timestamps and events) by that many
 ns: the tests use it to check that a known offset is recovered.
@@ -53,7 +55,10 @@ class Reply:
 def probe() -> int:
     """Answered by a callee that can run :func:`run_profiled` (protocol version). Starts and stops the
     profiler once, so that its first-use cost (about a second here) is not charged to a call."""
-    if _BUSY.acquire(blocking=False):
+    from rankscope.collect.rpc import state
+
+    if os.environ.get("RANKSCOPE_RPC_CALLEE", "1") != "0" and not state.own_profiler_running() \
+            and _BUSY.acquire(blocking=False):
         try:
             from torch.profiler import ProfilerActivity, profile
 
@@ -88,6 +93,13 @@ def run_profiled(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str
     """Run ``fn(*args, **kwargs)`` under the profiler on this thread; see the module docstring."""
     t_recv = now_ns()
     name, wid = _worker()
+    from rankscope.collect.rpc import state
+
+    if os.environ.get("RANKSCOPE_RPC_CALLEE", "1") == "0":
+        return _plain(fn, args, kwargs, t_recv, name, wid, "RANKSCOPE_RPC_CALLEE=0 on the callee: not profiled")
+    if state.own_profiler_running():
+        return _plain(fn, args, kwargs, t_recv, name, wid, "the callee's profiler was busy (a rankscope profile "
+                                                           "runs there)")
     if not _BUSY.acquire(blocking=False):
         return _plain(fn, args, kwargs, t_recv, name, wid, "the callee's profiler was busy with another call")
     try:

@@ -182,12 +182,14 @@ def _finish(rec: Recorder, call: dict[str, Any], reply: Any, t_done: int, raise_
     failed = isinstance(reply.result, RemoteException)
     call.update(t_recv_remote=reply.t_recv, t_reply_remote=reply.t_reply, offset_ns=est.offset_ns,
                 error_ns=est.error_ns, remote_ns=est.remote_ns, network_ns=est.network_ns,
-                status="error" if failed else "ok", gap=reply.gap,
+                status="error" if failed else "unprofiled" if reply.gap else "ok", gap=reply.gap,
                 events=place(reply.events, est.offset_ns, reply.worker, reply.worker_id))
     if reply.gap:
         rec.note(f"{reply.worker}: {reply.gap}")
     for sub in reply.nested:  # calls the callee made: shift their times onto this caller's clock too
         rec.add(shift_call(sub, est.offset_ns, 1 if rec.nested else 0))
+        if sub.get("gap"):
+            rec.note(f"nested {sub.get('name', '')}: {sub['gap']}")
     rec.add(call)
     if raise_ and failed:
         plain_error(reply.result)

@@ -14,6 +14,16 @@ log = logging.getLogger(__name__)
 RPC_FORMAT = "rankscope.rpc/1"
 
 
+def hold(delta: int) -> None:
+    """Tell this process's RPC callee that a rankscope profile runs torch's profiler here (+1 / -1),
+    so that it does not start a second one for a call (:func:`rankscope.collect.rpc.state.own_profiler`)."""
+    try:
+        from rankscope.collect.rpc import state
+    except Exception:  # noqa: BLE001 - no torch.distributed.rpc in this build: no callee either
+        return
+    state.own_profiler(delta)
+
+
 def start(kw: dict[str, Any]) -> Any:
     """A recorder made active for this process, or None (no torch RPC here, or another RPC profile on)."""
     try:

@@ -63,13 +63,22 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
 
             self.prof = torch.profiler.profile(**self._kw)
             self.prof.start()
-        state.activate(self.recorder)
+            state.own_profiler(+1)
+        try:
+            state.activate(self.recorder)
+        except BaseException:
+            self._stop_local()
+            raise
+
+    def _stop_local(self) -> None:
+        if self.prof is not None:
+            state.own_profiler(-1)
+            self.prof.stop()
 
     def stop(self) -> None:
         state.deactivate(self.recorder)
         self.recorder.wait()
-        if self.prof is not None:
-            self.prof.stop()
+        self._stop_local()
 
     def __enter__(self) -> profile:
         self.start()

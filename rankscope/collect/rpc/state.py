@@ -32,7 +32,24 @@ class _Local(threading.local):
 _LOCAL = _Local()  # .scope: a nested recorder while this thread runs a profiled call
 _PATCH_LOCK = threading.Lock()
 _PATCH_USERS = 0
+_OWN_PROFILERS = 0  # rankscope profiles running torch's profiler in this process (a callee must not start one)
 _SAVED: dict[tuple[Any, str], Any] = {}
+
+
+def own_profiler(delta: int) -> None:
+    """Count a rankscope profile that runs torch's profiler in this process (+1 at start, -1 at stop).
+
+    torch 2.13 keeps "profiler enabled" per thread and has no process-wide query, and a second
+    profiler started on an RPC thread while one runs replaced its session: the first one's exit then
+    crashed the process (SIGSEGV). So a callee profiles a call only when no rankscope profile runs
+    here; a bare ``torch.profiler.profile`` of the user's cannot be seen (docs/rpc.md)."""
+    global _OWN_PROFILERS
+    with _PATCH_LOCK:
+        _OWN_PROFILERS = max(_OWN_PROFILERS + delta, 0)
+
+
+def own_profiler_running() -> bool:
+    return _OWN_PROFILERS > 0
 
 
 def fn_name(fn: Any) -> str:
