@@ -176,3 +176,34 @@ def test_rpc_view_is_optional():
 
     assert VIEWS["rpc"].optional and {t.table for t in VIEWS["rpc"].tables} == {
         "destinations", "functions", "remote_operators"}
+
+
+def test_merged_timeline_gives_remote_events_their_lane_aligned_with_the_rank(tmp_path):
+    from rankscope.model.run import load_run
+    from rankscope.render.timeline import RPC_BASE, write_timeline
+    from tests.helpers import OFFSET_NS, tiny_run
+    from tests.unit.test_render_timeline import parse_pftrace
+
+    root = tiny_run(tmp_path / "tiny")
+    # rank 1 called worker7; the remote matmul is on rank 1's clock (5 ms ahead of rank 0's), in its step 1
+    call = _call("rpc_sync#mm(worker1 -> worker7)", "worker7", 7, t=1_010_000 + OFFSET_NS)
+    doc = {"format": "rankscope.rpc/1", "rank": 1, "worker": "worker1", "worker_id": 1, "calls": [call], "gaps": []}
+    (root / "ranks" / "1" / "rpc.0000.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    run = load_run(root, jobs=1)
+    tl = parse_pftrace(write_timeline(run, tmp_path / "m.pftrace").read_bytes())
+    lanes = {td[1][0]: fields_name(td) for td in tl["tracks"].values() if 4 in td}
+    remote = [u for u, name in lanes.items() if name == "remote worker7 (RPC, id 7)"]
+    assert len(remote) == 1 and (remote[0] >> 32) == 2  # in rank 1's process
+    mm = [e for e in tl["events"] if e["type"] == 1 and e["track"] == remote[0] and e["name"] == "aten::mm"]
+    assert [e["ts"] for e in mm] == [1_010_000 + 150]  # rank 1's offset removed, like its own events
+    doc_json = json.loads(write_timeline(run, tmp_path / "m.json", steps=[2]).read_text())
+    assert not [e for e in doc_json["traceEvents"] if e.get("tid") == RPC_BASE + 7]  # outside step 2
+    doc_json = json.loads(write_timeline(run, tmp_path / "m1.json", steps=[1]).read_text())
+    assert len([e for e in doc_json["traceEvents"] if e.get("tid") == RPC_BASE + 7 and e["ph"] == "X"]) == 2
+
+
+def fields_name(td: dict) -> str:
+    from tests.unit.test_render_timeline import fields
+
+    th = fields(td[4][0])
+    return th[5][0].decode() if 5 in th else ""
