@@ -39,7 +39,7 @@ class Recorder:
         self.enabled = True
         self.calls: list[dict[str, Any]] = []
         self.gaps: list[str] = []
-        self._pending: list[Any] = []
+        self.pending: list[Any] = []
         self._capable: dict[str, str | None] = {}
         self._lock = threading.Lock()
 
@@ -55,10 +55,13 @@ class Recorder:
     def wait(self, timeout_s: float = 30.0) -> None:
         """Wait (bounded) for the events of ``remote()`` calls still being fetched."""
         deadline = time.monotonic() + timeout_s
-        for fut in list(self._pending):
-            while not fut.done() and time.monotonic() < deadline:
-                time.sleep(0.005)
-        self._pending.clear()
+        # a remote() call's creation future adds the fetch of its events when it completes: look again
+        while any(not f.done() for f in list(self.pending)) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        left = sum(not f.done() for f in self.pending)
+        if left:
+            self.note(f"{left} remote() calls: their events did not arrive within {timeout_s:.0f} s")
+        self.pending.clear()
 
     def why_not(self, dst: Any) -> str | None:
         """None when ``dst`` can run profiled calls (asked once per worker), else why not."""
@@ -121,18 +124,29 @@ def send(rec: Recorder, kind: str, to: Any, func: Callable[..., Any], args: Any,
     except BaseException:
         torch.ops.profiler._record_function_exit._RecordFunction(span)
         raise
-    return _settle(fut, lambda reply: _finish(rec, call, reply, _now(rec)),
+    return _settle(fut, lambda f: _finish(rec, call, _reply(rec, call, f), _now(rec)),
                    lambda: torch.ops.profiler._record_function_exit._RecordFunction(span))
 
 
+def _reply(rec: Recorder, call: dict[str, Any], fut: Any) -> Any:
+    """The callee's Reply; a call that failed as an RPC (timeout, lost connection) is recorded, then
+    its error goes to the caller as torch raised it."""
+    try:
+        return fut.value()
+    except BaseException as exc:
+        call.update(t_done=_now(rec), status="error", gap=f"the RPC failed ({type(exc).__name__})", events=[])
+        rec.add(call)
+        raise
+
+
 def _settle(fut: Any, merge: Callable[[Any], Any], end: Callable[[], Any]) -> Any:
-    """A future of ``merge(reply)``: its value, or its exception object unchanged (``Future.then``
+    """A future of ``merge(fut)``: its value, or its exception object unchanged (``Future.then``
     would wrap an exception raised by the callback in a RuntimeError). ``end`` runs first."""
     out: Any = torch.futures.Future()
 
     def done(f: Any) -> None:
         try:
-            value = merge(f.value())
+            value = merge(f)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's wait() as it is
             end()
             out.set_exception(exc)
@@ -158,9 +172,9 @@ def send_remote(rec: Recorder, to: Any, func: Callable[..., Any], args: Any, kwa
     def created(f: Any) -> None:
         t_done = _now(rec)
         taken = state.TORCH["rpc_async"](dst, callee.take, (key,), None, 30.0)
-        rec._pending.append(taken.then(lambda g: _finish(rec, call, g.value(), t_done, raise_=False)))
+        rec.pending.append(taken.then(lambda g: _finish(rec, call, g.value(), t_done, raise_=False)))
 
-    rec._pending.append(rref._get_future().then(created))
+    rec.pending.append(rref._get_future().then(created))
     return rref
 
 
