@@ -20,7 +20,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "profile", "trace_handler", "load_run", "analyze", "comms"]
+__all__ = ["__version__", "profile", "trace_handler", "load_run", "analyze", "comms", "rpc"]
 
 
 def __getattr__(name: str) -> Any:
@@ -37,6 +37,10 @@ def __getattr__(name: str) -> Any:
         from rankscope.collect import comms
 
         return comms
+    if name == "rpc":
+        import importlib
+
+        return importlib.import_module("rankscope.rpc")
     if name == "analyze":
         from rankscope.api import analyze
 

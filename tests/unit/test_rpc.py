@@ -207,3 +207,14 @@ def fields_name(td: dict) -> str:
 
     th = fields(td[4][0])
     return th[5][0].decode() if 5 in th else ""
+
+
+def test_rankscope_profile_patches_only_with_rpc_on_and_marks_its_profiler():
+    import rankscope
+    from rankscope.collect.rpc import state
+
+    with rankscope.profile(rpc=False):
+        assert not state.patched() and state.own_profiler_running()  # a callee here would not start a second one
+    with rankscope.profile() as prof:
+        assert state.patched() and prof._rpc is not None and prof._rpc.enabled
+    assert not state.patched() and not state.own_profiler_running() and prof.rpc_calls == []
