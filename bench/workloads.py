@@ -58,6 +58,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--out", default="/tmp/rankscope-bench-workloads")
     ap.add_argument("--write", action="store_true", help="append the results to bench/RESULTS.md")
+    ap.add_argument("--keep-misses", action="store_true", help="keep the run directories of misses (OUT/miss-I)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     out = Path(args.out)
@@ -79,6 +80,9 @@ def main() -> None:
                      "load1": round(os.getloadavg()[0], 1)})
         print(f"{i + 1}/{len(plan)} {fam}@{n} rank={rank} F={factor}: {'ok ' if ok else 'MISS'} {text[:110]}",
               flush=True)
+        if args.keep_misses and not ok:
+            shutil.rmtree(out / f"miss-{i}", ignore_errors=True)
+            d.rename(out / f"miss-{i}")
         shutil.rmtree(d, ignore_errors=True)
     lines = [f"## Realistic workload families (issue 12), {time.strftime('%Y-%m-%d')}", "",
              f"`.venv/bin/python bench/workloads.py --ranks {args.ranks} --runs {args.runs} --healthy {args.healthy} "

@@ -35,7 +35,7 @@ class Found:
 def is_trace(p: Path) -> bool:
     try:
         return p.name.endswith(TRACE_SUFFIXES) and p.name not in _NOT_TRACES and not p.name.startswith("comms.") \
-            and p.is_file()
+            and not p.name.endswith(".collectives.json.gz") and p.is_file()
     except OSError:
         return False
 

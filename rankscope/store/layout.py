@@ -48,6 +48,9 @@ def trace_rel(rank: int, name: str) -> str:
     return f"{rank_dir(rank)}/{name}{TRACE_SUFFIX}"
 
 
+COLLECTIVES_SUFFIX = ".collectives.json.gz"  # a window's recorder entries, beside its trace
+
+
 def window_name(index: int) -> str:
     """File stem of the ``index``-th captured window of a rank."""
     return f"window-{int(index):04d}"
