@@ -16,9 +16,9 @@ time per step (wall minus exposed communication wait) is longest. Algorithm:
    (restricted to those that can hold the extra *blocked* time: sleeps, I/O, locks, when the scheduler
    samples show it); "imbalance" (input imbalance) when its operators' input elements per step
    exceed the others' by enough to explain the excess (``work.is_input_imbalance``: more work, not
-   slower work); "comm" when the excess sits in DDP's
-   gradient hooks (host traces) or, from the "links" analysis, when one rank sits in every slow
-   group while arrival skew is normal;
+   slower work; it also wins when compute is the largest part of the excess); "comm" when the excess
+   sits in DDP's gradient hooks (host traces) and no extra input work explains it, or, from the
+   "links" analysis, when one rank sits in every slow group while arrival skew is normal;
 4. time lost = what-if at median speed: per step, own time minus the next slowest rank's (the
    step would then be set by that rank), with the others' wait at matched collectives where this
    rank arrived last (clocks aligned) beside it; per step and in total.
