@@ -70,6 +70,7 @@ def source_files(d: Path) -> tuple[str, ...]:
     """The files whose size/mtime/head key the cache of this rank."""
     own = sorted(d.glob("profiler_info*.json")) + sorted(d.glob("profiler_metadata.json"))
     out = [d / OUTPUT / f for f in FILES if (d / OUTPUT / f).is_file()]
+    out += sorted((d / OUTPUT).glob("*.db"))
     return tuple(str(p) for p in own + out)
 
 
@@ -201,6 +202,12 @@ def collectives(path: Path, groups: dict[str, list[int]] | None = None) -> tuple
     except (OSError, ValueError, RecursionError) as exc:
         why = "nested too deeply" if isinstance(exc, RecursionError) else exc
         return schema.empty("collectives"), [f"{path}: not readable JSON ({why}); no collectives"]
+    return collectives_of(doc, str(path), groups)
+
+
+def collectives_of(doc: Any, where: str, groups: dict[str, list[int]] | None = None) -> tuple[pa.Table, list[str]]:
+    """The ``collectives`` table from communication.json's content (``where``: its source, for problems)."""
+    path = where
     if not isinstance(doc, dict):
         return schema.empty("collectives"), [f"{path}: expected a JSON object, found {type(doc).__name__}; "
                                              "no collectives"]
@@ -318,6 +325,10 @@ def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
 
     out = d / OUTPUT
     tv = out / "trace_view.json"
+    from rankscope.model import ascend_db
+
+    if not tv.is_file() and ascend_db.profiler_db(out) is not None:
+        return ascend_db.read(d)
     if not tv.is_file():
         raise TraceError(str(d), f"no {OUTPUT}/trace_view.json (was the profiler's analysis step run?)")
     raw = read_trace_view(tv)
