@@ -319,15 +319,23 @@ def step_ids(path: Path) -> list[int]:
     return [int(s) for s in col if str(s).lstrip("-").isdigit()]
 
 
+def export_form(d: Path) -> str:
+    """"db" when the folder holds torch_npu's DB export and no trace_view.json, else "text"."""
+    from rankscope.model import ascend_db
+
+    out = d / OUTPUT
+    return "db" if not (out / "trace_view.json").is_file() and ascend_db.profiler_db(out) is not None else "text"
+
+
 def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
     """All per-rank tables of one Ascend output directory, problems, and whether it is partial."""
     from rankscope.model import tables
 
     out = d / OUTPUT
     tv = out / "trace_view.json"
-    from rankscope.model import ascend_db
+    if export_form(d) == "db":
+        from rankscope.model import ascend_db
 
-    if not tv.is_file() and ascend_db.profiler_db(out) is not None:
         return ascend_db.read(d)
     if not tv.is_file():
         raise TraceError(str(d), f"no {OUTPUT}/trace_view.json (was the profiler's analysis step run?)")

@@ -204,7 +204,7 @@ def _read_ascend(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | Trac
 
     d = Path(task.root or task.files[0])
     rank, source, dist = ascend.identity(d)
-    meta = {**(task.meta or {}), **({"distributed_args": dist} if dist else {})}
+    meta = {**(task.meta or {}), **({"distributed_args": dist} if dist else {}), "ascend_export": ascend.export_form(d)}
     info = RankInfo(rank=-1 if rank is None else rank, files=list(task.files), meta=meta,
                     rank_source=source, world_size=dist.get("world_size"), backend=dist.get("backend") or "hccl",
                     process_groups=compact_groups(ascend.process_groups(d)))
