@@ -95,7 +95,10 @@ def identity(d: Path) -> tuple[int | None, str, dict[str, Any]]:
             return int(m.group(1)), "profiler_info file name", dist
     if type(dist.get("rank")) is int and 0 <= dist["rank"] < (1 << 20):
         return dist["rank"], "profiler_metadata.json", dist
-    return None, "unknown", dist
+    from rankscope.model import ascend_db
+
+    rank, source = ascend_db.rank_of(d / OUTPUT)
+    return rank, source, dist
 
 
 def double_hash(data: str) -> int:

@@ -35,9 +35,11 @@ import pyarrow as pa
 from rankscope.model import ascend_files
 from rankscope.model.schema import COMM_LINKS, COMM_OPS, STEP_TIMES
 
-# msprof-analyze's ProfDataAllocate.DB_PATTERNS (cluster_data_preprocess/prof_data_allocate.py)
-PROFILER_DB = re.compile(r"^ascend_(?:pytorch|mindspore)_profiler(?:_(\d+))?\.db$")
-ANALYSIS_DBS = ("analysis.db", "communication_analyzer.db")  # torch_npu / MindSpore name
+# msprof-analyze's ProfDataAllocate.DB_PATTERNS (cluster_data_preprocess/prof_data_allocate.py), PyTorch's.
+# MindSpore's DB export (ascend_mindspore_profiler_<rank>.db, communication_analyzer.db) has unfolded
+# matrix rows without step/type (msprof-analyze converts them, _trans_msprof_matrix_data): not read yet.
+PROFILER_DB = re.compile(r"^ascend_pytorch_profiler(?:_(\d+))?\.db$")
+ANALYSIS_DBS = ("analysis.db",)
 LAYERS = {1: "cpu_op", 2: "runtime", 3: "kernel", 4: "kernel"}  # pids of the events built below
 STEP_COLUMNS = {"computing": "Computing", "communication_not_overlapped": "Communication(Not Overlapped)",
                 "overlapped": "Overlapped", "communication": "Communication", "free": "Free", "stage": "Stage",
@@ -51,6 +53,25 @@ def profiler_db(out: Path) -> Path | None:
         return next((p for p in sorted(out.iterdir()) if PROFILER_DB.match(p.name) and p.is_file()), None)
     except OSError:
         return None
+
+
+def rank_of(out: Path) -> tuple[int | None, str]:
+    """The rank of a DB export from RANK_DEVICE_MAP (content), else from the db's file name."""
+    db = profiler_db(out)
+    if db is None:
+        return None, "unknown"
+    try:
+        con = connect(db)
+        try:
+            row = con.execute("SELECT rankId FROM RANK_DEVICE_MAP").fetchone()
+        finally:
+            con.close()
+        if row and type(row[0]) is int and 0 <= row[0] < (1 << 20):
+            return row[0], "RANK_DEVICE_MAP"
+    except sqlite3.Error:
+        pass
+    m = PROFILER_DB.match(db.name)
+    return (int(m.group(1)), "profiler db file name") if m and m.group(1) else (None, "unknown")
 
 
 def analysis_db(out: Path) -> Path | None:

@@ -78,3 +78,20 @@ def test_db_and_text_forms_give_the_same_numbers(outputs):
     only_db = [k for k in db if k not in text]
     assert only_db and all(k[2].split("@")[-1] in p2p and k[3] != "" for k in only_db)
     assert all(text[k] == {} and k[2].split("@")[-1] in p2p for k in text if k not in db)
+
+
+def test_cli_synth_db_at_8_ranks_agrees_too(tmp_path):
+    """`rankscope synth --format ascend --db` (8 ranks on 2 nodes, TP 2 x PP 4, slow rank 5, slow link 0-1)."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "rankscope.cli", "synth", str(run), "--format", "ascend", "--db",
+                           "--ranks", "8", "--gpus-per-host", "4", "--straggler", "5:compute:1.4", "--slow-link",
+                           "0-1:0.3"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    ref = msprof_oracle.run_msprof(run, tmp_path / "msprof") / "cluster_analysis.db"
+    res = msprof_db_oracle.compare(ref, msprof_oracle.run_rankscope(run, tmp_path / "rankscope"))
+    for table, (ok, n, bad) in res.items():
+        assert n > 20 and ok == n, f"{table}: {ok} of {n} agree; first differences: {bad}"
+    assert sum(n for _, n, _ in res.values()) == 13239

@@ -118,3 +118,15 @@ def test_cli_synth_db(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "rankscope.cli", "synth", str(tmp_path / "k"), "--db"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "--db is for --format ascend" in bad.stderr
+
+
+def test_rank_from_the_db_when_profiler_info_is_gone(forms, tmp_path):
+    """RANK_DEVICE_MAP (content) names the rank, then the db's file name; profiler_info and
+    profiler_metadata removed."""
+    root = _copy(forms, tmp_path)
+    d = _rank1(root).parent
+    (d / "profiler_info_1.json").unlink()
+    (d / "profiler_metadata.json").unlink()
+    assert ascend.identity(d)[:2] == (1, "RANK_DEVICE_MAP")
+    _drop_table("RANK_DEVICE_MAP")(d / OUT)
+    assert ascend.identity(d)[:2] == (1, "profiler db file name")
