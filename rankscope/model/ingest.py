@@ -217,8 +217,26 @@ def _read_ascend(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | Trac
     return info, [tabs]
 
 
+def _read_mindinsight(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | TraceError:
+    import csv
+
+    import pyarrow as pa
+
+    from rankscope.model import mindinsight
+
+    meta = dict(task.meta or {})
+    info = RankInfo(rank=-1 if task.rank_hint is None else task.rank_hint, files=list(task.files), meta=meta,
+                    rank_source=task.hint_source if task.rank_hint is not None else "unknown",
+                    backend="hccl", host=str(meta.get("host", "")))
+    try:
+        tabs = mindinsight.step_tables(Path(task.files[0]), int(meta.get("device_id", 0)))
+    except (OSError, ValueError, KeyError, IndexError, csv.Error, pa.ArrowException) as exc:
+        return TraceError(task.files[0], f"not a MindSpore step trace ({str(exc)[:200]})")
+    return info, [tabs]
+
+
 READERS: dict[str, Callable[[RankTask], "tuple[RankInfo, list[dict[str, Any]]] | TraceError"]] = {
-    "kineto": _read_kineto, "ascend": _read_ascend,
+    "kineto": _read_kineto, "ascend": _read_ascend, "mindinsight": _read_mindinsight,
 }
 
 
