@@ -327,7 +327,8 @@ def export_form(d: Path) -> str:
     from rankscope.model import ascend_db
 
     out = d / OUTPUT
-    return "db" if not (out / "trace_view.json").is_file() and ascend_db.profiler_db(out) is not None else "text"
+    db = ascend_db.profiler_db(out) is not None or ascend_db.analysis_db(out) is not None
+    return "db" if db and not (out / "trace_view.json").is_file() else "text"
 
 
 def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:

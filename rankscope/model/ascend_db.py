@@ -32,7 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from rankscope.model import ascend_files
+from rankscope.model import ascend_files, schema
 from rankscope.model.schema import COMM_LINKS, COMM_OPS, STEP_TIMES
 
 # msprof-analyze's ProfDataAllocate.DB_PATTERNS (cluster_data_preprocess/prof_data_allocate.py), PyTorch's.
@@ -163,16 +163,21 @@ def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
 
     out = d / ascend.OUTPUT
     prof = profiler_db(out)
-    assert prof is not None, "read() is called on a folder with a profiler db"
     problems: list[str] = []
-    try:
-        raw = ascend_db_trace.read_trace(prof)
-    except sqlite3.Error as exc:
-        from rankscope.errors import TraceError
+    partial = False
+    if prof is None:  # only analysis.db kept (msprof-analyze accepts this too): cluster files, no timeline
+        tabs = {name: schema.empty(name) for name in schema.TABLES}
+        problems.append(f"{out}: no ascend_pytorch_profiler_<rank>.db, only analysis.db: no timeline")
+    else:
+        try:
+            raw = ascend_db_trace.read_trace(prof)
+        except sqlite3.Error as exc:
+            from rankscope.errors import TraceError
 
-        raise TraceError(str(prof), f"not a readable SQLite database ({exc})") from exc
-    tabs, more = tables.build(raw)
-    problems += [f"{prof}: {p}" for p in raw.problems + more]
+            raise TraceError(str(prof), f"not a readable SQLite database ({exc})") from exc
+        tabs, more = tables.build(raw)
+        problems += [f"{prof}: {p}" for p in raw.problems + more]
+        partial = raw.partial
     adb = analysis_db(out)
     for name, empty in (("comm_ops", COMM_OPS), ("comm_links", COMM_LINKS),
                         ("step_times", STEP_TIMES)):
@@ -180,7 +185,7 @@ def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
     if adb is None:
         problems.append(f"{out}: no analysis.db (profiler level none, or the analysis step was not run); "
                         "no collectives, communication or step trace exports")
-        return tabs, problems, raw.partial
+        return tabs, problems, partial
     try:
         con = connect(adb)
         try:
@@ -196,4 +201,4 @@ def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
             con.close()
     except (sqlite3.Error, ValueError, TypeError) as exc:
         problems.append(f"{adb}: unreadable ({str(exc)[:200]}); left out of the collectives and cluster exports")
-    return tabs, problems, raw.partial
+    return tabs, problems, partial

@@ -91,6 +91,8 @@ CASES = [  # name, damage of rank 1, line on stderr, rank 1 analyzed
     ("analysis_db_missing", lambda out: (out / "analysis.db").unlink(), "no analysis.db", True),
     ("no_timeline_tables", _drop_table("STRING_IDS"), "no timeline", True),
     ("no_comm_time_table", _drop_table("CommAnalyzerTime"), "", True),
+    ("only_analysis_db", lambda out: (out / "ascend_pytorch_profiler_1.db").unlink(), "only analysis.db: no timeline",
+     True),
 ]
 
 
