@@ -40,7 +40,7 @@ from rankscope.model.schema import COMM_LINKS, COMM_OPS, STEP_TIMES
 # matrix rows without step/type (msprof-analyze converts them, _trans_msprof_matrix_data): not read yet.
 PROFILER_DB = re.compile(r"^ascend_pytorch_profiler(?:_(\d+))?\.db$")
 ANALYSIS_DBS = ("analysis.db",)
-LAYERS = {1: "cpu_op", 2: "runtime", 3: "kernel", 4: "kernel"}  # pids of the events built below
+LAYERS: dict[Any, str | None] = {1: "cpu_op", 2: "runtime", 3: "kernel", 4: "kernel"}  # pids (ascend_db_trace)
 STEP_COLUMNS = {"computing": "Computing", "communication_not_overlapped": "Communication(Not Overlapped)",
                 "overlapped": "Overlapped", "communication": "Communication", "free": "Free", "stage": "Stage",
                 "bubble": "Bubble", "communication_not_overlapped_and_exclude_receive":
@@ -174,7 +174,9 @@ def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
         except sqlite3.Error as exc:
             from rankscope.errors import TraceError
 
-            raise TraceError(str(prof), f"not a readable SQLite database ({exc})") from exc
+            why = (f"this Python's SQLite {sqlite3.sqlite_version} has no JSON functions (3.38 or later needed)"
+                   if "no such function" in str(exc) else f"not a readable SQLite database ({exc})")
+            raise TraceError(str(prof), why) from exc
         tabs, more = tables.build(raw)
         problems += [f"{prof}: {p}" for p in raw.problems + more]
         partial = raw.partial

@@ -85,5 +85,5 @@ def read_trace(db: Path) -> RawTrace:
         data = b'[{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "Python"}}]'
     raw = kineto.decode_bytes(str(db), data, problems)
     out = _AscendTrace(raw.path, raw.trace, raw.problems, raw.partial, raw.nbytes)
-    out.pid_cat = dict(LAYERS)  # type: ignore[arg-type]
+    out.pid_cat = dict(LAYERS)
     return out
