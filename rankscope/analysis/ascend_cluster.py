@@ -189,8 +189,9 @@ def db_rank_map(run: Run, records: list[dict[str, Any]]) -> dict[str, dict[str, 
     """msprof-analyze's DB mode (recipes/communication_matrix_sum/communication_matrix_sum.py) maps a
     group's local ranks through parallel_group_info's sorted global_ranks first, and only then through
     the self-links; text mode uses the self-links alone, so p2p links (no self-link) are dropped there
-    and kept here. Used when the run was read from torch_npu's DB export, to agree with that mode."""
-    if not any(run.ranks[r].meta.get("ascend_export") == "db" for r in run.rank_ids):
+    and kept here. Used when the run holds torch_npu's DB export (msprof-analyze then runs in DB mode,
+    even beside the text files), to agree with that mode."""
+    if not any("db" in str(run.ranks[r].meta.get("ascend_export", "")) for r in run.rank_ids):
         return None
     return {r["group_name"]: {str(i): g for i, g in enumerate(sorted(r["rank_set"]))}
             for r in records if r["group_id"]}

@@ -323,12 +323,16 @@ def step_ids(path: Path) -> list[int]:
 
 
 def export_form(d: Path) -> str:
-    """"db" when the folder holds torch_npu's DB export and no trace_view.json, else "text"."""
+    """Which of torch_npu's exports the folder holds: "text", "db" or "text+db" (export_type both).
+
+    A folder with trace_view.json is read as text (the richer timeline); msprof-analyze takes any
+    folder with a profiler db in DB mode (prof_data_allocate.py), which the cluster exports follow."""
     from rankscope.model import ascend_db
 
     out = d / OUTPUT
     db = ascend_db.profiler_db(out) is not None or ascend_db.analysis_db(out) is not None
-    return "db" if db and not (out / "trace_view.json").is_file() else "text"
+    text = (out / "trace_view.json").is_file()
+    return "text+db" if db and text else "db" if db else "text"
 
 
 def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:

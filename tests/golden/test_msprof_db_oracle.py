@@ -95,3 +95,22 @@ def test_cli_synth_db_at_8_ranks_agrees_too(tmp_path):
     for table, (ok, n, bad) in res.items():
         assert n > 20 and ok == n, f"{table}: {ok} of {n} agree; first differences: {bad}"
     assert sum(n for _, n, _ in res.values()) == 13239
+
+
+def test_text_and_db_side_by_side_follow_msprof_db_mode(outputs, tmp_path):
+    """export_type ["text", "db"] writes both forms in one folder: msprof-analyze then runs in DB mode
+    (prof_data_allocate.py looks for the profiler db first); rankscope reads the text files and its
+    cluster files follow DB mode, so every value agrees again."""
+    import shutil
+
+    ref_db, _, _ = outputs
+    root = ref_db.parents[2]  # the module's tmp dir: db/ and text/ of one simulated run
+    both = tmp_path / "both"
+    shutil.copytree(root / "text", both)
+    for src in sorted((root / "db").glob("*_ascend_pt/ASCEND_PROFILER_OUTPUT/*.db")):
+        shutil.copy(src, both / src.parent.parent.name / "ASCEND_PROFILER_OUTPUT" / src.name)
+    ref = msprof_oracle.run_msprof(both, tmp_path / "msprof") / "cluster_analysis.db"
+    assert ref.is_file()
+    res = msprof_db_oracle.compare(ref, msprof_oracle.run_rankscope(both, tmp_path / "rankscope"))
+    for table, (ok, n, bad) in res.items():
+        assert n > 10 and ok == n, f"{table}: {ok} of {n} agree; first differences: {bad}"
