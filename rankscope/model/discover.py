@@ -104,7 +104,8 @@ def _mindinsight(path: Path, cache: Path) -> Found:
         found.tasks.append(RankTask(files, str(cache), m.rank, {"host": m.host, "device_id": m.device},
                                     "hccl.json rank table", "mindinsight", str(m.profiler_dir)))
     if not found.tasks:
-        raise RankscopeError(f"{safe(path)}: a MindInsight cluster folder, but no rank has a step_trace_raw file")
+        first = f" ({found.problems[0]})" if found.problems else ""
+        raise RankscopeError(f"{safe(path)}: a MindInsight cluster folder, but no rank has a step_trace_raw file{first}")
     return found
 
 

@@ -96,10 +96,13 @@ def members(root: Path) -> tuple[list[Member], list[str]]:
         if hid is None:
             problems.append(f"{root / MAPPING}: server {n} of the rank table has no line; its ranks are left out")
             continue
-        for dev in server.get("device") or []:
-            device, rank = _int((dev or {}).get("device_id")), _int((dev or {}).get("rank_id"))
+        devices = server.get("device")
+        for dev in (d for d in (devices if isinstance(devices, list) else []) if isinstance(d, dict)):
+            device, rank = _int(dev.get("device_id")), _int(dev.get("rank_id"))
             if device is not None:
                 out.append(Member(rank, f"host-{hid}", device, root / CLUSTER / hid / "profiler"))
+    if servers and not out and not why:
+        why = f"{root}: the rank table lists no device of a mapped host; ranks numbered from the folders, in order"
     if why:
         problems.append(why)
         for hid in sorted(set(ids.values())):

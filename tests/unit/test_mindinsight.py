@@ -129,3 +129,33 @@ def test_unlisted_server_and_missing_rank_table(cluster, tmp_path, capsys):
     got = capsys.readouterr()
     assert "no rank table (hccl.json)" in got.err
     assert len(json.loads(got.out)["run"]["ranks"]) == 4
+
+
+HOSTILE = [  # name, damage, line on stderr, ranks analyzed
+    ("step_trace_garbage", lambda root: (root / "cluster_profiler/1/profiler/step_trace_raw_0_detail_time.csv")
+     .write_bytes(b"\x00\xff garbage\n1,2"), "not a MindSpore step trace", [0, 1, 2]),
+    ("step_trace_missing", lambda root: (root / "cluster_profiler/1/profiler/step_trace_raw_1_detail_time.csv")
+     .unlink(), "no step_trace_raw_1_detail_time.csv under host-1", [0, 1, 3]),
+    ("rank_table_wrong_types", lambda root: (root / "hccl.json").write_text(json.dumps(
+        {"server_list": [{"server_id": IPS["host-2"], "device": {"device_id": "0"}}, "x", {"server_id": 7}]})),
+     "the rank table lists no device of a mapped host", [0, 1, 2, 3]),
+    ("rank_table_not_json", lambda root: (root / "hccl.json").write_text("{"), "not a rank table", [0, 1, 2, 3]),
+    ("mapping_garbage", lambda root: (root / "host_ips_mapping.txt").write_bytes(b"\xff\xfe\x00 ../../x\n"),
+     "has no line", None),
+]
+
+
+@pytest.mark.parametrize("name,damage,line,ranks", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_hostile_mindinsight(cluster, capsys, name, damage, line, ranks):
+    """One line each, never a traceback, no IP; ranks the damage leaves readable are analyzed."""
+    root, _ = cluster
+    damage(root)
+    code = main(["analyze", str(root), "-j", "1", "--json"])
+    got = capsys.readouterr()
+    assert "Traceback" not in got.err and line in got.err, got.err
+    _no_ip(got.out + got.err)
+    if ranks is None or not ranks:
+        assert code != 0 or not json.loads(got.out)["run"]["ranks"]
+    else:
+        assert code == 0
+        assert sorted(r["rank"] for r in json.loads(got.out)["run"]["ranks"]) == ranks
