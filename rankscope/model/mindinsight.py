@@ -120,9 +120,12 @@ def files(m: Member) -> tuple[str, ...]:
 def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
     with open(path, newline="", encoding="utf-8", errors="replace") as f:
         rows = list(csv.reader(f))
-    if not rows or "step_num" not in rows[0]:
-        raise ValueError("no step_num header")
-    return rows[0], [r for r in rows[1:] if r and r[0].isdigit() and len(r) == len(rows[0])]
+    if not rows or rows[0][:3] != ["step_num", "start_point", "end_point"] or len(rows[0]) < 9:
+        raise ValueError("no step_num, start_point, end_point, ... header")
+    # The writer grows the header when a later step has a new communication op and writes earlier rows
+    # with the columns known then: shorter rows are padded (an op absent from a step has no value).
+    n = len(rows[0])
+    return rows[0], [r + [""] * (n - len(r)) for r in rows[1:] if r and r[0].isdigit() and 9 <= len(r) <= n]
 
 
 def step_tables(path: Path, device: int = 0) -> dict[str, pa.Table]:
@@ -148,7 +151,10 @@ def step_tables(path: Path, device: int = 0) -> dict[str, pa.Table]:
             continue
         op = m.group(3).split("-op")[0]
         for r in rows:
-            t0, t1 = int(r[col[f"{c}_start_point"]]) * TICK_NS, int(r[col[f"{c}_end_point"]]) * TICK_NS
+            a, b = r[col[f"{c}_start_point"]], r[col[f"{c}_end_point"]]
+            if not (a.isdigit() and b.isdigit()) or a == "0":  # absent from this step (written as 0 or not at all)
+                continue
+            t0, t1 = int(a) * TICK_NS, int(b) * TICK_NS
             comm.append({"op": normalize_op(op), "name": m.group(3), "ts": t0, "dur": t1 - t0, "dev_ts": t0,
                          "dev_dur": t1 - t0, "pg_name": f"stream {m.group(1)}", "pg_ranks": "", "group_size": 0,
                          "seq": -1, "nelems_in": -1, "nelems_out": -1, "dtype": "", "bytes_in": -1, "bytes_out": -1,

@@ -159,3 +159,23 @@ def test_hostile_mindinsight(cluster, capsys, name, damage, line, ranks):
     else:
         assert code == 0
         assert sorted(r["rank"] for r in json.loads(got.out)["run"]["ranks"]) == ranks
+
+
+def test_rows_written_before_the_header_grew(tmp_path):
+    """step_trace_parser.py extends the header when a later step brings a new op and writes each row with
+    the columns known then (missing ones as 0): short rows and zero points are read, not dropped."""
+    from rankscope.model.mindinsight import step_tables
+
+    head = ["step_num", "start_point", "end_point", "total", "fp_point", "bp_point", "iteration_interval",
+            "fp_and_bp", "tail"]
+    late = "stream_5_0_AllGather-op9"
+    p = tmp_path / "step_trace_raw_0_detail_time.csv"
+    p.write_text(",".join(head + [late, late + "_start_point", late + "_end_point"]) + "\n"
+                 "1,100,200,100,110,190,10,80,10\n"
+                 "2,200,300,100,210,290,10,80,10,0,0,0\n"
+                 "3,300,400,100,310,390,10,80,10,20,391,395\n"
+                 "-,200,300,100,210,290,10,80,10,7,130,132\n")
+    t = step_tables(p, device=0)
+    assert t["steps"].column("step").to_pylist() == [1, 2, 3]
+    assert t["collectives"].to_pylist()[0]["ts"] == 3910 and t["collectives"].num_rows == 1
+    assert t["collectives"].to_pylist()[0]["op"] == "all_gather"
