@@ -31,10 +31,11 @@ FAMILIES = {"lm-imbalance": ("lm", "imbalance", (1.3, 1.7)), "decode-slow": ("de
             "lm-healthy": ("lm", None, None), "decode-healthy": ("decode", None, None)}
 
 
-def job(out: Path, family: str, ranks: int, slow_rank: int, factor: float, seed: int, steps: int) -> None:
+def job(out: Path, family: str, ranks: int, slow_rank: int, factor: float, seed: int, steps: int,
+        rotate: bool = False) -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}", "--module",
            "rankscope.demo.lm", "--run-dir", str(out), "--family", family, "--slow-rank", str(slow_rank),
-           "--imbalance", str(factor), "--seed", str(seed), "--steps", str(steps)]
+           "--imbalance", str(factor), "--seed", str(seed), "--steps", str(steps)] + (["--rotate-cpus"] if rotate else [])
     with open(str(out) + ".log", "w") as fh:
         subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, check=True, timeout=600,
                        env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -58,6 +59,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--out", default="/tmp/rankscope-bench-workloads")
     ap.add_argument("--write", action="store_true", help="append the results to bench/RESULTS.md")
+    ap.add_argument("--cpus", choices=["rotate", "free"], default="free",
+                    help="rotate: every rank moves to CPU (rank + step) mod n each step, so all ranks see the same mix "
+                         "of this VM's vCPUs, which differ in speed for seconds at a time (as bench/stragglers.py); "
+                         "free: the OS places them")
+    ap.add_argument("--keep-misses", action="store_true", help="keep the run directories of misses (OUT/miss-I)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     out = Path(args.out)
@@ -72,17 +78,20 @@ def main() -> None:
         factor = round(rng.uniform(*span), 3) if span else 1.0
         d = out / f"run{i}"
         shutil.rmtree(d, ignore_errors=True)
-        job(d, wl, n, rank, factor, rng.randrange(10**6), args.steps)
+        job(d, wl, n, rank, factor, rng.randrange(10**6), args.steps, args.cpus == "rotate")
         text, found = verdict(d)
         ok = found == [(rank, kind)] if kind else not found
         rows.append({"family": fam, "ranks": n, "rank": rank, "factor": factor, "ok": ok, "verdict": text,
                      "load1": round(os.getloadavg()[0], 1)})
         print(f"{i + 1}/{len(plan)} {fam}@{n} rank={rank} F={factor}: {'ok ' if ok else 'MISS'} {text[:110]}",
               flush=True)
+        if args.keep_misses and not ok:
+            shutil.rmtree(out / f"miss-{i}", ignore_errors=True)
+            d.rename(out / f"miss-{i}")
         shutil.rmtree(d, ignore_errors=True)
     lines = [f"## Realistic workload families (issue 12), {time.strftime('%Y-%m-%d')}", "",
              f"`.venv/bin/python bench/workloads.py --ranks {args.ranks} --runs {args.runs} --healthy {args.healthy} "
-             f"--seed {args.seed}` ({platform_line()}; load during the runs: "
+             f"--seed {args.seed} --cpus {args.cpus}` ({platform_line()}; load during the runs: "
              f"{min(r['load1'] for r in rows)}–{max(r['load1'] for r in rows)})", "",
              "| family | ranks | runs | right (straggler: rank and cause; healthy: nothing named) |", "|---|---|---|---|"]
     for fam in FAMILIES:

@@ -139,15 +139,20 @@ def _new() -> dict[str, Any]:
     return {"Transport Type": "", "Transit Time(ms)": 0, "Transit Size(MB)": 0, "Op Name": ""}
 
 
-def matrix(links: list[tuple[int, dict[str, Any]]], seen: dict[str, dict[str, set[int]]]) -> list[dict]:
-    """Rows (group, step, op, link, info) of cluster_communication_matrix.json, totals included."""
+def matrix(links: list[tuple[int, dict[str, Any]]], seen: dict[str, dict[str, set[int]]],
+           known: dict[str, dict[str, int]] | None = None) -> list[dict]:
+    """Rows (group, step, op, link, info) of cluster_communication_matrix.json, totals included.
+
+    ``known``: group hash -> local rank -> global rank before the self-links are read (DB mode).
+    """
     struct: dict[tuple[str, str], dict[str, dict[int, dict[str, Any]]]] = defaultdict(dict)
     for r, row in links:
         struct[(_key(seen[row["kind"]][row["group"]]), row["step"])].setdefault(row["name"], {}).setdefault(
             r, {})[row["link"]] = _dict(json.loads(row["info"]))
     out = []
     for (g, step), by_op in struct.items():
-        local: dict[str, dict[str, int]] = {}  # group hash -> local rank -> global rank, from self-links
+        # group hash -> local rank -> global rank, from self-links (after ``known``)
+        local: dict[str, dict[str, int]] = {h: dict(m) for h, m in (known or {}).items()}
         for op, ranks in by_op.items():
             for r, ls in ranks.items():
                 for k in ls:
@@ -180,6 +185,18 @@ def matrix(links: list[tuple[int, dict[str, Any]]], seen: dict[str, dict[str, se
     return out
 
 
+def db_rank_map(run: Run, records: list[dict[str, Any]]) -> dict[str, dict[str, int]] | None:
+    """msprof-analyze's DB mode (recipes/communication_matrix_sum/communication_matrix_sum.py) maps a
+    group's local ranks through parallel_group_info's sorted global_ranks first, and only then through
+    the self-links; text mode uses the self-links alone, so p2p links (no self-link) are dropped there
+    and kept here. Used when the run holds torch_npu's DB export (msprof-analyze then runs in DB mode,
+    even beside the text files), to agree with that mode."""
+    if not any("db" in str(run.ranks[r].meta.get("ascend_export", "")) for r in run.rank_ids):
+        return None
+    return {r["group_name"]: {str(i): g for i, g in enumerate(sorted(r["rank_set"]))}
+            for r in records if r["group_id"]}
+
+
 def run_ascend_cluster(run: Run, results: dict[str, Any]) -> Result:
     """Registered analysis ``ascend_cluster``: the msprof-analyze cluster files as tables."""
     from rankscope.analysis.ascend_steps import step_trace
@@ -194,7 +211,7 @@ def run_ascend_cluster(run: Run, results: dict[str, Any]) -> Result:
     if ops:
         tables["communication"] = pa.Table.from_pylist(communication(ops, seen))
     if links:
-        tables["matrix"] = pa.Table.from_pylist(matrix(links, seen))
+        tables["matrix"] = pa.Table.from_pylist(matrix(links, seen, db_rank_map(run, records)))
     header, rows, note = step_trace(run, steps, records)
     if rows:
         tables["step_trace"] = pa.Table.from_pylist([dict(zip(header, map(_cell, r))) for r in rows])

@@ -115,7 +115,7 @@ def instances(per_rank: pl.DataFrame) -> pl.DataFrame:
     """One row per collective instance with skew, wait, transfer and bandwidths."""
     key = ["pg_name", "pg_ranks", "instance"]
     agg = per_rank.group_by(key).agg(
-        op=pl.col("op").mode().first(),
+        op=pl.col("op").mode().sort().first(),  # a tie (one send, one recv) gives the same label every run
         # a point-to-point transfer is one send and one receive: the same instance, not a mismatch
         ops=pl.col("op").replace({"recv": "send"}).n_unique(), n_ranks=pl.len(),
         start=pl.col("start").min(), arrival_skew=pl.col("start").max() - pl.col("start").min(),

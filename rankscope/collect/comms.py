@@ -182,6 +182,41 @@ class Recorder:
                 log.debug("comms watchdog poll failed", exc_info=True)
 
 
+def window_json_gz(lo_ns: int, hi_ns: int) -> bytes | None:
+    """The collectives this rank's recorder saw between ``lo_ns`` and ``hi_ns`` (wall clock), compact
+    gzipped JSON kept beside the window's trace (``ranks/<r>/window-NNNN.collectives.json.gz``): per
+    entry its process group, sequence number in that group, op and time created. On gloo the Kineto trace
+    carries neither group nor sequence; the model matches each ``gloo:*`` span to its entry
+    (``rankscope.model.comm_seq``), so collectives are matched across ranks by (group, sequence).
+    None when the recorder is off or the dump fails (never raises)."""
+    import gzip
+    import json
+
+    try:
+        import torch.distributed as dist
+        import torch._C._distributed_c10d as c10d
+
+        if not ring_sized() or not dist.is_initialized():
+            return None
+        doc = pickle.loads(c10d._dump_fr_trace(True, False, False))  # type: ignore[attr-defined]
+        rows = []
+        for e in doc.get("entries", []):
+            t = int(e.get("time_created_ns") or 0)
+            if not lo_ns <= t <= hi_ns:
+                continue
+            pg = e.get("process_group") or ("", "")
+            p2p = bool(e.get("is_p2p"))
+            rows.append([str(pg[0]), int(e.get("p2p_seq_id" if p2p else "collective_seq_id") or 0), int(p2p),
+                         str(e.get("profiling_name", "")), t, str(e.get("input_sizes", ""))[:200]])
+        out = {"source": "flight_recorder", "rank": dist.get_rank(), "start_ns": lo_ns, "end_ns": hi_ns,
+               "groups": _groups(), "columns": ["pg", "seq", "p2p", "op", "time_created_ns", "input_sizes"],
+               "entries": rows}
+        return gzip.compress(json.dumps(out).encode(), 6)
+    except Exception:  # noqa: BLE001 - never the job
+        log.debug("window collectives failed", exc_info=True)
+        return None
+
+
 def as_json_gz(path: str) -> bytes:
     """A dump file (Flight Recorder's pickle, written by ``Recorder.dump``) as gzipped JSON: the form kept
     in a run directory (``ranks/<rank>/comms.*.json.gz``), readable without unpickling."""

@@ -113,6 +113,17 @@ class Collector:
             self.exporter.submit(result, staging, rel)
         return rel
 
+    def add_window_collectives(self, index: int, data: bytes) -> str:
+        """Spool the recorder's entries of window ``index`` beside its trace (``window-NNNN.collectives.json.gz``)."""
+        name = L.window_name(index) + L.COLLECTIVES_SUFFIX
+        rel = f"{L.RANKS_DIR}/{self.ident.rank}/{name}"
+        self.spool.add_bytes(rel, data, kind="comms")
+        for w in self.windows:
+            if w.get("index") == index:
+                w["collectives_file"] = name
+        self.write_meta()
+        return rel
+
     def add_comms(self, path: str, reason: str) -> str:
         """Spool a collective recorder dump (``comms.Recorder``) as ``ranks/<r>/comms.<n>-<reason>.rank<r>.json.gz``
         (gzipped JSON: readable without unpickling) for upload with the run."""

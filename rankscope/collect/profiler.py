@@ -270,6 +270,21 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             log.warning("rankscope: the collective recorder could not start", exc_info=True)
             self._recorder = None
 
+    def _window_collectives(self, index: int, lo_ns: int, hi_ns: int) -> None:
+        """Keep the recorder's entries of this window beside its trace, from the export thread."""
+        col = self.collector
+        if col is None:
+            return
+
+        def job() -> None:
+            from rankscope.collect import comms
+
+            data = comms.window_json_gz(lo_ns, hi_ns)
+            if data is not None:
+                col.add_window_collectives(index, data)
+
+        col.exporter.call(job)
+
     def _dump_comms(self, reason: str) -> None:
         """A remote trigger asked for a collective dump (runs on the trigger thread, not the training one)."""
         if self._recorder is not None:
@@ -350,6 +365,8 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             # user's handler may read it (key_averages, ...) while a background save would run.
             try:
                 self.collector.add_window(prof, steps, start_ns, sync=self._user_ready is not None, **extra)
+                if self._recorder is not None and start_ns is not None:
+                    self._window_collectives(len(self.collector.windows) - 1, start_ns, time.time_ns())
             except Exception as exc:  # disk full, spool unwritable...: the window is lost, never the job
                 log.warning("rankscope: the window of steps %s could not be saved (%s: %s); training goes on",
                             steps, type(exc).__name__, exc)

@@ -63,6 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(*_ascend_pt, written by torch_npu's rules: TP x PP over nodes, pipeline receives, HCCL "
                         "task events), read by rankscope and by msprof-analyze alike; uses --ranks, --tp, "
                         "--gpus-per-host and the first --straggler / --slow-link")
+    o.add_argument("--db", action="store_true",
+                   help="with --format ascend: write torch_npu's DB export (export_type db: "
+                        "ascend_pytorch_profiler_<rank>.db and analysis.db) instead of its text files")
     o.add_argument("--seed", type=int, default=0, help="same seed and flags -> same bytes (default 0)")
     o.add_argument("--jobs", type=int, default=1, help="worker processes writing ranks (default 1)")
     o.add_argument("--gzip-level", type=int, default=1, choices=range(0, 10), metavar="0-9",
@@ -79,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == "ascend":
         return _ascend(args)
+    if args.db:
+        raise RankscopeError("synth: --db is for --format ascend (torch_npu's DB export)")
     ops = args.ops_per_step
     if args.size_mb is not None:
         if args.size_mb <= 0:
@@ -128,8 +133,9 @@ def _ascend(args: argparse.Namespace) -> int:
         pair, _, factor = args.slow_link[0].partition(":")
         a, _, b = pair.partition("-")
         job = replace(job, slow_link=(int(a), int(b)), slow_link_factor=float(factor or 0.25))
-    dirs = write_run(out, job)
-    Console().print(f"[bold]{out}[/]: {len(dirs)} torch_npu profiler folders (*_ascend_pt); slow rank "
+    dirs = write_run(out, job, form="db" if args.db else "text")
+    Console().print(f"[bold]{out}[/]: {len(dirs)} torch_npu profiler folders (*_ascend_pt, "
+                    f"{'DB' if args.db else 'text'} export); slow rank "
                     f"{job.slow_rank} x{job.slow_factor:g}, slow link {job.slow_link} x{job.slow_link_factor:g}; "
                     f"compare: msprof-analyze cluster -d {out} -m all")
     return 0

@@ -23,6 +23,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 
+from rankscope.demo.train import pin_process
+
 VOCAB = 512
 
 
@@ -88,6 +90,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--imbalance", type=float, default=1.5, help="work factor of the slow rank")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-shapes", action="store_true", help="profile with record_shapes=False (overhead bench)")
+    p.add_argument("--rotate-cpus", action="store_true",
+                   help="each step, move this rank to CPU (rank + step) mod n (as train.py): on a machine whose "
+                        "processors differ in speed every rank then sees the same mix of them")
     return p.parse_args(argv)
 
 
@@ -120,7 +125,10 @@ def main(argv: list[str] | None = None) -> None:
                            metadata={"workload": {"family": args.family, "slow_rank": args.slow_rank,
                                                   "imbalance": args.imbalance, "seed": args.seed}}) as prof:
         it = iter(loader)
-        for _ in range(args.warmup + args.steps + 1):
+        cpus = sorted(os.sched_getaffinity(0)) if args.rotate_cpus and hasattr(os, "sched_getaffinity") else []
+        for i in range(args.warmup + args.steps + 1):
+            if cpus:
+                pin_process(cpus[(rank + i) % len(cpus)])
             x, y = next(it)
             opt.zero_grad(set_to_none=True)
             loss_fn(model(x), y).backward()

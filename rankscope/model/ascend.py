@@ -70,6 +70,7 @@ def source_files(d: Path) -> tuple[str, ...]:
     """The files whose size/mtime/head key the cache of this rank."""
     own = sorted(d.glob("profiler_info*.json")) + sorted(d.glob("profiler_metadata.json"))
     out = [d / OUTPUT / f for f in FILES if (d / OUTPUT / f).is_file()]
+    out += sorted((d / OUTPUT).glob("*.db"))
     return tuple(str(p) for p in own + out)
 
 
@@ -94,7 +95,10 @@ def identity(d: Path) -> tuple[int | None, str, dict[str, Any]]:
             return int(m.group(1)), "profiler_info file name", dist
     if type(dist.get("rank")) is int and 0 <= dist["rank"] < (1 << 20):
         return dist["rank"], "profiler_metadata.json", dist
-    return None, "unknown", dist
+    from rankscope.model import ascend_db
+
+    rank, source = ascend_db.rank_of(d / OUTPUT)
+    return rank, source, dist
 
 
 def double_hash(data: str) -> int:
@@ -201,6 +205,12 @@ def collectives(path: Path, groups: dict[str, list[int]] | None = None) -> tuple
     except (OSError, ValueError, RecursionError) as exc:
         why = "nested too deeply" if isinstance(exc, RecursionError) else exc
         return schema.empty("collectives"), [f"{path}: not readable JSON ({why}); no collectives"]
+    return collectives_of(doc, str(path), groups)
+
+
+def collectives_of(doc: Any, where: str, groups: dict[str, list[int]] | None = None) -> tuple[pa.Table, list[str]]:
+    """The ``collectives`` table from communication.json's content (``where``: its source, for problems)."""
+    path = where
     if not isinstance(doc, dict):
         return schema.empty("collectives"), [f"{path}: expected a JSON object, found {type(doc).__name__}; "
                                              "no collectives"]
@@ -312,12 +322,29 @@ def step_ids(path: Path) -> list[int]:
     return [int(s) for s in col if str(s).lstrip("-").isdigit()]
 
 
+def export_form(d: Path) -> str:
+    """Which of torch_npu's exports the folder holds: "text", "db" or "text+db" (export_type both).
+
+    A folder with trace_view.json is read as text (the richer timeline); msprof-analyze takes any
+    folder with a profiler db in DB mode (prof_data_allocate.py), which the cluster exports follow."""
+    from rankscope.model import ascend_db
+
+    out = d / OUTPUT
+    db = ascend_db.profiler_db(out) is not None or ascend_db.analysis_db(out) is not None
+    text = (out / "trace_view.json").is_file()
+    return "text+db" if db and text else "db" if db else "text"
+
+
 def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
     """All per-rank tables of one Ascend output directory, problems, and whether it is partial."""
     from rankscope.model import tables
 
     out = d / OUTPUT
     tv = out / "trace_view.json"
+    if export_form(d) == "db":
+        from rankscope.model import ascend_db
+
+        return ascend_db.read(d)
     if not tv.is_file():
         raise TraceError(str(d), f"no {OUTPUT}/trace_view.json (was the profiler's analysis step run?)")
     raw = read_trace_view(tv)

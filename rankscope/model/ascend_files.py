@@ -38,16 +38,26 @@ def _steps(doc: Any) -> list[tuple[str, dict[str, Any]]]:
 
 def comm_ops(path: Path) -> pa.Table:
     """communication.json -> one row per (step, kind, operation)."""
+    return comm_ops_of(_json(path))
+
+
+def comm_ops_of(doc: Any) -> pa.Table:
+    """communication.json's content -> one row per (step, kind, operation)."""
     rows = [(step, kind, name, name.split("@")[-1], json.dumps(info))
-            for step, d in _steps(_json(path)) for kind in KINDS if isinstance(d.get(kind), dict)
+            for step, d in _steps(doc) for kind in KINDS if isinstance(d.get(kind), dict)
             for name, info in d[kind].items() if not name.startswith("Total") and isinstance(info, dict)]
     return pa.table(list(map(list, zip(*rows))) if rows else [[]] * 5, schema=COMM_OPS)
 
 
 def comm_links(path: Path) -> pa.Table:
     """communication_matrix.json -> one row per (step, kind, folded operation, link)."""
+    return comm_links_of(_json(path))
+
+
+def comm_links_of(doc: Any) -> pa.Table:
+    """communication_matrix.json's content -> one row per (step, kind, folded operation, link)."""
     rows = [(step, kind, name, name.split("@")[-1], link, json.dumps(info))
-            for step, d in _steps(_json(path)) for kind in KINDS if isinstance(d.get(kind), dict)
+            for step, d in _steps(doc) for kind in KINDS if isinstance(d.get(kind), dict)
             for name, links in d[kind].items() if not name.startswith("Total") and isinstance(links, dict)
             for link, info in links.items() if isinstance(info, dict)]
     return pa.table(list(map(list, zip(*rows))) if rows else [[]] * 6, schema=COMM_LINKS)

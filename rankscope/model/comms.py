@@ -217,4 +217,11 @@ def collectives(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace) 
     dev_ts, dev_dur = _device_spans(events, ts, ts + np.asarray(cols["dur"], dtype=np.int64))
     cols["dev_ts"], cols["dev_dur"] = dev_ts, dev_dur
     table = pa.table({f.name: cols[f.name] for f in schema.COLLECTIVES}, schema=schema.COLLECTIVES)
+    if raw.path and max(cols["seq"]) < 0:  # gloo: group and sequence from the recorder, when it ran
+        from rankscope.model import comm_seq
+
+        found = comm_seq.sibling(raw.path)
+        doc = comm_seq.read(found) if found else None
+        if doc is not None:
+            table = comm_seq.assign(table, doc)[0]
     return table.sort_by("ts")

@@ -35,7 +35,7 @@ class Found:
 def is_trace(p: Path) -> bool:
     try:
         return p.name.endswith(TRACE_SUFFIXES) and p.name not in _NOT_TRACES and not p.name.startswith(("comms.", "rpc.")) \
-            and p.is_file()
+            and not p.name.endswith(".collectives.json.gz") and p.is_file()
     except OSError:
         return False
 
@@ -60,6 +60,10 @@ def discover(path: Path, cache: Path) -> Found:
         raise RankscopeError(f"{safe(path)}: no such file or directory")
     from rankscope.model import ascend
 
+    from rankscope.model import mindinsight
+
+    if mindinsight.is_cluster(path):
+        return _mindinsight(path, cache)
     npu = ascend.find_dirs(path)
     if npu:
         return Found([RankTask(ascend.source_files(d), str(cache), None, None, "ascend", "ascend", str(d))
@@ -77,6 +81,31 @@ def discover(path: Path, cache: Path) -> Found:
         found.tasks = [RankTask((str(p),), str(cache), rank_from_name(p), None, "file name") for p in files]
     if not found.tasks:
         raise RankscopeError(_nothing(path, found))
+    return found
+
+
+def _mindinsight(path: Path, cache: Path) -> Found:
+    """One task per rank of a MindInsight-era cluster folder (model/mindinsight.py); host IPs stay out."""
+    from rankscope.model import mindinsight
+
+    try:
+        members, problems = mindinsight.members(path)
+    except OSError as exc:
+        raise RankscopeError(f"{safe(path)}: cannot read the cluster layout ({exc.strerror or exc})") from exc
+    found = Found([], problems=problems)
+    for m in members:
+        files = mindinsight.files(m)
+        if not files:
+            why = f"no {mindinsight.STEP_TRACE.format(m.device)} under {m.host}"
+            found.problems.append(f"{safe(m.profiler_dir)}: {why}")
+            if m.rank is not None:
+                found.absent[m.rank] = why
+            continue
+        found.tasks.append(RankTask(files, str(cache), m.rank, {"host": m.host, "device_id": m.device},
+                                    "hccl.json rank table", "mindinsight", str(m.profiler_dir)))
+    if not found.tasks:
+        first = f" ({found.problems[0]})" if found.problems else ""
+        raise RankscopeError(f"{safe(path)}: a MindInsight cluster folder, but no rank has a step_trace_raw file{first}")
     return found
 
 

@@ -204,7 +204,7 @@ def _read_ascend(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | Trac
 
     d = Path(task.root or task.files[0])
     rank, source, dist = ascend.identity(d)
-    meta = {**(task.meta or {}), **({"distributed_args": dist} if dist else {})}
+    meta = {**(task.meta or {}), **({"distributed_args": dist} if dist else {}), "ascend_export": ascend.export_form(d)}
     info = RankInfo(rank=-1 if rank is None else rank, files=list(task.files), meta=meta,
                     rank_source=source, world_size=dist.get("world_size"), backend=dist.get("backend") or "hccl",
                     process_groups=compact_groups(ascend.process_groups(d)))
@@ -217,8 +217,26 @@ def _read_ascend(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | Trac
     return info, [tabs]
 
 
+def _read_mindinsight(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | TraceError:
+    import csv
+
+    import pyarrow as pa
+
+    from rankscope.model import mindinsight
+
+    meta = dict(task.meta or {})
+    info = RankInfo(rank=-1 if task.rank_hint is None else task.rank_hint, files=list(task.files), meta=meta,
+                    rank_source=task.hint_source if task.rank_hint is not None else "unknown",
+                    backend="hccl", host=str(meta.get("host", "")))
+    try:
+        tabs = mindinsight.step_tables(Path(task.files[0]), int(meta.get("device_id", 0)))
+    except (OSError, ValueError, KeyError, IndexError, csv.Error, pa.ArrowException) as exc:
+        return TraceError(task.files[0], f"not a MindSpore step trace ({str(exc)[:200]})")
+    return info, [tabs]
+
+
 READERS: dict[str, Callable[[RankTask], "tuple[RankInfo, list[dict[str, Any]]] | TraceError"]] = {
-    "kineto": _read_kineto, "ascend": _read_ascend,
+    "kineto": _read_kineto, "ascend": _read_ascend, "mindinsight": _read_mindinsight,
 }
 
 

@@ -53,7 +53,8 @@ def local_cache_dir(url: str) -> Path:
 
 
 def _is_trace(name: str) -> bool:
-    return name.endswith((".json", ".json.gz")) and name not in SKIP and not name.startswith(("comms.", "rpc.", "."))
+    return name.endswith((".json", ".json.gz")) and name not in SKIP and not name.startswith(("comms.", "rpc.", ".")) \
+        and not name.endswith(".collectives.json.gz")
 
 
 def discover(url: str, cache: Path | str) -> Found:

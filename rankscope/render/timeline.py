@@ -95,10 +95,16 @@ def rank_frames(run: Any, rank: int, al: Any, steps: set[int] | None) -> dict[st
     track = pl.when(pl.col("kind").is_in(DEVICE_KINDS)).then(STREAM_BASE + pl.col("stream").clip(0)) \
         .otherwise(pl.col("tid"))
     ev = ev.select("name", aligned(pl.col("ts")).alias("ts"), "dur", track.alias("track"))
-    co = frame(run.table(rank, "collectives", columns=["op", "name", "ts", "dur", "pg_ranks", "bytes_in"]))
-    co = _in_window(co.with_columns(pl.col(c).cast(pl.Utf8) for c in ("op", "name", "pg_ranks")), win)
-    co = co.sort("ts").with_columns(aligned(pl.col("ts")).alias("ts"),
-                                    k=pl.int_range(pl.len()).over("pg_ranks"), rank=pl.lit(rank))
+    co = frame(run.table(rank, "collectives", columns=["op", "name", "ts", "dur", "pg_name", "pg_ranks", "seq",
+                                                        "bytes_in"]))
+    co = _in_window(co.with_columns(pl.col(c).cast(pl.Utf8) for c in ("op", "name", "pg_name", "pg_ranks")), win)
+    # matched across ranks by (group, sequence) where the trace or the recorder gives one, else by order
+    seq = pl.col("seq") >= 0
+    co = co.sort("ts").with_columns(aligned(pl.col("ts")).alias("ts"), rank=pl.lit(rank),
+                                    k=pl.when(seq).then(pl.col("seq")).otherwise(pl.int_range(pl.len()).over("pg_ranks")),
+                                    name=pl.when(seq).then(pl.format("{} · group {} #{} · {}", "name", "pg_name", "seq",
+                                                                     _size(pl.col("bytes_in"))))
+                                    .otherwise(pl.col("name")))
     # Calls on one track must not overlap, or begin/end pairs would cross: overlapping calls (DDP's
     # buckets in flight together) go to further lanes, each kept whole.
     co = co.with_columns(lane=pl.Series("lane", lanes(co["ts"].to_numpy(), co["dur"].to_numpy()), pl.Int32))
@@ -140,6 +146,16 @@ def _rpc_calls(run: Any) -> dict[int, list[dict[str, Any]]]:
         except AttributeError:  # a frozen or slotted Run: read again next time
             pass
     return got
+
+
+def _size(b: Any) -> Any:
+    """Bytes as "1.5 MiB" / "64 KiB" / "16 B" (a polars expression); "?" when unknown."""
+    import polars as pl
+
+    return (pl.when(b < 0).then(pl.lit("?"))
+            .when(b >= 1 << 20).then(pl.format("{} MiB", (b / 2**20).round(1)))
+            .when(b >= 1 << 10).then(pl.format("{} KiB", (b / 2**10).round(1)))
+            .otherwise(pl.format("{} B", b)))
 
 
 def lanes(ts: Any, dur: Any) -> Any:

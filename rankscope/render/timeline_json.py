@@ -64,7 +64,8 @@ def chrome_json(sel: dict[str, Any], run_id: str) -> str:
         cx = co.select(pl.lit("X").alias("ph"), "name", pl.lit("collective").alias("cat"), us("ts").alias("ts"),
                        (pl.col("dur") / 1e3).round(3).alias("dur"), pl.lit(pid).alias("pid"),
                        lane_tid.alias("tid"),
-                       pl.struct("op", "pg_ranks", "bytes_in", "k", pl.col("flow").alias("flow_id")).alias("args"))
+                       pl.struct("op", "pg_name", "pg_ranks", "seq", "bytes_in", "k", pl.col("flow").alias("flow_id"))
+                       .alias("args"))
         flows.append(co.filter(pl.col("flow").is_not_null()).select(
             pl.lit("collective").alias("name"), pl.lit("flow").alias("cat"), pl.col("flow").alias("id"),
             us("ts").alias("ts"), pl.lit(pid).alias("pid"), lane_tid.alias("tid"), pl.lit("e").alias("bp")))

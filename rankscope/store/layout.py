@@ -48,6 +48,9 @@ def trace_rel(rank: int, name: str) -> str:
     return f"{rank_dir(rank)}/{name}{TRACE_SUFFIX}"
 
 
+COLLECTIVES_SUFFIX = ".collectives.json.gz"  # a window's recorder entries, beside its trace
+
+
 def rpc_rel(rank: int, index: int) -> str:
     """``ranks/<rank>/rpc.<NNNN>.json.gz``: the RPC calls of one profile (``rankscope.collect.rpc``)."""
     return f"{rank_dir(rank)}/rpc.{int(index):04d}.json.gz"

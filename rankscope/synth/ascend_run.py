@@ -126,7 +126,8 @@ def metadata(sim: Sim, rank: int) -> dict[str, Any]:
             "parallel_group_info": groups, "trace_id": f"trace-{rank}"}
 
 
-def write_rank(sim: Sim, rank: int, root: Path) -> Path:
+def write_rank(sim: Sim, rank: int, root: Path, form: str = "text") -> Path:
+    """One rank's ``*_ascend_pt`` folder; ``form``: "text" (export_type text) or "db" (export_type db)."""
     skew = (rank // sim.job.per_node) * sim.job.node_skew_us
     d = root / f"node{rank // sim.job.per_node}_{41000 + rank}_20250101000000{rank:03d}_ascend_pt"
     out = d / OUT
@@ -135,29 +136,43 @@ def write_rank(sim: Sim, rank: int, root: Path) -> Path:
         "config": {"common_config": {"activities": ["ProfilerActivity.CPU", "ProfilerActivity.NPU"],
                                      "record_shapes": False, "profile_memory": False, "with_stack": False},
                    "experimental_config": {"_profiler_level": "Level1", "_aic_metrics": "ACL_AICORE_NONE",
-                                           "_export_type": ["text"]}},
+                                           "_export_type": [form]}},
         "start_info": {"syscnt_enable": False, "freq": 100.0, "start_cnt": 0, "start_monotonic": 0},
         "end_info": {"FWK_END_TIME": 0, "FWK_END_MONOTONIC": 0}, "torch_npu_version": "2.14.0",
         "cann_version": "8.2.RC1", "rank_id": rank}, indent=4))
     (d / "profiler_metadata.json").write_text(json.dumps(metadata(sim, rank), indent=4))
     evs = trace_view(sim, rank, skew)
-    (out / "trace_view.json").write_text(json.dumps(evs))
     steps = [{**s, "start": s["start"] + skew, "end": s["end"] + skew, "fwk_start": s["fwk_start"] + skew}
              for s in step_ranges(sim, rank)]
     named = [(e["name"], float(e["ts"]), float(e["dur"])) for e in evs
              if e["ph"] == "X" and e["pid"] in (HW, HCCL, OVL)]
+    rows = step_trace_rows(named, steps, rank % sim.job.per_node)
+    comm, matrix = communication(sim, rank, skew)
+    if form == "db":
+        from rankscope.synth import ascend_db
+
+        layers = {"Python": PY, "CANN": CANN, "Ascend Hardware": HW, "HCCL": HCCL}
+        ascend_db.write_profiler_db(out / f"ascend_pytorch_profiler_{rank}.db", rank, rank // sim.job.per_node,
+                                    rank % sim.job.per_node, evs, layers, metadata(sim, rank))
+        ascend_db.write_analysis_db(out / "analysis.db", comm, matrix, rows)
+        return d
+    (out / "trace_view.json").write_text(json.dumps(evs))
     with open(out / "step_trace_time.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(STEP_TITLE)
-        w.writerows(step_trace_rows(named, steps, rank % sim.job.per_node))
-    comm, matrix = communication(sim, rank, skew)
+        w.writerows(rows)
     (out / "communication.json").write_text(json.dumps(comm))
     (out / "communication_matrix.json").write_text(json.dumps(matrix))
     return d
 
 
-def write_run(root: str | Path, job: AscendJob = AscendJob()) -> list[Path]:
-    """Simulate ``job`` and write every rank's folder under ``root``; return the folders."""
+def write_run(root: str | Path, job: AscendJob = AscendJob(), form: str = "text") -> list[Path]:
+    """Simulate ``job`` and write every rank's folder under ``root``; return the folders.
+
+    ``form="db"`` writes the same run as torch_npu's DB export (``ascend_db.py``) instead of text.
+    """
+    if form not in ("text", "db"):
+        raise ValueError(f"form must be 'text' or 'db', not {form!r}")
     sim = simulate(job)
     root = Path(root)
-    return [write_rank(sim, r, root) for r in range(job.ranks)]
+    return [write_rank(sim, r, root, form) for r in range(job.ranks)]

@@ -241,4 +241,12 @@ def test_large_report_is_small_and_opens_fast(browser, tmp_path, ranks, steps, o
     assert 3 <= len(lanes) <= 8 and any("fastest own time" in x for x in lanes), lanes
     assert any("slowest own time" in x or "straggler verdict" in x for x in lanes), lanes
     p.page.screenshot(path=str(ARTIFACTS / f"report-{ranks}-ranks.png"))
+    if ranks == 64:  # every view at 64 ranks: drawn, no console error, no internal names (a screenshot each)
+        charts = p.check_all_views("report-64")
+        assert charts.get("overview", 0) >= 1 and charts.get("communication", 0) >= 1, charts
+        for v in p.views():
+            p.page.click(f'nav a[data-view="{v}"]')
+            p.page.eval_on_selector_all(f"#view-{v} details", "ds => ds.forEach(d => d.open = true)")
+            text = p.page.inner_text(f"#view-{v}")
+            assert not [k for k in INTERNAL if k in text], (v, [k for k in INTERNAL if k in text])
     assert not p.errors, p.errors

@@ -1,0 +1,89 @@
+"""The timeline of a torch_npu profiler db as trace_view.json-like events (input of ``tables.build``).
+
+SQLite builds the whole Chrome-trace array with ``json_object`` / ``json_group_array`` (no per-event
+Python); timestamps are written as decimal µs strings from the integer ns ("1735689600000480.123"),
+which the trace_view.json path reads like torch_npu's own. Layers are fixed pids (``ascend_db.LAYERS``):
+1 Python (``PYTORCH_API``: op 50001 -> cpu_op, python_trace 50003 -> python_function, mstx 50004 ->
+user_annotation; the task queue 50002 is left out), 2 CANN (``CANN_API``), 3 Ascend Hardware
+(``TASK`` joined with ``COMPUTE_TASK_INFO``), 4 HCCL operations (``COMMUNICATION_OP``, named
+"<op>@<group>" as in trace_view.json, one thread per group). Columns as torch_npu 2.6.0 writes them
+(``prof_common_func/_constant.py``) and msprof-analyze 26.2.0 reads CANN's
+(``compare_tools/compare_backend/profiling_parser/npu_profiling_db_parser.py``).
+
+Example::
+
+    raw = read_trace(Path(".../ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db"))
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from rankscope.model import kineto
+from rankscope.model.kineto import RawTrace
+
+
+def _ts(start: str) -> str:
+    return f"printf('%d.%03d', {start} / 1000, {start} % 1000)"
+
+
+def _x(name: str, pid: int, tid: str, start: str, end: str, extra: str = "") -> str:
+    return (f"json_object('ph', 'X', 'name', {name}, 'pid', {pid}, 'tid', {tid}, 'ts', {_ts(start)}, "
+            f"'dur', ({end} - {start}) / 1000.0{extra})")
+
+
+QUERIES = {
+    "PYTORCH_API": (
+        "SELECT " + _x("COALESCE(s.value, '')", 1, "p.globalTid % 4294967296", "CAST(p.startNs AS INTEGER)",
+                       "CAST(p.endNs AS INTEGER)",
+                       ", 'cat', CASE p.type WHEN 50003 THEN 'python_function' WHEN 50004 THEN 'user_annotation' "
+                       "ELSE 'cpu_op' END")
+        + " AS e FROM PYTORCH_API p LEFT JOIN STRING_IDS s ON s.id = p.name WHERE p.type IS NULL OR p.type <> 50002"),
+    "CANN_API": (
+        "SELECT " + _x("COALESCE(s.value, '')", 2, "c.globalTid % 4294967296", "c.startNs", "c.endNs")
+        + " AS e FROM CANN_API c LEFT JOIN STRING_IDS s ON s.id = c.name"),
+    "COMPUTE_TASK_INFO": (
+        "SELECT " + _x("COALESCE(n.value, '')", 3, "t.streamId", "t.startNs", "t.endNs",
+                       ", 'args', json_object('Task Type', tt.value, 'Stream Id', t.streamId, 'Task Id', t.taskId)")
+        + " AS e FROM COMPUTE_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId"
+          " LEFT JOIN STRING_IDS n ON n.id = c.name LEFT JOIN STRING_IDS tt ON tt.id = c.taskType"),
+    "COMMUNICATION_OP": (
+        "SELECT " + _x("COALESCE(n.value, '') || '@' || COALESCE(g.value, '')", 4, "1000 + c.groupName", "c.startNs",
+                       "c.endNs")
+        + " AS e FROM COMMUNICATION_OP c LEFT JOIN STRING_IDS n ON n.id = c.opName"
+          " LEFT JOIN STRING_IDS g ON g.id = c.groupName"),
+}
+NEEDS = {"PYTORCH_API": ("STRING_IDS",), "CANN_API": ("STRING_IDS",), "COMPUTE_TASK_INFO": ("TASK", "STRING_IDS"),
+         "COMMUNICATION_OP": ("STRING_IDS",)}
+
+
+def events_json(db: Path) -> bytes:
+    """One JSON array of every event the profiler db holds (empty array when it has none)."""
+    from rankscope.model.ascend_db import connect, tables_of
+
+    con = connect(db)
+    try:
+        have = tables_of(con)
+        parts = [q for t, q in QUERIES.items() if t in have and set(NEEDS[t]) <= have]
+        if not parts:
+            return b"[]"
+        sql = "SELECT json_group_array(json(e)) FROM (" + " UNION ALL ".join(parts) + ")"
+        row = con.execute(sql).fetchone()
+    finally:
+        con.close()
+    return (row[0] if row and row[0] else "[]").encode()
+
+
+def read_trace(db: Path) -> RawTrace:
+    """The db's events as a RawTrace whose events carry Kineto categories from their layer."""
+    from rankscope.model.ascend import _AscendTrace
+    from rankscope.model.ascend_db import LAYERS
+
+    data = events_json(db)
+    problems: list[str] = []
+    if data == b"[]":
+        problems.append("no PYTORCH_API, CANN_API, TASK or COMMUNICATION_OP rows: no timeline")
+        data = b'[{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "Python"}}]'
+    raw = kineto.decode_bytes(str(db), data, problems)
+    out = _AscendTrace(raw.path, raw.trace, raw.problems, raw.partial, raw.nbytes)
+    out.pid_cat = dict(LAYERS)
+    return out
