@@ -172,6 +172,7 @@ class Uploader:
             self._cond.notify_all()
 
     def _one(self, rel: str) -> bool:
+        e = None
         try:
             e = self.spool.entries[rel]
             if e.state == STAGED:
@@ -185,6 +186,8 @@ class Uploader:
             self._not_before.pop(rel, None)
             return True
         except Exception as exc:  # noqa: BLE001 - storage errors are retried, never raised into training
+            if self.spool.entries.get(rel) is not e:  # rewritten while uploading (meta.json): not a failure,
+                return False  # the new version is pending and goes next
             self._failed(rel, exc)
             return False
 

@@ -48,6 +48,31 @@ def test_local_publish_manifest_last(tmp_path):
     assert sp.waiting() == [] and not os.path.exists(sp.data_path(rels[0]))
 
 
+def test_file_rewritten_during_its_upload_is_not_a_failure(tmp_path):
+    """meta.json is rewritten by the training side while the uploader copies the previous version (seen
+    in CI as 'cannot upload ... uploaded size 913 != 817'): no warning, no backoff, the newest version lands."""
+    sp = Spool.create(str(tmp_path / "spool"), str(tmp_path / "run"), 0, "r")
+    sp.add_bytes(L.meta_rel(0), b'{"rank": 0}')
+    target = open_target(str(tmp_path / "run"))
+    put, calls = target.fs.put_file, []
+
+    def put_file(lpath, rpath, *a, **kw):  # the rewrite lands between the entry snapshot and the size check
+        calls.append(rpath)
+        put(lpath, rpath, *a, **kw)
+        if len(calls) == 1:
+            sp.add_bytes(L.meta_rel(0), b'{"rank": 0, "windows": [1, 2, 3]}')
+            put(sp.data_path(L.meta_rel(0)), rpath, *a, **kw)
+
+    target.fs.put_file = put_file
+    msgs: list[str] = []
+    up = Uploader(sp, target, FAST, on_warning=msgs.append).start()
+    assert up.flush(10)
+    assert up.close(1) == 0
+    assert msgs == [] and up.last_error in (None, "")
+    assert json.loads((tmp_path / "run" / L.meta_rel(0)).read_text())["windows"] == [1, 2, 3]
+    assert len(calls) >= 2 and sp.waiting() == []
+
+
 def test_spool_cap_drops_oldest_with_warning(tmp_path):
     sp = Spool.create(str(tmp_path / "spool"), str(tmp_path / "run"), 0, "r", max_bytes=5000)
     with pytest.warns(RankscopeWarning, match="dropped 1 oldest"):
