@@ -25,7 +25,6 @@ the window. A main thread stuck inside one C call closes it when that call retur
 from __future__ import annotations
 
 import atexit
-import os
 import ctypes
 import logging
 import threading
@@ -35,6 +34,7 @@ from typing import Any, Callable, Iterable
 from rankscope.collect import meta as M
 from rankscope.collect.handler import Collector, default_run_id
 from rankscope.collect.sched import SchedSampler
+from rankscope.collect.sidecars import CommsSidecar, RpcSidecar, comms_options
 from rankscope.collect.trigger import Plan, Watcher
 from rankscope.store.uploader import UploadConfig
 
@@ -124,15 +124,8 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         self._spool_dir, self._storage_options, self._upload = spool_dir, storage_options, upload
         self.host_map, self.idle_timeout_s, self.on_demand = host_map, idle_timeout_s, on_demand
         self._mod = _backend(backend)
-        from rankscope.collect import comms as _comms
-
-        # the collective recorder: comms=True / {"watchdog_s": 300, "at_exit": True}, or RANKSCOPE_COMMS
-        self._comms_opts: dict[str, Any] | None = (
-            _comms.from_env() if comms is None else {"watchdog_s": None, "at_exit": True} if comms is True
-            else dict(comms) if isinstance(comms, dict) and comms else None)
-        self._recorder: Any = None
-        self._rpc_on, self._rpc, self._held = rpc, None, False
-        self.rpc_calls: list[dict[str, Any]] = []
+        self._comms = CommsSidecar(comms_options(comms))  # comms=True / {...} / RANKSCOPE_COMMS
+        self._rpc = RpcSidecar(rpc)
         self.step_num = 0
         self.collector: Collector | None = None
         self._prof: Any = None
@@ -227,9 +220,10 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             self.collector.open()
             dist = M._dist()
             store = dist.distributed_c10d._get_default_store() if dist else None
-            self._start_recorder()
+            self._comms.start(self.collector)
             self._watcher = Watcher(self.collector.target, ident.rank, store, f"rankscope/{run_id}/{n}/trigger",
-                                    since_ns=time.time_ns(), on_dump=self._dump_comms).start(self.step_num)
+                                    since_ns=time.time_ns(),
+                                    on_dump=lambda reason: self._comms.dump(self.collector, reason)).start(self.step_num)
         self._running = True
         self._last_step = time.monotonic()
         self._sched_mark = self._sched.sample()
@@ -239,59 +233,13 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             if self._recording(self.step_num):
                 self._win_start_ns = time.time_ns()
             if backend_is_torch(self._mod):
-                from rankscope.collect.rpc import runfiles
-
-                runfiles.hold(+1)
-                self._held = True
-                self._rpc = runfiles.start(self._kw) if self._rpc_on else None
+                self._rpc.start(self._kw)
             self._rpc_follow()
         atexit.register(self._atexit)
         if self.idle_timeout_s and self.collector is not None:
             self._stop_evt.clear()
             self._watchdog = threading.Thread(target=self._watch, name="rankscope-idle", daemon=True)
             self._watchdog.start()
-
-    def _start_recorder(self) -> None:
-        """Start the collective recorder when asked (dumps go to the run with the traces)."""
-        if not self._comms_opts or self.collector is None:
-            return
-        from rankscope.collect import comms
-
-        try:
-            if not comms.ring_sized():
-                log.warning("rankscope: the collective recorder sees nothing: Flight Recorder's ring must be sized "
-                            "before init_process_group (TORCH_FR_BUFFER_SIZE=2000 in the job's environment, or "
-                            "rankscope.comms.enable() before init_process_group)")
-            out = os.path.join(self.collector.spool.dir, "comms-staging")
-            self._recorder = comms.Recorder(out, watchdog_s=self._comms_opts.get("watchdog_s"),
-                                            at_exit=bool(self._comms_opts.get("at_exit", True)),
-                                            on_dump=self.collector.add_comms).start()
-        except Exception:  # noqa: BLE001 - never the job
-            log.warning("rankscope: the collective recorder could not start", exc_info=True)
-            self._recorder = None
-
-    def _window_collectives(self, index: int, lo_ns: int, hi_ns: int) -> None:
-        """Keep the recorder's entries of this window beside its trace, from the export thread."""
-        col = self.collector
-        if col is None:
-            return
-
-        def job() -> None:
-            from rankscope.collect import comms
-
-            data = comms.window_json_gz(lo_ns, hi_ns)
-            if data is not None:
-                col.add_window_collectives(index, data)
-
-        col.exporter.call(job)
-
-    def _dump_comms(self, reason: str) -> None:
-        """A remote trigger asked for a collective dump (runs on the trigger thread, not the training one)."""
-        if self._recorder is not None:
-            self._recorder.dump(reason)
-        elif self.collector is not None:
-            self.collector.extra.setdefault("comms_dumps", []).append(
-                {"reason": reason, "error": "the collective recorder is off (comms=True or RANKSCOPE_COMMS=1)"})
 
     def step(self) -> None:
         """Mark the end of a training step (same meaning as torch.profiler's ``step()``)."""
@@ -323,9 +271,7 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         self._sched_mark = self._sched.sample()
 
     def _rpc_follow(self) -> None:
-        """RPC calls are profiled on their callee only while a window records here."""
-        if self._rpc is not None:
-            self._rpc.enabled = self._prof is not None and self._recording(self.step_num)
+        self._rpc.follow(self._prof is not None and self._recording(self.step_num))
 
     def _adopt(self, plan: Plan) -> None:
         if plan.start <= self.step_num:  # seen late: start now; meta shows the steps really captured
@@ -365,8 +311,8 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             # user's handler may read it (key_averages, ...) while a background save would run.
             try:
                 self.collector.add_window(prof, steps, start_ns, sync=self._user_ready is not None, **extra)
-                if self._recorder is not None and start_ns is not None:
-                    self._window_collectives(len(self.collector.windows) - 1, start_ns, time.time_ns())
+                if start_ns is not None:
+                    self._comms.window(self.collector, len(self.collector.windows) - 1, start_ns, time.time_ns())
             except Exception as exc:  # disk full, spool unwritable...: the window is lost, never the job
                 log.warning("rankscope: the window of steps %s could not be saved (%s: %s); training goes on",
                             steps, type(exc).__name__, exc)
@@ -383,26 +329,14 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         self._stop_evt.set()
         atexit.unregister(self._atexit)
         self._note_no_steps()
-        from rankscope.collect.rpc import runfiles
-
-        if self._rpc is not None:
-            rec, self._rpc = self._rpc, None
-            doc = runfiles.stop(rec, self.collector)
-            self.rpc_calls = doc["calls"] if doc else []
-        if self._held:
-            self._held = False
-            runfiles.hold(-1)
+        self._rpc.stop(self.collector)
         self._close_window()
         if self._watchdog is not None:
             self._watchdog.join(timeout=2.0)
             self._watchdog = None
         if self._watcher is not None:
             self._watcher.close()
-        if self._recorder is not None:  # the exit dump goes out with the run, before the uploads close
-            if self._recorder.at_exit:
-                self._recorder.dump("end")
-            self._recorder.stop()
-            self._recorder = None
+        self._comms.stop()  # the exit dump goes out with the run, before the uploads close
         if self.collector is not None:
             self.collector.close()
 
@@ -457,6 +391,11 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         self._done_prof = prof
         prof.stop()
         self._win_steps, self._win_start_ns = [], None
+
+    @property
+    def rpc_calls(self) -> list[dict[str, Any]]:
+        """The RPC calls profiled by this profile (after ``stop()``; with ``run=`` they are also in the run)."""
+        return self._rpc.calls
 
     # ---- torch.profiler API passthrough -------------------------------------------------
     def add_metadata(self, key: str, value: str) -> None:

@@ -216,5 +216,5 @@ def test_rankscope_profile_patches_only_with_rpc_on_and_marks_its_profiler():
     with rankscope.profile(rpc=False):
         assert not state.patched() and state.own_profiler_running()  # a callee here would not start a second one
     with rankscope.profile() as prof:
-        assert state.patched() and prof._rpc is not None and prof._rpc.enabled
+        assert state.patched() and prof._rpc.recorder is not None and prof._rpc.recorder.enabled
     assert not state.patched() and not state.own_profiler_running() and prof.rpc_calls == []
