@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 CAUSES = {"imbalance": "input imbalance", "comm": "communication", "data": "data loading",
-          "host": "host", "compute": "compute", "contention": "contention", "likely": "likely (no cause drawn)"}
+          "host": "host", "compute": "compute", "contention": "contention", "likely": "likely (no cause drawn)",
+          "unclear": "unclear"}
 
 
 def summarize(run: Any, results: dict[str, Any], size: int) -> dict[str, Any]:

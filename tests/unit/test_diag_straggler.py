@@ -204,6 +204,9 @@ def test_cause_is_the_component_that_grew_most_against_its_usual_size():
     assert kind == "data" and round(excess["data"], 2) == 1.0
     # ... but under 30 % of the extra time it cannot, however much it grew
     assert cause({"computing": 24.0, "data_wait": 1.2, "free": 0.76}, others)[0] == "compute"
+    # no component grew (a rank found on own time minus CPU wait): no cause is drawn from the least shrink
+    assert cause({"computing": 21.0, "data_wait": 0.35, "free": 0.70}, others)[0] == "unclear"
+    assert cause({"computing": 21.5, "data_wait": 0.3500007, "free": 0.76}, others)[0] == "unclear"
 
 
 def _ranks(own: dict[int, list[float]], free: dict[int, list[float]] | None = None) -> pl.DataFrame:
