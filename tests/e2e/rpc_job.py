@@ -47,6 +47,15 @@ def hide_rankscope() -> bool:
     return True
 
 
+def raised(call) -> list | None:
+    """[type name, first two lines of the message] of what ``call()`` raised, None if it did not."""
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001
+        return [type(exc).__name__, str(exc).splitlines()[:2]]
+    return None
+
+
 def caller(out: str, run_dir: str | None) -> None:
     import rankscope
     import rankscope.rpc as rr
@@ -55,14 +64,9 @@ def caller(out: str, run_dir: str | None) -> None:
     a, b = torch.randn(N, N), torch.randn(N, N)
     res: dict = {"torch_fns": {n: getattr(rpc, n).__module__ + "." + getattr(rpc, n).__qualname__
                                for n in ("rpc_sync", "rpc_async", "remote")}, "patched_before": rr.patched()}
-    try:  # the plain torch behaviour of a remote exception, for comparison
-        rpc.rpc_sync("worker1", fails, args=(7,))
-    except Exception as exc:  # noqa: BLE001
-        res["plain_exc"] = [type(exc).__name__, str(exc).splitlines()[:2]]
-    try:
-        rpc.remote("worker1", fails, args=(8,)).to_here()
-    except Exception as exc:  # noqa: BLE001
-        res["plain_remote_exc"] = [type(exc).__name__, str(exc).splitlines()[:2]]
+    # the plain torch behaviour of a remote exception, for comparison
+    res["plain_exc"] = raised(lambda: rpc.rpc_sync("worker1", fails, args=(7,)))
+    res["plain_remote_exc"] = raised(lambda: rpc.remote("worker1", fails, args=(8,)).to_here())
     rpc.rpc_sync("worker1", remote_mm, args=(a, b))  # warm up both sides unprofiled
     with rr.profile(record_shapes=True) as prof:
         res["patched_during"] = rr.patched()
@@ -72,14 +76,8 @@ def caller(out: str, run_dir: str | None) -> None:
         res["async_ok"] = bool(torch.allclose(fut.wait(), torch.mm(a, b)))
         rref = rpc.remote("worker2", remote_mm, args=(a, b))
         res["remote_ok"] = bool(torch.allclose(rref.to_here(), torch.mm(a, b)))
-        try:
-            rpc.rpc_sync("worker1", fails, args=(7,))
-        except Exception as exc:  # noqa: BLE001
-            res["profiled_exc"] = [type(exc).__name__, str(exc).splitlines()[:2]]
-        try:
-            rpc.remote("worker1", fails, args=(8,)).to_here()
-        except Exception as exc:  # noqa: BLE001
-            res["profiled_remote_exc"] = [type(exc).__name__, str(exc).splitlines()[:2]]
+        res["profiled_exc"] = raised(lambda: rpc.rpc_sync("worker1", fails, args=(7,)))
+        res["profiled_remote_exc"] = raised(lambda: rpc.remote("worker1", fails, args=(8,)).to_here())
         back = rpc.rpc_sync("worker1", calls_back, args=(a,))
         res["busy_ok"] = bool(torch.allclose(back, torch.mm(a, a)))
         n = rpc.rpc_sync("worker1", calls_third, args=(a,))
