@@ -23,7 +23,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 
-from rankscope.demo.train import pin_process
+from rankscope.demo.train import rotate, rotation_cpus
 
 VOCAB = 512
 
@@ -125,10 +125,9 @@ def main(argv: list[str] | None = None) -> None:
                            metadata={"workload": {"family": args.family, "slow_rank": args.slow_rank,
                                                   "imbalance": args.imbalance, "seed": args.seed}}) as prof:
         it = iter(loader)
-        cpus = sorted(os.sched_getaffinity(0)) if args.rotate_cpus and hasattr(os, "sched_getaffinity") else []
+        cpus = rotation_cpus(args.rotate_cpus)
         for i in range(args.warmup + args.steps + 1):
-            if cpus:
-                pin_process(cpus[(rank + i) % len(cpus)])
+            rotate(cpus, rank, i)
             x, y = next(it)
             opt.zero_grad(set_to_none=True)
             loss_fn(model(x), y).backward()

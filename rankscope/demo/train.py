@@ -99,6 +99,17 @@ def pin_process(cpu: int) -> None:
             pass
 
 
+def rotation_cpus(on: bool) -> list[int]:
+    """The CPUs that --rotate-cpus moves a rank over ([] when off, or where affinity cannot be set)."""
+    return sorted(os.sched_getaffinity(0)) if on and hasattr(os, "sched_getaffinity") else []
+
+
+def rotate(cpus: list[int], rank: int, step: int) -> None:
+    """Put this rank on CPU (rank + step) mod n: every rank then sees the same mix of (unequal) vCPUs."""
+    if cpus:
+        pin_process(cpus[(rank + step) % len(cpus)])
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--run-dir", required=True, help="run directory or fsspec URL")
@@ -153,10 +164,9 @@ def main(argv: list[str] | None = None) -> None:
         upload=UploadConfig(jitter_s=0.1, exit_timeout_s=60),
     ) as prof:
         it = iter(loader)
-        cpus = sorted(os.sched_getaffinity(0)) if args.rotate_cpus and hasattr(os, "sched_getaffinity") else []
+        cpus = rotation_cpus(args.rotate_cpus)
         for i in range(args.warmup + args.steps + 1):
-            if cpus:
-                pin_process(cpus[(rank + i) % len(cpus)])
+            rotate(cpus, rank, i)
             x, y = next(it)
             opt.zero_grad(set_to_none=True)
             if kind == "host":
