@@ -200,12 +200,16 @@ def more_work(pr: pl.DataFrame, work_of: Callable[[int], Work | None]) -> list[t
     return [(i, own / rest - 1, "more calls")] if extra_calls_ns(work_of(rank)) >= CAUSE_SHARE * (own - rest) else []
 
 
-def more_input(pr: pl.DataFrame, work_of: Callable[[int], Work | None]) -> list[tuple[int, float, str]]:
+def more_input(pr: pl.DataFrame, work_of: Callable[[int], Work | None],
+               last_of: Callable[[int], float] = lambda rank: 0.0) -> list[tuple[int, float, str]]:
     """Among the 3 ranks with the longest own time, one whose input work per step (elements of its
     operators' inputs: shapes, no noise) is >= IMBALANCE_WORK above the others' and whose own time is
-    >= PAIR_MIN above theirs. Measured (bench/workloads.py, 4 ranks on 2 cores): an LM rank with 1.3-1.6x
-    longer sequences had +20-40 % own time, but with four processes sharing two cores the other ranks'
-    own times spread too much for Dixon's test in 5 of 10 runs."""
+    >= PAIR_MIN above theirs, or >= MIN_EXCESS when the others waited for it at most collectives
+    (``last_of(rank)`` >= LAST_SHARE: the extra work costs them time). Measured (bench/workloads.py, 4 ranks
+    on 2 cores): an LM rank with 1.3-1.6x longer sequences had +20-40 % own time, but with four processes
+    sharing two cores the other ranks' own times spread too much for Dixon's test in 5 of 10 runs; in run 7
+    a rank with 1.35x the input work had own time +5 % and arrived last at 6 of 8 collectives."""
+    from rankscope.analysis.likely import LAST_SHARE, MIN_EXCESS
     from rankscope.analysis.work import IMBALANCE_WORK
 
     if pr.height < 2:
@@ -214,8 +218,11 @@ def more_input(pr: pl.DataFrame, work_of: Callable[[int], Work | None]) -> list[
         rank, own = int(pr["rank"][int(i)]), float(pr["own"][int(i)])
         rest = as_float(pr.filter(pl.col("rank") != rank)["own"].median(), 0.0)
         work = work_of(rank)
-        if rest > 0 and own / rest - 1 >= PAIR_MIN and work and work.get("work_ratio", 1.0) - 1 >= IMBALANCE_WORK:
-            return [(int(i), own / rest - 1, "input work")]
+        if rest <= 0 or not work or work.get("work_ratio", 1.0) - 1 < IMBALANCE_WORK:
+            continue
+        rel = own / rest - 1
+        if rel >= PAIR_MIN or (rel >= MIN_EXCESS and last_of(rank) >= LAST_SHARE):
+            return [(int(i), rel, "input work")]
     return []
 
 
@@ -254,6 +261,25 @@ def work_explains(work: Work, excess: dict[str, float], others: pl.DataFrame, re
         excess["compute"] >= 0.5 * expected or excess["compute"] >= max(excess.values()))
 
 
+def last_share(run: Run, results: dict[str, Result], rank: int) -> float:
+    """Share of the matched collectives at which ``rank`` arrived last, when no rank did so more often.
+
+    The steadiness of an input-work candidate: with more ranks than cores, per-step own times swing
+    with whoever shares the CPU. Measured (bench/workloads.py run 7, 4 ranks on 2 cores): a rank with
+    1.57x the input elements had own time +10 % at the median and compute +16 %, yet exceeded the others'
+    median in only 4 of 8 steps, while it arrived last at 5 of 8 collectives; at 2 ranks, 1.29x input
+    work, +16 % own time, 4 of 8 steps, last at 7 of 8."""
+    from rankscope.analysis.likely import arrivals
+
+    try:
+        arr = arrivals(run, results)
+    except Exception:  # noqa: BLE001 - no matched collectives: no arrival evidence
+        return 0.0
+    if arr.height == 0 or int(arr["rank"][0]) != rank or (arr.height > 1 and arr["last"][1] == arr["last"][0]):
+        return 0.0
+    return float(arr["last"][0]) / max(float(arr["of"][0]), 1.0)
+
+
 def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
                         pr: pl.DataFrame) -> list[Finding]:
     """Stragglers whose own (non-waiting) time per step is an outlier, with cause and time lost."""
@@ -262,11 +288,14 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
     steps = with_sched(bd, sched)
     own_steps = complete_steps(steps).select("rank", "step", "own")
     def steady(cands: list[tuple[int, float, str]]) -> list[tuple[int, float, str, float]]:
-        """The candidates slower than the others' median in enough of the steps, with that share."""
+        """The candidates slower than the others' median in enough of the steps, with that share; for
+        more input work (a count, no noise), also those the others waited for at most collectives."""
         out = []
         for i, rel, test in cands:
             col = "cpu_available" if test.endswith("(cpu-available)") else "own"
             cons = consistency(steps, int(pr["rank"][i]), col)
+            if test == "input work":
+                cons = max(cons, last_of(int(pr["rank"][i])))
             if cons >= (PAIR_CONSISTENCY if test.startswith("ratio") and pr.height == 2 else
                         0.0 if test.startswith("signed-rank") else CONSISTENCY):
                 out.append((i, rel, test, cons))
@@ -282,7 +311,14 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
 
     found = steady(outliers(pr["own"].to_numpy().astype(float)) or cpu_available_outliers(steps, pr)
                    or paired(steps, pr, sched))
-    for i, rel, test, cons in (found or steady(more_work(pr, work_of)) or steady(more_input(pr, work_of))
+    lasts: dict[int, float] = {}
+
+    def last_of(rank: int) -> float:
+        if rank not in lasts:
+            lasts[rank] = last_share(run, results, rank)
+        return lasts[rank]
+
+    for i, rel, test, cons in (found or steady(more_work(pr, work_of)) or steady(more_input(pr, work_of, last_of))
                                or steady(agreeing(run, results, bd, pr))):
         rank = int(pr["rank"][i])
         row = pr.row(i, named=True)

@@ -470,3 +470,25 @@ def test_more_input_work_explaining_the_extra_compute_is_imbalance_even_when_idl
     assert res.findings[0].evidence["cause"] == "imbalance", res.summary["verdict"]
     same = _diagnose(make(tmp_path / "b", {2: 1.5}, data={2: 2.8}))["straggler"]
     assert same.findings[0].evidence["cause"] != "imbalance", same.summary["verdict"]
+
+
+def test_input_work_candidate_is_steady_when_the_others_wait_for_it(tmp_path):
+    """bench/workloads.py run 7 (4 ranks on 2 cores): ranks with 1.29-1.57x the input elements had own time
+    +5 to +16 % but exceeded the others' per-step median in only half the steps (per-step own times swing
+    with whoever shares the CPU), while they arrived last at 5-7 of 8 collectives: named "no straggler".
+    The input-work rule takes the arrivals as its steadiness, and its own-time bar drops to +5 % when
+    the others wait for the rank; without that arrival evidence +5 % stays below the bar."""
+    from rankscope.analysis.straggler import last_share, more_input
+
+    root = make(tmp_path / "a", {2: 1.2}, world=4, steps=8)
+    res = _diagnose(root)
+    run = load_run(root, jobs=1)
+    assert last_share(run, res, 2) == 1.0 and last_share(run, res, 0) == 0.0
+    pr = pl.DataFrame({"rank": [0, 1, 2, 3], "own": [44.7, 41.3, 45.1, 47.0]})
+    work = lambda r: {"shapes_recorded": True, "work_ratio": 1.35 if r == 3 else 1.0}  # noqa: E731
+    assert more_input(pr, work) == []  # +5 %: under PAIR_MIN
+    found = more_input(pr, work, lambda r: 0.75 if r == 3 else 0.0)
+    assert [(i, t) for i, _, t in found] == [(3, "input work")] and abs(found[0][1] - (47.0 / 44.7 - 1)) < 1e-9
+    assert more_input(pr, work, lambda r: 0.25 if r == 3 else 0.0) == []  # others did not wait for it
+    healthy = lambda r: {"shapes_recorded": True, "work_ratio": 1.04}  # noqa: E731
+    assert more_input(pr, healthy, lambda r: 1.0) == []  # no extra input work: never this rule
