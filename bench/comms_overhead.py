@@ -7,6 +7,12 @@ of a small MLP after a warm-up and prints steps/s; the script reports the median
 the median of the paired ratios.
 
     PYTHONPATH=. .venv/bin/python bench/comms_overhead.py --pairs 6 --steps 300
+    PYTHONPATH=. .venv/bin/python bench/comms_overhead.py --pairs 6 --steps 300 --modes off,on,timed,timed16
+
+Modes: ``off``; ``on`` (Flight Recorder's ring and rankscope's watchdog); ``timed`` (rankscope's timed
+backend wrapping gloo, every collective timed by a completion callback); ``timedN`` (the same, one in N
+timed). Each round runs every mode once, in an order rotated per round; overheads are paired per round
+against ``off``.
 """
 from __future__ import annotations
 
@@ -21,11 +27,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 JOB = r'''
 import os, sys, time, datetime, torch, torch.distributed as dist
-on = sys.argv[1] == "on"
+mode = sys.argv[1]
+on = mode != "off"
+backend = "gloo"
 if on:
     from rankscope.collect import comms
-    comms.enable()
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    if mode.startswith("timed"):
+        backend = comms.timed_backend("gloo", sample_every=int(mode[5:] or 1))
+    else:
+        comms.enable()
+dist.init_process_group(backend, timeout=datetime.timedelta(seconds=60))
 torch.manual_seed(0)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
     torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256)))
@@ -71,19 +82,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=6)
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--modes", default="off,on", help="comma-separated: off, on, timed, timedN (default off,on)")
     a = ap.parse_args()
-    on, off, ratios = [], [], []
+    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    if "off" not in modes:
+        modes.insert(0, "off")
+    rates: dict[str, list[float]] = {m: [] for m in modes}
+    ratios: dict[str, list[float]] = {m: [] for m in modes if m != "off"}
     for i in range(a.pairs):
-        order = ("on", "off") if i % 2 == 0 else ("off", "on")
+        order = modes[i % len(modes):] + modes[:i % len(modes)]
         got = {m: one(m, a.steps) for m in order}
-        on.append(got["on"])
-        off.append(got["off"])
-        ratios.append(got["off"] / got["on"])
-        print(f"pair {i}: on {got['on']:.1f} steps/s, off {got['off']:.1f} steps/s, "
-              f"overhead {100 * (ratios[-1] - 1):+.2f} %", flush=True)
-    print(f"median on {statistics.median(on):.1f} steps/s, off {statistics.median(off):.1f} steps/s; "
-          f"median paired overhead {100 * (statistics.median(ratios) - 1):+.2f} % "
-          f"(min {100 * (min(ratios) - 1):+.2f}, max {100 * (max(ratios) - 1):+.2f})")
+        for m in modes:
+            rates[m].append(got[m])
+            if m != "off":
+                ratios[m].append(got["off"] / got[m])
+        print(f"round {i}: " + ", ".join(f"{m} {got[m]:.1f} steps/s" for m in modes) + "; overhead "
+              + ", ".join(f"{m} {100 * (ratios[m][-1] - 1):+.2f} %" for m in ratios), flush=True)
+    for m in ratios:
+        r = ratios[m]
+        print(f"{m}: median {statistics.median(rates[m]):.1f} steps/s vs off {statistics.median(rates['off']):.1f}; "
+              f"median paired overhead {100 * (statistics.median(r) - 1):+.2f} % "
+              f"(min {100 * (min(r) - 1):+.2f}, max {100 * (max(r) - 1):+.2f}); load {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,10 @@ class Verdict:
 
 
 def _what(e: FrEntry) -> str:
+    """What must agree across the members at one sequence number; for point-to-point ops the data (a send
+    on one rank and its receive on the other share a sequence number: "send 0->1" / "recv 1<-0")."""
+    if e.p2p:
+        return f"p2p {e.sizes} {e.dtypes}"
     return f"{e.op} {e.sizes} {e.dtypes}"
 
 
@@ -52,7 +56,12 @@ def diagnose(dumps: list[FrDump], world_size: int | None = None) -> Verdict:
         per_rank = by_group[g]
         members = sorted(per_rank)
         last = {r: max(per_rank[r]) for r in members}
-        v.groups.append({"group": g, "desc": desc[g], "members": members, "last_seq": last})
+        # where the recorder knows completion (the timed engine; Flight Recorder on NCCL): the last
+        # completed sequence per rank, None when it completed none it timed
+        done = {r: max((s for s, e in per_rank[r].items() if e.state == "completed"), default=None) for r in members}
+        known = any(e.state in ("completed", "failed") for r in members for e in per_rank[r].values())
+        v.groups.append({"group": g, "desc": desc[g], "members": members, "last_seq": last,
+                         **({"last_completed": done} if known else {})})
         seqs = sorted({s for r in members for s in per_rank[r]})
         for s in seqs:
             have = [r for r in members if s in per_rank[r]]
@@ -70,7 +79,8 @@ def diagnose(dumps: list[FrDump], world_size: int | None = None) -> Verdict:
                 e = per_rank[have[0]][s]
                 v.problems.append({"kind": "not_joined", "group": g, "desc": desc[g], "seq": s, "op": _what(e),
                                    "joined": have, "missing": missing,
-                                   "their_last": {r: last[r] for r in missing}})
+                                   "their_last": {r: last[r] for r in missing},
+                                   **({"last_completed": done} if known else {})})
                 break
     v.headline = _headline(v)
     return v
@@ -89,9 +99,12 @@ def _headline(v: Verdict) -> str:
         odd = "; ".join(f"rank{'s' if len(rs) > 1 else ''} {format_int_list(rs)} issued {k}" for k, rs in p["odd"].items())
         return (f"desync in {_group(p)} at collective #{p['seq']}: ranks {format_int_list(p['expected_ranks'])} "
                 f"issued {p['expected']}, but {odd} (a rank skipped or added a collective)")
+    done = p.get("last_completed")
+    tail = ("; last completed: " + ", ".join(f"rank {r} #{s}" if s is not None else f"rank {r} none"
+                                            for r, s in sorted(done.items()))) if done else ""
     return (f"hang in {_group(p)} at collective #{p['seq']} ({p['op']}): ranks {format_int_list(p['missing'])} "
             f"never joined it (last recorded: " + ", ".join(f"rank {r} #{s}" for r, s in p["their_last"].items())
-            + f"); ranks {format_int_list(p['joined'])} wait in it")
+            + f"); ranks {format_int_list(p['joined'])} wait in it{tail}")
 
 
 def run_hang(run: Any, results: dict[str, Any]) -> Any:
@@ -124,7 +137,8 @@ def run_hang(run: Any, results: dict[str, Any]) -> Any:
                         tuple(v.problems[0].get("missing") or [r for rs in v.problems[0].get("odd", {}).values()
                                                                 for r in rs]) if v.problems else (),
                         {k: val for k, val in (v.problems[0] if v.problems else {}).items() if k != "group"})]
-    rows = [{"group": g["group"], "desc": g["desc"], "rank": int(r), "last_seq": int(s)}
+    rows = [{"group": g["group"], "desc": g["desc"], "rank": int(r), "last_seq": int(s),
+             "last_completed": (g.get("last_completed") or {}).get(r)}
             for g in v.groups for r, s in g["last_seq"].items()]
     return Result("hang", tables={"last_collective": pl.DataFrame(rows) if rows else pl.DataFrame()},
                   findings=findings, summary={"headline": v.headline, "dumps": len(latest),

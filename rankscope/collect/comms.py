@@ -18,8 +18,11 @@ exists: ``enable()`` (or ``TORCH_FR_BUFFER_SIZE`` in the job's environment) befo
 
 Nothing here may hurt training: every failure is logged and swallowed.
 
-Limits (torch 2.13, gloo): entries stay "scheduled" with no completion time; completion shows only
-as ``retired``. Sampling (time 1 in N) is not offered by the engine.
+Limits of Flight Recorder (torch 2.13, gloo): entries stay "scheduled" with no completion time;
+completion shows only as ``retired``; no sampling. The timed engine (:func:`timed_backend`,
+:mod:`rankscope.collect.timed_pg`: a process-group backend wrapping the real one, chosen at
+``init_process_group``) records completion times, states, sampling (time 1 in N, count all), a ring
+size and optional Python stacks; when it is in use, dumps, the watchdog and the window files read it.
 """
 from __future__ import annotations
 
@@ -39,6 +42,36 @@ DEFAULT_BUFFER = 2000
 def enable(buffer: int = DEFAULT_BUFFER) -> None:
     """Size Flight Recorder's ring; call before ``init_process_group`` (no-op if already set)."""
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(buffer))
+
+
+def timed_backend(inner: str = "gloo", ring: int = DEFAULT_BUFFER, sample_every: int = 1, stack: bool = False) -> str:
+    """The timed recorder's backend name for ``init_process_group`` (see :mod:`rankscope.collect.timed_pg`)."""
+    from rankscope.collect import timed_pg
+
+    return timed_pg.timed_backend(inner, ring=ring, sample_every=sample_every, stack=stack)
+
+
+def _timed() -> Any:
+    """The timed engine's module when a timed backend exists in this process, else None."""
+    from rankscope.collect import timed_pg
+
+    return timed_pg if timed_pg.active() else None
+
+
+def _fr_entries(only_active: bool = False) -> list[dict[str, Any]]:
+    """The entries of this process's recorder: the timed engine's, else Flight Recorder's."""
+    t = _timed()
+    if t is not None:
+        return t.entries()
+    import torch._C._distributed_c10d as c10d
+
+    return pickle.loads(c10d._dump_fr_trace(True, False, only_active)).get(  # type: ignore[attr-defined]
+        "entries", [])
+
+
+def recording() -> bool:
+    """Whether this process records collectives: the timed backend is in use, or Flight Recorder's ring is sized."""
+    return _timed() is not None or ring_sized()
 
 
 def ring_sized() -> bool:
@@ -124,7 +157,10 @@ class Recorder:
             import torch.distributed as dist
             import torch._C._distributed_c10d as c10d
 
-            doc = pickle.loads(c10d._dump_fr_trace(True, True, False))  # type: ignore[attr-defined]
+            t = _timed()
+            doc = ({"version": "2.10", "entries": t.entries(), "timed": {"counts": dict(t.RING.counts),
+                    "timed": t.RING.timed, "ring": t.RING.size, "sample_every": t.RING.sample_every}}
+                   if t is not None else pickle.loads(c10d._dump_fr_trace(True, True, False)))  # type: ignore[attr-defined]
             lo, hi = self.since_ns or 0, self.until_ns or (1 << 63)
             doc["entries"] = [e for e in doc.get("entries", []) if lo <= int(e.get("time_created_ns") or 0) <= hi]
             doc["pg_config"] = _groups() if dist.is_initialized() else self._pg
@@ -163,20 +199,18 @@ class Recorder:
 
     def _watch(self) -> None:
         """Every ~second: a pending collective older than ``watchdog_s`` makes this rank dump once."""
-        import torch._C._distributed_c10d as c10d
-
         assert self.watchdog_s is not None
         period = min(1.0, self.watchdog_s / 4)
         while not self._stop.wait(period):
             try:
-                active = pickle.loads(c10d._dump_fr_trace(True, False, True)).get(  # type: ignore[attr-defined]
-                    "entries", [])
+                active = _fr_entries(only_active=True)
                 now = time.time_ns()
-                stuck = [e for e in active if not e.get("retired")
+                # the timed engine knows completion only for the entries it timed (sampling: 1 in N)
+                stuck = [e for e in active if not e.get("retired") and e.get("timed", True)
                          and now - int(e.get("time_created_ns") or now) > self.watchdog_s * 1e9]
                 new = [e for e in stuck if e.get("record_id") not in self._dumped_for]
                 if new:
-                    self._dumped_for.update(e.get("record_id") for e in new)
+                    self._dumped_for.update(int(e.get("record_id") or 0) for e in new)
                     self.dump("watchdog")
             except Exception:  # noqa: BLE001 - the watchdog must never take the job down
                 log.debug("comms watchdog poll failed", exc_info=True)
@@ -194,21 +228,19 @@ def window_json_gz(lo_ns: int, hi_ns: int) -> bytes | None:
 
     try:
         import torch.distributed as dist
-        import torch._C._distributed_c10d as c10d
 
-        if not ring_sized() or not dist.is_initialized():
+        if not recording() or not dist.is_initialized():
             return None
-        doc = pickle.loads(c10d._dump_fr_trace(True, False, False))  # type: ignore[attr-defined]
         rows = []
-        for e in doc.get("entries", []):
+        for e in _fr_entries():
             t = int(e.get("time_created_ns") or 0)
             if not lo_ns <= t <= hi_ns:
                 continue
             pg = e.get("process_group") or ("", "")
             p2p = bool(e.get("is_p2p"))
             rows.append([str(pg[0]), int(e.get("p2p_seq_id" if p2p else "collective_seq_id") or 0), int(p2p),
-                         str(e.get("profiling_name", "")), t, str(e.get("input_sizes", ""))[:200]])
-        out = {"source": "flight_recorder", "rank": dist.get_rank(), "start_ns": lo_ns, "end_ns": hi_ns,
+                         str(e.get("profiling_name", "")).split(" ")[0], t, str(e.get("input_sizes", ""))[:200]])
+        out = {"source": "timed" if _timed() else "flight_recorder", "rank": dist.get_rank(), "start_ns": lo_ns, "end_ns": hi_ns,
                "groups": _groups(), "columns": ["pg", "seq", "p2p", "op", "time_created_ns", "input_sizes"],
                "entries": rows}
         return gzip.compress(json.dumps(out).encode(), 6)

@@ -44,10 +44,11 @@ class CommsSidecar:
         from rankscope.collect import comms
 
         try:
-            if not comms.ring_sized():
+            if not comms.recording():
                 log.warning("rankscope: the collective recorder sees nothing: Flight Recorder's ring must be sized "
                             "before init_process_group (TORCH_FR_BUFFER_SIZE=2000 in the job's environment, or "
-                            "rankscope.comms.enable() before init_process_group)")
+                            "rankscope.comms.enable() before init_process_group), or the process group created "
+                            "with rankscope.comms.timed_backend()")
             out = os.path.join(collector.spool.dir, "comms-staging")
             self.recorder = comms.Recorder(out, watchdog_s=self.opts.get("watchdog_s"),
                                            at_exit=bool(self.opts.get("at_exit", True)),

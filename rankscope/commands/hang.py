@@ -47,5 +47,8 @@ def run(args: argparse.Namespace) -> int:
     out.print(f"[bold]{'⚠ ' if v.problems else '✓ '}{v.headline}[/]", highlight=False)
     for g in v.groups:
         last = ", ".join(f"{r}:#{s}" for r, s in sorted(g["last_seq"].items()))
-        out.print(f"  group {g['group']} ({g['desc'] or '-'}): last collective per rank {last}", highlight=False)
+        done = g.get("last_completed")
+        tail = ("; last completed " + ", ".join(f"{r}:#{s}" if s is not None else f"{r}:none"
+                                                for r, s in sorted(done.items()))) if done else ""
+        out.print(f"  group {g['group']} ({g['desc'] or '-'}): last collective per rank {last}{tail}", highlight=False)
     return 0

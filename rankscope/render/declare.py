@@ -111,7 +111,8 @@ VIEWS: dict[str, View] = {
         C("headline", "verdict"), C("dumps", "ranks with a dump", "count"), C("no_dump", "ranks without a dump", "ranks")),
         (TableView("last_collective", "last collective recorded per rank and process group", (
             C("group", "group"), C("desc", "description"), C("rank", "rank", "count"),
-            C("last_seq", "last sequence number", "count"))),),
+            C("last_seq", "last sequence number", "count"),
+            C("last_completed", "last completed (timed recorder)", "count"))),),
         "profile with comms=True or RANKSCOPE_COMMS=1, then `rankscope trigger RUN --dump`"),
     "rpc": View("RPC calls across workers", (
         C("calls", "calls", "count"), C("destinations", "destinations", "count"),

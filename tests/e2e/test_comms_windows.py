@@ -21,14 +21,20 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve().parent
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
+@pytest.fixture(scope="module", params=["flight_recorder", "timed"])
+def run_dir(request, tmp_path_factory) -> Path:
+    """The job recorded by Flight Recorder, and by the timed backend (the unchanged script run under
+    ``-m rankscope.collect.comms_run --timed``): the windows must come out the same."""
     run = tmp_path_factory.mktemp("win") / "run"
-    env = {**os.environ, "RANKSCOPE_COMMS": "1", "TORCH_FR_BUFFER_SIZE": "2000", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(HERE.parents[1])}
+    (run.parent / "ENGINE").write_text(request.param)
+    env = {**os.environ, "RANKSCOPE_COMMS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parents[1])}
+    if request.param == "timed":
+        wrap = ["-m", "rankscope.collect.comms_run", "--timed", "--no-exit-dump", "--out", str(run.parent / "dumps")]
+    else:
+        wrap, env["TORCH_FR_BUFFER_SIZE"] = [], "2000"
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
-                           str(HERE / "comms_window_job.py"), str(run)], env=env, capture_output=True, text=True,
-                          timeout=300)
+                           *wrap, str(HERE / "comms_window_job.py"), str(run)], env=env, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return run
 
@@ -48,6 +54,7 @@ def test_each_window_keeps_its_collectives_beside_the_trace(run_dir):
         traces = sorted((run_dir / "ranks" / str(r)).glob("window-*.pt.trace.json.gz"))
         assert len(traces) == 2 and [f.name.split(".")[0] for f in files] == [t.name.split(".")[0] for t in traces]
         doc = json.loads(gzip.decompress(files[0].read_bytes()))
+        assert doc["source"] == (run_dir.parent / "ENGINE").read_text()
         ops = [e[3] for e in doc["entries"]]
         # per captured step: DDP's bucket all-reduce, the world all_reduce, and the sub-group's on ranks 0, 1
         assert ops.count("gloo:all_reduce") == 2 * (3 if r < 2 else 2), ops

@@ -1,0 +1,100 @@
+"""A gloo job for tests/e2e/test_comms_timed.py (launched with torchrun).
+
+    timed_job.py OUT MODE      MODE: fr | timed | hang
+
+``fr``: plain gloo with Flight Recorder (the oracle for the counts); ``timed``: rankscope's timed backend
+(ring and sampling from RANKSCOPE_TEST_RING / RANKSCOPE_TEST_SAMPLE); both run the same workload (DDP's
+construction and 3 training steps, then the user's collectives and one send / recv) and write
+OUT/rank<r>.json with the entries' ops and what a backend error raised. ``hang``: a plain
+``init_process_group("gloo")`` script, run under ``-m rankscope.collect.comms_run --timed``; rank 1 skips
+an all_reduce and every rank blocks.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pickle
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def workload(rank: int) -> None:
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 16))
+    for _ in range(3):
+        model(torch.randn(4, 16)).sum().backward()  # DDP's gradient all-reduce, issued from C++
+    t = torch.ones(100)
+    dist.all_reduce(t)
+    dist.broadcast(t, 0)
+    dist.all_gather([torch.zeros(100) for _ in range(dist.get_world_size())], t)
+    dist.barrier()
+    if rank == 0:
+        dist.send(torch.ones(8), 1)
+    elif rank == 1:
+        dist.recv(torch.zeros(8), 0)
+
+
+def error_of(pg: dist.ProcessGroup) -> list[str]:
+    """What the backend raises for an all_reduce of two tensors of different sizes."""
+    try:
+        pg.allreduce([torch.ones(2), torch.ones(3)]).wait()
+    except Exception as exc:  # noqa: BLE001
+        return [type(exc).__name__, str(exc).splitlines()[0][:200]]
+    return []
+
+
+def main(out: str, mode: str) -> None:
+    os.makedirs(out, exist_ok=True)
+    timeout = datetime.timedelta(seconds=60)
+    if mode == "fr":
+        os.environ["TORCH_FR_BUFFER_SIZE"] = "2000"
+        dist.init_process_group("gloo", timeout=timeout)
+    elif mode == "timed":
+        from rankscope.collect import comms
+
+        name = comms.timed_backend("gloo", ring=int(os.environ.get("RANKSCOPE_TEST_RING", "2000")),
+                                   sample_every=int(os.environ.get("RANKSCOPE_TEST_SAMPLE", "1")))
+        dist.init_process_group(name, timeout=timeout)
+    else:
+        dist.init_process_group("gloo", timeout=timeout)  # comms_run --timed swaps in the wrapper
+    rank = dist.get_rank()
+    if mode == "hang":
+        t = torch.ones(100)
+        dist.all_reduce(t)
+        print(f"READY {rank} {os.getpid()}", flush=True)
+        if rank != 1:
+            dist.all_reduce(t)  # rank 1 skips it: everyone blocks from here on
+        dist.all_gather([torch.zeros(100) for _ in range(dist.get_world_size())], t)
+        return
+    workload(rank)
+    err = error_of(dist.group.WORLD)
+    time.sleep(0.3)  # completion callbacks of the last calls
+    if mode == "fr":
+        import torch._C._distributed_c10d as c10d
+
+        entries = pickle.loads(c10d._dump_fr_trace(True, False, False))["entries"]
+        extra = {}
+    else:
+        from rankscope.collect import timed_pg
+
+        entries = timed_pg.entries()
+        extra = {"counts": dict(timed_pg.RING.counts), "timed_n": timed_pg.RING.timed,
+                 "backend": type(dist.group.WORLD).__name__}
+        from rankscope.collect import comms
+
+        comms.Recorder(out).dump("end")  # fr_rank_<r>: what `rankscope hang` and torchfrtrace read
+    rows = [{"op": e["profiling_name"], "seq": e["collective_seq_id"], "p2p_seq": e["p2p_seq_id"], "p2p": e["is_p2p"],
+             "pg": list(e["process_group"]), "state": e["state"], "record_id": e["record_id"],
+             "created": e["time_created_ns"], "completed": e["time_discovered_completed_ns"],
+             "sizes": e["input_sizes"], "timed": e.get("timed"), "peer": e.get("peer")} for e in entries]
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump({"rank": rank, "entries": rows, "error": err, **extra}, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
