@@ -44,7 +44,8 @@ def _run(out: Path, mode: str, ranks: int = 2, **env: str) -> dict[int, dict[str
 def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("timed")
     return {"fr": _run(base / "fr", "fr"), "timed": _run(base / "timed", "timed"), "timed_dir": base / "timed",
-            "small": _run(base / "small", "timed", RANKSCOPE_TEST_RING="5", RANKSCOPE_TEST_SAMPLE="3")}
+            "small": _run(base / "small", "timed", RANKSCOPE_TEST_RING="5", RANKSCOPE_TEST_SAMPLE="3",
+                          RANKSCOPE_TEST_STACK="1")}
 
 
 def _collectives(entries: list[dict[str, Any]]) -> list[tuple[str, int]]:
@@ -87,7 +88,8 @@ def test_hang_and_torchfrtrace_read_the_timed_dumps(jobs: dict[str, Any]) -> Non
 
 
 def test_sampling_times_one_in_n_and_the_ring_stays_bounded(jobs: dict[str, Any]) -> None:
-    """ring=5, sample_every=3: every call counted, the ring holds the last 5, one call in 3 is timed."""
+    """ring=5, sample_every=3, stack=True: every call counted, the ring holds the last 5, one call in 3 is
+    timed, each entry carries the Python stack that issued it (none without stack=True)."""
     for r in (0, 1):
         full, small = jobs["timed"][r], jobs["small"][r]
         assert small["counts"] == full["counts"]
@@ -99,6 +101,8 @@ def test_sampling_times_one_in_n_and_the_ring_stays_bounded(jobs: dict[str, Any]
         for e in small["entries"]:
             assert e["timed"] == (e["record_id"] % 3 == 0 and not e["p2p"] and e["state"] != "failed")
             assert (e["completed"] is not None) == bool(e["timed"])
+            assert "timed_job.py" in e["frame_files"]
+        assert all(e["frame_files"] == [] for e in full["entries"])
 
 
 def test_no_code_change_hang_with_last_completed(tmp_path: Path) -> None:

@@ -56,7 +56,8 @@ def main(out: str, mode: str) -> None:
         from rankscope.collect import comms
 
         name = comms.timed_backend("gloo", ring=int(os.environ.get("RANKSCOPE_TEST_RING", "2000")),
-                                   sample_every=int(os.environ.get("RANKSCOPE_TEST_SAMPLE", "1")))
+                                   sample_every=int(os.environ.get("RANKSCOPE_TEST_SAMPLE", "1")),
+                                   stack=os.environ.get("RANKSCOPE_TEST_STACK") == "1")
         dist.init_process_group(name, timeout=timeout)
     else:
         dist.init_process_group("gloo", timeout=timeout)  # comms_run --timed swaps in the wrapper
@@ -89,7 +90,9 @@ def main(out: str, mode: str) -> None:
     rows = [{"op": e["profiling_name"], "seq": e["collective_seq_id"], "p2p_seq": e["p2p_seq_id"], "p2p": e["is_p2p"],
              "pg": list(e["process_group"]), "state": e["state"], "record_id": e["record_id"],
              "created": e["time_created_ns"], "completed": e["time_discovered_completed_ns"],
-             "sizes": e["input_sizes"], "timed": e.get("timed"), "peer": e.get("peer")} for e in entries]
+             "sizes": e["input_sizes"], "timed": e.get("timed"), "peer": e.get("peer"),
+             "frame_files": sorted({str(f["filename"]).rsplit("/", 1)[-1] for f in e.get("frames") or []})}
+            for e in entries]
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"rank": rank, "entries": rows, "error": err, **extra}, f)
     dist.barrier()
