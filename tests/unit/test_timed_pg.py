@@ -1,0 +1,66 @@
+"""rankscope.collect.timed_pg without a multi-rank job: option parsing, backend-name mapping, and a
+recorder that fails on an entry (the collective must still run). The process-group parts run in a
+subprocess (a gloo world of one rank): init_process_group is process-global state."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FAILING = r'''
+import logging, os, torch, torch.distributed as dist
+from rankscope.collect import timed_pg as T
+logging.basicConfig(level=logging.WARNING)
+dist.init_process_group(T.timed_backend("gloo"), init_method="file://" + os.environ["STORE"], rank=0, world_size=1)
+def broken(self, method, args):
+    raise ZeroDivisionError("recorder bug")
+T.TimedBackend._entry = broken
+t = torch.ones(4)
+for _ in range(3):
+    dist.all_reduce(t)
+print("RESULT", t.tolist(), len(T.RING.entries))
+dist.destroy_process_group()
+'''
+
+
+def test_a_failing_recorder_never_breaks_the_collective(tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-c", FAILING], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "STORE": str(tmp_path / "store")})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "RESULT [1.0, 1.0, 1.0, 1.0] 0" in p.stdout, p.stdout[-1000:] + p.stderr[-2000:]
+    # one warning line for the whole run, not one per collective
+    assert p.stderr.count("the timed collective recorder failed on an entry") == 1, p.stderr[-2000:]
+
+
+def test_options_from_the_environment(monkeypatch) -> None:
+    from rankscope.collect.timed_pg import from_env
+
+    monkeypatch.delenv("RANKSCOPE_COMMS_TIMED", raising=False)
+    assert from_env() is None
+    monkeypatch.setenv("RANKSCOPE_COMMS_TIMED", "0")
+    assert from_env() is None
+    monkeypatch.setenv("RANKSCOPE_COMMS_TIMED", "1")
+    assert from_env() == {"ring": 2000, "sample_every": 1, "stack": False}
+    monkeypatch.setenv("RANKSCOPE_COMMS_TIMED", "sample=16, ring=500,stack=1")
+    assert from_env() == {"ring": 500, "sample_every": 16, "stack": True}
+
+
+MAPPING = r'''
+from rankscope.collect.timed_pg import _mapped
+for b in ("gloo", "GLOO", "cpu:gloo,cuda:nccl", "rankscope_gloo", "mpi"):
+    print("MAP", b, _mapped(b, 100, 1, False))
+'''
+
+
+def test_backend_names_map_to_their_timed_wrappers() -> None:
+    """(In a subprocess: registering a backend changes torch's process-wide default device map.)"""
+    p = subprocess.run([sys.executable, "-c", MAPPING], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = dict(line.split()[1:] for line in p.stdout.splitlines() if line.startswith("MAP "))
+    assert got == {"gloo": "rankscope_gloo", "GLOO": "rankscope_gloo",
+                   "cpu:gloo,cuda:nccl": "cpu:rankscope_gloo,cuda:rankscope_nccl",
+                   "rankscope_gloo": "rankscope_gloo", "mpi": "mpi"}  # mpi: no wrapper, left as it is
