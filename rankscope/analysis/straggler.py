@@ -27,6 +27,7 @@ The statistical rules of steps 1-2 live in :mod:`rankscope.analysis.rules`.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import numpy as np
@@ -280,6 +281,22 @@ def last_share(run: Run, results: dict[str, Result], rank: int) -> float:
     return float(arr["last"][0]) / max(float(arr["of"][0]), 1.0)
 
 
+def steady_candidates(cands: list[tuple[int, float, str]], steps: pl.DataFrame, pr: pl.DataFrame,
+                      last_of: Callable[[int], float]) -> list[tuple[int, float, str, float]]:
+    """The candidates slower than the others' median in enough of the steps, with that share; for
+    more input work (a count, no noise), also those the others waited for at most collectives."""
+    out = []
+    for i, rel, test in cands:
+        col = "cpu_available" if test.endswith("(cpu-available)") else "own"
+        cons = consistency(steps, int(pr["rank"][i]), col)
+        if test == "input work":
+            cons = max(cons, last_of(int(pr["rank"][i])))
+        if cons >= (PAIR_CONSISTENCY if test.startswith("ratio") and pr.height == 2 else
+                    0.0 if test.startswith("signed-rank") else CONSISTENCY):
+            out.append((i, rel, test, cons))
+    return out
+
+
 def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
                         pr: pl.DataFrame) -> list[Finding]:
     """Stragglers whose own (non-waiting) time per step is an outlier, with cause and time lost."""
@@ -287,37 +304,17 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
     sched = sched_frame(run)
     steps = with_sched(bd, sched)
     own_steps = complete_steps(steps).select("rank", "step", "own")
+    ranks = pr["rank"].to_list()
+    # read once per analysis: each rank's work against all the others, and its share of last arrivals
+    work_of: Callable[[int], Work | None] = functools.cache(
+        lambda rank: imbalance(run, rank, [r for r in ranks if r != rank]))
+    last_of: Callable[[int], float] = functools.cache(lambda rank: last_share(run, results, rank))
+
     def steady(cands: list[tuple[int, float, str]]) -> list[tuple[int, float, str, float]]:
-        """The candidates slower than the others' median in enough of the steps, with that share; for
-        more input work (a count, no noise), also those the others waited for at most collectives."""
-        out = []
-        for i, rel, test in cands:
-            col = "cpu_available" if test.endswith("(cpu-available)") else "own"
-            cons = consistency(steps, int(pr["rank"][i]), col)
-            if test == "input work":
-                cons = max(cons, last_of(int(pr["rank"][i])))
-            if cons >= (PAIR_CONSISTENCY if test.startswith("ratio") and pr.height == 2 else
-                        0.0 if test.startswith("signed-rank") else CONSISTENCY):
-                out.append((i, rel, test, cons))
-        return out
-
-    works: dict[int, Work | None] = {}
-
-    def work_of(rank: int) -> Work | None:
-        """``imbalance`` of ``rank`` against all other ranks, read once per analysis."""
-        if rank not in works:
-            works[rank] = imbalance(run, rank, [r for r in pr["rank"].to_list() if r != rank])
-        return works[rank]
+        return steady_candidates(cands, steps, pr, last_of)
 
     found = steady(outliers(pr["own"].to_numpy().astype(float)) or cpu_available_outliers(steps, pr)
                    or paired(steps, pr, sched))
-    lasts: dict[int, float] = {}
-
-    def last_of(rank: int) -> float:
-        if rank not in lasts:
-            lasts[rank] = last_share(run, results, rank)
-        return lasts[rank]
-
     for i, rel, test, cons in (found or steady(more_work(pr, work_of)) or steady(more_input(pr, work_of, last_of))
                                or steady(agreeing(run, results, bd, pr))):
         rank = int(pr["rank"][i])
