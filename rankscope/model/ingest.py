@@ -329,7 +329,7 @@ def _write_remote(info: RankInfo, parts: list[dict[str, Any]], url: str) -> Rank
 
     fs, root = source.filesystem(url)
     with tempfile.TemporaryDirectory(prefix="rankscope-cache-") as tmp:
-        got = _write(info, parts, Path(tmp))
+        got = _write_files(info, parts, Path(tmp))
         for name in TABLE_NAMES:
             fs.put_file(str(Path(tmp) / f"{name}.parquet"), f"{root}/{name}.parquet")
         fs.put_file(str(Path(tmp) / "info.json"), f"{root}/info.json")
@@ -338,6 +338,36 @@ def _write_remote(info: RankInfo, parts: list[dict[str, Any]], url: str) -> Rank
 
 
 def _write(info: RankInfo, parts: list[dict[str, Any]], out: Path) -> RankInfo:
+    """The cache entry ``out``, whole or absent: written into a private directory beside it, then renamed.
+
+    Two readers of one rank at once (the web server's run table and page, two ``analyze`` runs) each
+    write their own entry; the first rename wins and the other's copy is dropped. Writing in place let
+    one thread truncate ``events.parquet`` while another read it (a 500 in the served UI)."""
+    import shutil
+    import threading
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}-{threading.get_ident()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        got = _write_files(info, parts, tmp)
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            if (out / "info.json").exists():  # another writer's whole entry: keep it
+                pass
+            elif out.is_dir():  # a partial entry left by an interrupted older version: replace it
+                shutil.rmtree(out, ignore_errors=True)
+                os.rename(tmp, out)
+            else:
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    got.cache = str(out)
+    return got
+
+
+def _write_files(info: RankInfo, parts: list[dict[str, Any]], out: Path) -> RankInfo:
     import pyarrow as pa
     import pyarrow.parquet as pq
 

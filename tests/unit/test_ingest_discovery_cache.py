@@ -112,3 +112,34 @@ def test_assigned_rank_never_collides_with_a_real_one(tmp_path):
     assert run.ranks[0].rank_source == "content" and run.ranks[1].rank_source == "assigned"
     assert not any(p.startswith("duplicate") for p in run.problems)
     assert any("rank unknown" in p and "a.json" in p for p in run.problems)
+
+
+def test_concurrent_loads_of_one_run_share_a_whole_cache(tmp_path):
+    """The web server loads one run from several threads at once (run table and page). Each load must
+    read whole tables: cache entries are published by rename, never written in place."""
+    import threading
+
+    events = [x("ProfilerStep#1", 0, 10**6, cat="user_annotation")]
+    events += [x(f"aten::op{i % 50}", 10 + i * 20, 15) for i in range(40_000)]
+    for r in range(2):
+        write_trace(tmp_path / "run" / f"rank{r}.json", events, rank=r)
+    cache = tmp_path / "cache"
+    for attempt in range(3):
+        got: list[object] = []
+        barrier = threading.Barrier(6)
+
+        def load() -> None:
+            barrier.wait()
+            try:
+                run = load_run(tmp_path / "run", jobs=1, cache_dir=cache / str(attempt))
+                got.append(sum(run.table(r, "events").num_rows for r in run.rank_ids))
+            except Exception as exc:  # noqa: BLE001 - reported below
+                got.append(exc)
+
+        threads = [threading.Thread(target=load) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert got == [2 * len(events)] * 6, got
+    assert not [p for p in cache.rglob(".*tmp*")]  # no private copies left behind
