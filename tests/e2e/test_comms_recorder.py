@@ -26,6 +26,13 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
+# torch 2.13's own teardown: a plain gloo + DDP job (no rankscope: comms_job.py without enable() and
+# Recorder) that calls destroy_process_group and returns aborts at interpreter exit with this line in
+# 4 of 40 runs on this 2-core host under load (2026-11-24: 40 runs each beside 3 busy processes;
+# with the recorder but no watchdog 0 of 40). It comes after the ranks' last line and after atexit.
+TORCH_TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 class Job:
     def __init__(self, out: Path, mode: str) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -34,13 +41,28 @@ class Job:
             [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=3", "--master-addr=127.0.0.1",
              f"--master-port={free_port()}", str(ROOT / "tests/e2e/comms_job.py"), str(out), mode],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        threading.Thread(target=lambda: self.lines.extend(self.proc.stdout or []), daemon=True).start()
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout or []), daemon=True)
+        self.reader.start()
 
     def wait_for(self, cond, timeout: float) -> None:  # type: ignore[no-untyped-def]
         deadline = time.monotonic() + timeout
         while not cond():
             assert time.monotonic() < deadline and self.proc.poll() is None, "".join(self.lines[-30:])
             time.sleep(0.1)
+
+    def ended_well(self, timeout: float, ranks: int = 3) -> bool:
+        """Exit status 0; or every rank said DONE and the only failure is torch's teardown abort
+        (TORCH_TEARDOWN_ABORT, which needs no rankscope), so the checks of what was written go on."""
+        rc = self.proc.wait(timeout)
+        self.reader.join(10)  # every line read
+        text = "".join(self.lines)
+        return rc == 0 or (len(re.findall(r"DONE \d", text)) == ranks and TORCH_TEARDOWN_ABORT in text
+                           and "Traceback" not in text.split(TORCH_TEARDOWN_ABORT)[0])
+
+    def ranks_said(self) -> str:
+        """What the ranks printed (torchrun's own failure summary left out: it says only the signal)."""
+        text = "".join(self.lines)
+        return text.split("Traceback (most recent call last)")[0][-6000:]
 
     def kill(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)
@@ -82,7 +104,7 @@ def test_sigusr1_dumps_and_the_job_goes_on(tmp_path: Path) -> None:
         os.kill(pid, signal.SIGUSR1)
         job.wait_for(lambda: (out / "fr_rank_0").exists(), 20)
         (out / "STOP").write_text("x")
-        assert job.proc.wait(60) == 0
+        assert job.ended_well(60), job.ranks_said()
     finally:
         if job.proc.poll() is None:
             job.kill()
@@ -95,7 +117,7 @@ def test_exit_dump_of_every_rank_after_a_normal_end(tmp_path: Path) -> None:
 
     out = tmp_path / "comms"
     job = Job(out, "exit")
-    assert job.proc.wait(120) == 0, "".join(job.lines[-30:])
+    assert job.ended_well(120), job.ranks_said()
     for r in range(3):
         doc = pickle.loads((out / f"fr_rank_{r}").read_bytes())
         assert doc["rankscope"]["reason"] == "exit" and doc["pg_config"]["0"]["ranks"] == "[0, 1, 2]"
