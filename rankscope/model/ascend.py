@@ -359,6 +359,14 @@ def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
     summary, more = ascend_files.read_all(out)
     tabs.update(summary)
     problems += more
+    if not (out / "step_trace_time.csv").is_file():  # torch_npu's rows, from the trace's Overlap Analysis layer
+        from rankscope.model import ascend_overlap
+
+        try:
+            tabs["step_times"] = ascend_overlap.step_times(tv)
+        except (OSError, ValueError, TypeError, AttributeError, RecursionError, kineto.msgspec.DecodeError) as exc:
+            problems.append(f"{tv}: no step_trace_time.csv and its Overlap Analysis layer is unreadable "
+                            f"({str(exc)[:200]}); left out of cluster_step_trace_time.csv")
     if (out / "memory_record.csv").is_file():
         try:
             tabs["memory"] = memory(out / "memory_record.csv")

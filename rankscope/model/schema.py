@@ -33,6 +33,9 @@ CATEGORY_KIND: dict[str, Kind] = {
     "cuda_runtime": Kind.RUNTIME, "cuda_driver": Kind.RUNTIME, "runtime": Kind.RUNTIME,
     "hip_runtime": Kind.RUNTIME, "privateuse1_runtime": Kind.RUNTIME, "mtia_runtime": Kind.RUNTIME,
     "python_function": Kind.PYTHON,
+    # torch_npu's task queue (trace_view.json): "enqueue" on the op's thread, "dequeue" on the thread
+    # that launches the kernels; host runtime work, like cudaLaunchKernel
+    "enqueue": Kind.RUNTIME, "dequeue": Kind.RUNTIME,
 }
 
 DEVICE_KINDS = (Kind.KERNEL.value, Kind.MEMCPY.value, Kind.MEMSET.value)
