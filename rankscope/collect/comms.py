@@ -205,15 +205,22 @@ class Recorder:
             try:
                 active = _fr_entries(only_active=True)
                 now = time.time_ns()
-                # the timed engine knows completion only for the entries it timed (sampling: 1 in N)
+                # the timed engine knows completion only for the entries it timed (sampling: 1 in N); its
+                # gloo send / recv complete when the caller's wait() returns: pending from that wait on
                 stuck = [e for e in active if not e.get("retired") and e.get("timed", True)
-                         and now - int(e.get("time_created_ns") or now) > self.watchdog_s * 1e9]
+                         and now - int(_pending_since(e) or now) > self.watchdog_s * 1e9]
                 new = [e for e in stuck if e.get("record_id") not in self._dumped_for]
                 if new:
                     self._dumped_for.update(int(e.get("record_id") or 0) for e in new)
                     self.dump("watchdog")
             except Exception:  # noqa: BLE001 - the watchdog must never take the job down
                 log.debug("comms watchdog poll failed", exc_info=True)
+
+
+def _pending_since(e: dict[str, Any]) -> int | None:
+    """When an entry started to be waited for: its creation, or for a timed p2p op its caller's wait
+    (an isend nobody has waited for yet is not a hang); None: not waited for."""
+    return e["wait_started_ns"] if "wait_started_ns" in e else e.get("time_created_ns")
 
 
 def window_json_gz(lo_ns: int, hi_ns: int) -> bytes | None:

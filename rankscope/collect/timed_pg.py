@@ -8,7 +8,8 @@ it, **including DDP's gradient all-reduce, which DDP's reducer issues from C++**
 It forwards each call to the real backend unchanged and records, per entry: process group (name, desc,
 member ranks), sequence number in the group (collectives and point-to-point counted apart, as Flight
 Recorder does), op, dtypes, sizes in and out, bytes, peer for p2p, enqueue time, completion time
-(``Work.get_future()`` callback: on the CPU when gloo finishes; on GPUs when the CUDA work does), state
+(``Work.get_future()`` callback: on the CPU when gloo finishes; on GPUs when the CUDA work does; for
+gloo's send / recv, whose Work has no future, when the caller's ``wait()`` returns), state
 (scheduled / completed / failed) and, if asked, the Python stack.
 
 - ring: a bounded deque per process (``ring`` entries, oldest dropped); counters per op keep counting;
@@ -168,7 +169,7 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
             raise
         if entry is not None:
             try:
-                self._track(entry, work)
+                return self._track(entry, work)
             except Exception:  # noqa: BLE001
                 self.ring.warn_once()
         return work
@@ -211,14 +212,21 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
             ring.entries.append(e)
         return e
 
-    def _track(self, e: dict[str, Any], work: Any) -> None:
+    def _track(self, e: dict[str, Any], work: Any) -> Any:
+        """The Work to hand back: ``work`` itself (a completion callback on its future), or for a
+        point-to-point op whose Work has no future (gloo's send / recv) a wrapper that notes completion
+        when the caller's ``wait()`` (or ``is_completed()``) sees it."""
         ring = self.ring
         if e["record_id"] % ring.sample_every:
-            return  # counted and kept, not timed
+            return work  # counted and kept, not timed
         try:
             fut = work.get_future()
-        except RuntimeError:  # gloo's send / recv Work has no future: those stay untimed ("scheduled")
-            return
+        except RuntimeError:  # gloo's send / recv Work has no future
+            if not e["is_p2p"]:
+                return work
+            e.update(timed=True, time_discovered_started_ns=e["time_created_ns"], wait_started_ns=None)
+            ring.timed += 1
+            return _CLASSES["work"](work, e, self)
         e["timed"] = True
         ring.timed += 1
         e["time_discovered_started_ns"] = e["time_created_ns"]  # gloo starts on enqueue; no GPU start event here
@@ -237,6 +245,7 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
                 ring.warn_once()
 
         fut.add_done_callback(done)
+        return work
 
 
 def _method(name: str) -> Callable[..., Any]:
@@ -265,7 +274,77 @@ def _backend_class() -> type:
 
         body["__init__"] = __init__
         _CLASSES["pg"] = type("RankscopeTimedPG", (TimedBackend, dist.ProcessGroup), body)
+        _CLASSES["work"] = _work_class(dist.Work)
     return _CLASSES["pg"]
+
+
+def _work_class(base: type) -> type:
+    """A torch ``Work`` around gloo's point-to-point Work, which has neither a future nor a callback:
+    completion is discovered when the caller's ``wait()`` returns (or ``is_completed()`` says so),
+    which is when the training thread learns of it too. Everything else is the inner Work's."""
+
+    class TimedP2PWork(base):  # type: ignore[misc, valid-type]
+        def __init__(self, inner: Any, entry: dict[str, Any], pg: TimedBackend) -> None:
+            super().__init__()
+            self.inner, self.entry, self.pg = inner, entry, pg
+
+        def _mark(self, failed: bool) -> None:
+            e = self.entry
+            try:
+                if not e["retired"]:
+                    e["time_discovered_completed_ns"] = time.time_ns()
+                    e["state"] = "failed" if failed else "completed"
+                    e["retired"] = True
+                    if e.get("peer") == -1 and not failed:  # recv from any source: now it is known
+                        src = int(self.inner._source_rank())
+                        other = self.pg.members[src] if 0 <= src < len(self.pg.members) else src
+                        e["peer"] = other
+                        e["profiling_name"] = e["profiling_name"].rsplit("<-", 1)[0] + f"<-{other}"
+            except Exception:  # noqa: BLE001 - the recorder, never the op
+                self.pg.ring.warn_once()
+
+        def wait(self, timeout: Any = None) -> bool:
+            if self.entry.get("wait_started_ns") is None:
+                self.entry["wait_started_ns"] = time.time_ns()  # the watchdog's clock for this op
+            try:
+                ok = self.inner.wait() if timeout is None else self.inner.wait(timeout)
+            except BaseException:
+                self._mark(failed=True)
+                raise
+            self._mark(failed=False)
+            return bool(ok) if ok is not None else True
+
+        def is_completed(self) -> bool:
+            done = bool(self.inner.is_completed())
+            if done:
+                self._mark(failed=not self.inner.is_success())
+            return done
+
+        def is_success(self) -> bool:
+            return bool(self.inner.is_success())
+
+        def exception(self) -> Any:
+            return self.inner.exception()
+
+        def source_rank(self) -> int:
+            return int(self.inner.source_rank())
+
+        def _source_rank(self) -> int:
+            return int(self.inner._source_rank())
+
+        def result(self) -> Any:
+            return self.inner.result()
+
+        def synchronize(self) -> None:
+            self.inner.synchronize()
+
+        def get_future(self) -> Any:
+            return self.inner.get_future()
+
+        def abort(self) -> None:
+            self.inner.abort()
+
+    return TimedP2PWork
 
 
 def _inner(kind: str, opts: Any) -> Any:

@@ -62,10 +62,14 @@ def test_sees_what_flight_recorder_sees_and_times_every_call(jobs: dict[str, Any
         assert ops["gloo:all_reduce"] >= 3 + 1 and ops["gloo:broadcast"] >= 1 + 1 and ops["gloo:all_gather"] >= 2
         coll = [e for e in timed["entries"] if not e["p2p"] and e["seq"] is not None]
         assert all(e["state"] == "completed" and e["completed"] >= e["created"] for e in coll)
-        # point-to-point: kept with its peer (gloo's send/recv Work has no completion callback: untimed)
+        # point-to-point, with its peer (a recv from any source gets it when it completes), timed when the
+        # caller's wait() or is_completed() sees the end (gloo's send / recv Work has no future)
         p2p = [e for e in timed["entries"] if e["p2p"]]
-        assert [(e["op"], e["peer"], e["p2p_seq"], e["sizes"]) for e in p2p] == \
-            ([("gloo:send 0->1", 1, 1, [[8]])] if r == 0 else [("gloo:recv 1<-0", 0, 1, [[8]])])
+        assert [(e["op"], e["peer"], e["p2p_seq"], e["sizes"]) for e in p2p] == (
+            [("gloo:send 0->1", 1, 1, [[8]]), ("gloo:send 0->1", 1, 2, [[4]]), ("gloo:recv 0<-1", 1, 3, [[2]])]
+            if r == 0 else
+            [("gloo:recv 1<-0", 0, 1, [[8]]), ("gloo:recv 1<-0", 0, 2, [[4]]), ("gloo:send 1->0", 0, 3, [[2]])])
+        assert all(e["timed"] and e["state"] == "completed" and e["completed"] >= e["created"] for e in p2p)
         # a collective the backend refuses: the same error as plain gloo, recorded as failed, no sequence used
         assert timed["error"] == fr["error"] and fr["error"][0] == "RuntimeError"
         assert timed["entries"][-1]["state"] == "failed" and timed["entries"][-1]["seq"] is None
@@ -78,7 +82,7 @@ def test_hang_and_torchfrtrace_read_the_timed_dumps(jobs: dict[str, Any]) -> Non
     p = subprocess.run([sys.executable, "-m", "rankscope.cli", "hang", str(out), "--json", "--world-size", "2"],
                        env=_env(), capture_output=True, text=True, timeout=60)
     v = json.loads(p.stdout)
-    assert v["problems"] == []  # send on 0 and recv on 1 at p2p #1 are a pair, not a desync
+    assert v["problems"] == []  # each send and its recv (p2p #1-#3, one from any source) pair up, no desync
     g0 = next(g for g in v["groups"] if g["group"] == "0")
     n = max(s for _, s in _collectives(jobs["timed"][0]["entries"]))
     assert g0["last_seq"] == {"0": n, "1": n} and g0["last_completed"] == {"0": n, "1": n}
@@ -95,11 +99,11 @@ def test_sampling_times_one_in_n_and_the_ring_stays_bounded(jobs: dict[str, Any]
         assert small["counts"] == full["counts"]
         assert len(small["entries"]) == 5
         assert [e["record_id"] for e in small["entries"]] == [e["record_id"] for e in full["entries"][-5:]]
-        # timed: record ids divisible by 3, except what cannot be timed (gloo p2p) or was refused
-        timeable = [e["record_id"] for e in full["entries"] if not e["p2p"] and e["state"] != "failed"]
+        # timed: record ids divisible by 3 (point-to-point included), except what was refused
+        timeable = [e["record_id"] for e in full["entries"] if e["state"] != "failed"]
         assert small["timed_n"] == sum(1 for i in timeable if i % 3 == 0)
         for e in small["entries"]:
-            assert e["timed"] == (e["record_id"] % 3 == 0 and not e["p2p"] and e["state"] != "failed")
+            assert e["timed"] == (e["record_id"] % 3 == 0 and e["state"] != "failed")
             assert (e["completed"] is not None) == bool(e["timed"])
             assert "timed_job.py" in e["frame_files"]
         assert all(e["frame_files"] == [] for e in full["entries"])

@@ -4,7 +4,7 @@
 
 ``fr``: plain gloo with Flight Recorder (the oracle for the counts); ``timed``: rankscope's timed backend
 (ring and sampling from RANKSCOPE_TEST_RING / RANKSCOPE_TEST_SAMPLE); both run the same workload (DDP's
-construction and 3 training steps, then the user's collectives and one send / recv) and write
+construction and 3 training steps, then the user's collectives and point-to-point ops) and write
 OUT/rank<r>.json with the entries' ops and what a backend error raised. ``hang``: a plain
 ``init_process_group("gloo")`` script, run under ``-m rankscope.collect.comms_run --timed``; rank 1 skips
 an all_reduce and every rank blocks.
@@ -31,10 +31,17 @@ def workload(rank: int) -> None:
     dist.broadcast(t, 0)
     dist.all_gather([torch.zeros(100) for _ in range(dist.get_world_size())], t)
     dist.barrier()
+    # point-to-point: blocking, isend / irecv then wait(), recv from any source
     if rank == 0:
         dist.send(torch.ones(8), 1)
+        dist.isend(torch.ones(4), 1).wait()
+        dist.recv(torch.zeros(2))  # from any source: rank 1
     elif rank == 1:
         dist.recv(torch.zeros(8), 0)
+        w = dist.irecv(torch.zeros(4), 0)
+        w.wait()
+        assert w.is_completed() and w.is_success()  # gloo's recv completes in wait(); asked after it
+        dist.send(torch.ones(2), 0)
 
 
 def error_of(pg: dist.ProcessGroup) -> list[str]:

@@ -64,3 +64,13 @@ def test_backend_names_map_to_their_timed_wrappers() -> None:
     assert got == {"gloo": "rankscope_gloo", "GLOO": "rankscope_gloo",
                    "cpu:gloo,cuda:nccl": "cpu:rankscope_gloo,cuda:rankscope_nccl",
                    "rankscope_gloo": "rankscope_gloo", "mpi": "mpi"}  # mpi: no wrapper, left as it is
+
+
+def test_watchdog_clock_of_a_p2p_op_starts_at_its_wait() -> None:
+    """gloo's send / recv complete in the caller's wait(): an isend nobody waits for yet is not pending
+    (no watchdog dump), one being waited for is pending from that wait; every other entry from its creation."""
+    from rankscope.collect.comms import _pending_since
+
+    assert _pending_since({"time_created_ns": 5, "wait_started_ns": None}) is None
+    assert _pending_since({"time_created_ns": 5, "wait_started_ns": 9}) == 9
+    assert _pending_since({"time_created_ns": 5}) == 5  # a collective, or Flight Recorder's entry
