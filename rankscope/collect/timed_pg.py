@@ -116,6 +116,7 @@ class Ring:
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._warned = False
+        self.recording = True  # False: calls pass straight through, counted and numbered (set_recording)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """A copy of the entries, oldest first (safe while collectives run)."""
@@ -154,6 +155,11 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
 
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         fn: Callable[..., Any] = getattr(self.inner, method)
+        if not self.ring.recording:  # paused: sequence numbers and counts stay in step with the other ranks
+            op = OPS[method][0]
+            self.seq["p2p" if op in P2P else "coll"] += 1
+            self.ring.counts[op] += 1
+            return fn(*args, **kwargs)
         entry = None
         try:
             entry = self._entry(method, args)
@@ -386,6 +392,15 @@ def timed_backend(inner: str = "gloo", ring: int = 2000, sample_every: int = 1, 
         dist.Backend.register_backend(name, create, extended_api=True,
                                       devices=["cuda"] if inner == "nccl" else ["cpu"])
     return name
+
+
+def set_recording(on: bool) -> bool:
+    """Pause (False) or resume (True) this process's timed recording; returns the previous setting.
+    While paused, calls go straight to the real backend: no entry, no callback; they are still counted and
+    numbered, so sequence numbers stay in step with ranks that keep recording (a failed call, paused,
+    uses its number)."""
+    prev, RING.recording = RING.recording, bool(on)
+    return prev
 
 
 def active() -> bool:

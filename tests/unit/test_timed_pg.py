@@ -74,3 +74,27 @@ def test_watchdog_clock_of_a_p2p_op_starts_at_its_wait() -> None:
     assert _pending_since({"time_created_ns": 5, "wait_started_ns": None}) is None
     assert _pending_since({"time_created_ns": 5, "wait_started_ns": 9}) == 9
     assert _pending_since({"time_created_ns": 5}) == 5  # a collective, or Flight Recorder's entry
+
+
+PAUSED = r'''
+import os, torch, torch.distributed as dist
+from rankscope.collect import timed_pg as T
+dist.init_process_group(T.timed_backend("gloo"), init_method="file://" + os.environ["STORE"], rank=0, world_size=1)
+t = torch.ones(4)
+dist.all_reduce(t)
+assert T.set_recording(False) is True
+dist.all_reduce(t); dist.broadcast(t, 0)
+assert T.set_recording(True) is False
+dist.all_reduce(t)
+print("RESULT", [(e["profiling_name"], e["collective_seq_id"]) for e in T.entries()], dict(T.RING.counts))
+dist.destroy_process_group()
+'''
+
+
+def test_paused_recording_passes_calls_through_counted_and_numbered(tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-c", PAUSED], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "STORE": str(tmp_path / "store")})
+    assert p.returncode == 0, p.stderr[-2000:]
+    # no entries while paused, but the sequence numbers went on (4: after two paused calls)
+    assert "RESULT [('gloo:all_reduce', 1), ('gloo:all_reduce', 4)] {'all_reduce': 3, 'broadcast': 1}" in p.stdout, \
+        p.stdout[-1000:] + p.stderr[-2000:]
