@@ -20,6 +20,7 @@ A trace without ProfilerStep spans gives one row with an empty Step, as torch_np
 """
 from __future__ import annotations
 
+import bisect
 import json
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -82,6 +83,9 @@ def step_ranges(evs: list[_Ev], npu: set[Any]) -> list[list[Any]]:
         k = kernels.get((e.pid, e.tid, str(e.ts))) if e.ph == "f" and e.cat == "async_npu" else None
         if k is not None and e.id in starts:
             launched.setdefault(e.id, []).append(k)
+    # launch times in order, searched per step (not every flow scanned for every step)
+    by_time = sorted((t, i) for i, t in starts.items() if t is not None and i in launched)
+    times = [t for t, _ in by_time]
     out = []
     for e in evs:
         if not (e.ph == "X" and e.pid not in npu and str(e.name).startswith("ProfilerStep#")):
@@ -90,7 +94,7 @@ def step_ranges(evs: list[_Ev], npu: set[Any]) -> list[list[Any]]:
         if lo is None or dur is None:
             continue
         hi = lo + int(round(dur * 1000))
-        ids = sorted(i for i, t in starts.items() if t is not None and lo <= t <= hi and i in launched)
+        ids = sorted(i for _, i in by_time[bisect.bisect_left(times, lo):bisect.bisect_right(times, hi)])
         if not ids:
             continue  # torch_npu: "There is no flow events in ProfilerStep#N range", no row
         first = min(_ns(k.ts) or 0 for k in launched[ids[0]])
