@@ -409,18 +409,21 @@ def run_straggler(run: Run, results: dict[str, Result]) -> Result:
     findings += link_stragglers(results, bd, {f.ranks[0] for f in findings})
     findings = [f for f in findings if not set(f.ranks) & set(excluded)]  # never a verdict on broken data
     steps = per_step(bd)
+    aside = ""
     if not findings:
-        from rankscope.analysis.likely import likely_straggler
+        from rankscope.analysis.likely import likely_straggler, two_rank_note
 
         maybe = likely_straggler(run, results, steps, pr, excluded)
         findings = [maybe] if maybe else []
+        aside = "" if maybe else two_rank_note(run, results, steps, pr, excluded)
     verdict = "; ".join(f.title for f in findings) if findings else "no straggler"
-    if note:
-        verdict += f" ({note})"
+    if note or aside:
+        verdict += f" ({'; '.join(x for x in (note, aside) if x)})"
     limits = blind_spots(run, sched_frame(run))
     return Result("straggler", tables={"per_rank": pr.to_arrow(), "per_step": steps.to_arrow()},
                   findings=findings,
                   summary={"verdict": verdict, "excluded_ranks": excluded, "coverage_note": note, "limits": limits,
+                           "below_bar": aside,
                            "time_lost_per_step_ns": sum(f.evidence["time_lost"]["lost_per_step_ns"] for f in findings
                                                if "time_lost" in f.evidence)})
 

@@ -492,3 +492,20 @@ def test_input_work_candidate_is_steady_when_the_others_wait_for_it(tmp_path):
     assert more_input(pr, work, lambda r: 0.25 if r == 3 else 0.0) == []  # others did not wait for it
     healthy = lambda r: {"shapes_recorded": True, "work_ratio": 1.04}  # noqa: E731
     assert more_input(pr, healthy, lambda r: 1.0) == []  # no extra input work: never this rule
+
+
+def test_two_ranks_need_more_than_the_twin_spread_and_say_what_they_saw(tmp_path):
+    """Issue 12 (bench/twin_noise.py): two ranks doing identical work differed by up to +14 % own time in 8 of
+    8 steps (healthy profiled 2-rank jobs), and at 2 ranks the arrival order is the same evidence as own time.
+    Below TWO_RANK_MIN nothing is named, but the verdict says what was seen; above it the rank is named."""
+    from rankscope.analysis.likely import TWO_RANK_MIN
+
+    below = _diagnose(make(tmp_path / "a", {1: 1.2}, world=2, steps=8))["straggler"]
+    assert below.findings == []
+    v = below.summary["verdict"]
+    assert v.startswith("no straggler (rank 1's own time was +") and "longer in 8 of 8 steps; not named" in v, v
+    assert below.summary["below_bar"] and f"under {TWO_RANK_MIN:.0%}" in v
+    above = _diagnose(make(tmp_path / "b", {1: 1.6}, world=2, steps=8))["straggler"]
+    assert [f.ranks for f in above.findings] == [(1,)] and above.summary["below_bar"] == ""
+    healthy = _diagnose(make(tmp_path / "c", {}, world=2, steps=8))["straggler"]
+    assert healthy.summary["verdict"] == "no straggler"
