@@ -114,3 +114,29 @@ def two_rank_note(run: Run, results: dict[str, Result], per_step: pl.DataFrame, 
             f"{ev['longest_own_time_steps']} of {ev['steps']} steps; not named: with 2 ranks and no other evidence, "
             f"a difference under {TWO_RANK_MIN:.0%} is within what ranks doing identical work show (up to +14% "
             "measured, bench/twin_noise.py)")
+
+
+def untimed_imbalance(run: Run, pr: pl.DataFrame, excluded: list[int]) -> str:
+    """More input work on a rank that cost no time: among the 3 ranks with the most compute per step, one
+    with >= IMBALANCE_WORK more input elements per step than the others (a count from the shapes, no noise)
+    whose own time is under MIN_EXCESS above theirs. Said beside "no straggler", never a finding: there is
+    nothing to name as slow, but the imbalance is real (here the other ranks' own time grew as much, queued
+    for the shared CPUs).
+    Measured (bench/workloads.py run 9, 4 ranks on 2 cores): a rank given 1.37x longer sequences had 1.28x
+    the input work and compute +6 %, but own time -1 % vs the others' median and arrived last at 3 of 8
+    collectives: the verdict said only "no straggler"."""
+    from rankscope.analysis.work import IMBALANCE_WORK, imbalance, imbalance_note
+
+    rows = pr.filter(~pl.col("rank").is_in(excluded)).sort("computing", descending=True)
+    ranks = rows["rank"].to_list()
+    for rank in ranks[:3]:
+        work = imbalance(run, rank, [r for r in ranks if r != rank])
+        if not work or not work.get("shapes_recorded") or work.get("work_ratio", 1.0) - 1 < IMBALANCE_WORK:
+            continue
+        own = float(rows.filter(pl.col("rank") == rank)["own"][0])
+        ref = float(rows.filter(pl.col("rank") != rank)["own"].median() or 0)  # type: ignore[arg-type]
+        if ref <= 0 or own >= (1 + MIN_EXCESS) * ref:
+            return ""  # it did cost time: the rules above decided, or "likely" spoke
+        return (f"rank {rank} has{imbalance_note(work)[1:]}, but its own time is {own / ref - 1:+.0%} vs the "
+                "other ranks' median: an input imbalance that cost no time in these steps")
+    return ""
