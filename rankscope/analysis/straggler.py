@@ -229,27 +229,28 @@ def more_input(pr: pl.DataFrame, work_of: Callable[[int], Work | None],
 
 def agreeing(run: Run, results: dict[str, Result], bd: pl.DataFrame, pr: pl.DataFrame) -> list[tuple[int, float, str]]:
     """The likely straggler (``likely.likely_straggler``) when its evidence is strong enough for a verdict:
-    own time >= TWO_RANK_MIN above the others' median, last at >= 75 % of the matched collectives and the
+    own time >= TWIN_SPREAD above the others' median, last at >= 75 % of the matched collectives and the
     longest own time in >= 75 % of the steps. Measured (bench/workloads.py, 4 ranks on 2 cores): a rank
     decoding 1.9x the bytes had +39 % own time, arrived last at 8 of 8 collectives and was the slowest in
     8 of 8 steps, yet Dixon's test (the other ranks' spread) did not speak. The bar is the twin spread
-    (``likely.TWO_RANK_MIN``), not REL_THRESHOLD: with no test against the other ranks' spread, a steady
+    (``likely.TWIN_SPREAD``), not REL_THRESHOLD: with no test against the other ranks' spread, a steady
     excess is all the evidence, and identical work shows up to +14 % in every step; bench/workloads.py run 9:
     a healthy 4-rank decode run had a rank +11 %, last at 6 of 8, slowest in 8 of 8, named "data loading"
     with a 10 % bar (the slowed decode ranks of that run: +30 % and more)."""
-    from rankscope.analysis.likely import TWO_RANK_MIN, likely_straggler
+    from rankscope.analysis.likely import TWIN_SPREAD, likely_straggler
 
     f = likely_straggler(run, results, per_step(bd), pr, [])
     if f is None:
         return []
     ev = f.evidence
-    strong = (ev["relative_excess"] >= TWO_RANK_MIN and ev["last_arrivals"] >= 0.75 * ev["instances"]
+    strong = (ev["relative_excess"] >= TWIN_SPREAD and ev["last_arrivals"] >= 0.75 * ev["instances"]
               and ev["longest_own_time_steps"] >= 0.75 * ev["steps"])
     i = pr["rank"].to_list().index(f.ranks[0])
     return [(i, float(ev["relative_excess"]), "arrival order + steps")] if strong else []
 
 
-def work_explains(work: Work, excess: dict[str, float], others: pl.DataFrame, rel: float) -> bool:
+def work_explains(work: Work, excess: dict[str, float], others: pl.DataFrame, rel: float,
+                  cpu_excess: float | None = None) -> bool:
     """More input work accounts for the rank's extra compute, which is a good share of its extra own time:
     then the cause is the input imbalance even when another component grew more against its usual size.
     Measured (bench/workloads.py, 4 ranks on 2 cores): an LM rank with 1.55x longer sequences had compute
@@ -262,8 +263,13 @@ def work_explains(work: Work, excess: dict[str, float], others: pl.DataFrame, re
     total = sum(v for v in excess.values() if v > 0)
     # the extra compute either matches the extra work, or is the largest part of the extra time (4 ranks on
     # 2 cores, bench run 3: 1.33x input work, compute +3.6 ms of an expected ~10, host idle +1.6 ms)
-    return expected > 0 and excess["compute"] >= CAUSE_SHARE * total and (
-        excess["compute"] >= 0.5 * expected or excess["compute"] >= max(excess.values()))
+    # or the rank's CPU time (``cpu_excess``: its training thread's extra CPU time per step, from schedstat)
+    # grew by half the extra work's expected time, or by all of its extra time: the extra time is work done,
+    # not waiting, wherever the trace put it (bench/workloads.py run 10, 4 ranks on 2 cores: 1.44x input
+    # work, the trace's compute +0.2 ms, idle between operators +3.3 ms, CPU time +7.9 ms: "host")
+    return expected > 0 and ((excess["compute"] >= CAUSE_SHARE * total and (
+        excess["compute"] >= 0.5 * expected or excess["compute"] >= max(excess.values())))
+        or (cpu_excess is not None and total > 0 and cpu_excess >= min(0.5 * expected, total)))
 
 
 def last_share(run: Run, results: dict[str, Result], rank: int) -> float:
@@ -326,6 +332,7 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
         others = pr.filter(pl.col("rank") != rank)
         waited = wait_excess(sched, rank, own_steps)
         imb = work_of(rank)
+        cpu_excess = float(waited["cpu_excess_ns"]) if waited and waited.get("cpu_excess_ns") is not None else None
         kind, excess = cause(row, others, waited["blocked_excess_ns"] if waited else None, extra_calls_ns(imb))
         evidence: dict[str, Any] = {
             "own_time_ns": row["own"], "others_median_ns": as_float(others["own"].median()),
@@ -340,12 +347,12 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
         # not a timing) explains the extra compute: then the hooks grew with it (bench run 3, 4 ranks on
         # 2 cores: a rank with 1.47x longer sequences, compute +13.6 ms, AccumulateGrad +4.3 ms of it)
         if kind != "contention" and bd.filter(pl.col("rank") == rank)["source"][0] == "host" \
-                and not (imb and work_explains(imb, excess, others, float(rel))):
+                and not (imb and work_explains(imb, excess, others, float(rel), cpu_excess)):
             kind = refine(run, kind, rank, others["rank"].to_list(), evidence)
         note = ""
         if imb:
             evidence["work"] = imb
-        if kind in ("host", "data") and imb and work_explains(imb, excess, others, float(rel)):
+        if kind in ("host", "data") and imb and work_explains(imb, excess, others, float(rel), cpu_excess):
             kind = "compute"  # then named input imbalance below
         if kind == "compute" and imb:
             if is_input_imbalance(imb, float(rel)):
@@ -415,11 +422,11 @@ def run_straggler(run: Run, results: dict[str, Result]) -> Result:
     steps = per_step(bd)
     aside = ""
     if not findings:
-        from rankscope.analysis.likely import likely_straggler, two_rank_note, untimed_imbalance
+        from rankscope.analysis.likely import likely_straggler, below_bar_note, untimed_imbalance
 
         maybe = likely_straggler(run, results, steps, pr, excluded)
         findings = [maybe] if maybe else []
-        aside = "" if maybe else "; ".join(x for x in (two_rank_note(run, results, steps, pr, excluded),
+        aside = "" if maybe else "; ".join(x for x in (below_bar_note(run, results, steps, pr, excluded),
                                                         untimed_imbalance(run, pr, excluded)) if x)
     verdict = "; ".join(f.title for f in findings) if findings else "no straggler"
     if note or aside:

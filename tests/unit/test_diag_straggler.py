@@ -421,17 +421,16 @@ def test_title_says_when_the_excess_excludes_cpu_wait(tmp_path):
     assert f.title == "rank 1 is slow: host (idle between operators), own time excluding CPU wait +46% vs the other ranks' median"
 
 
-def test_evidence_below_the_bar_gives_a_likely_straggler_not_a_green_verdict(tmp_path):
+def test_evidence_below_the_bar_is_said_beside_no_straggler(tmp_path):
     """Issue 12: rank 2 arrived last at every collective and had the longest own time in every step, but
-    its excess (+9 % own time at 4 ranks) is under the outlier bar: the verdict says "likely", with the
-    counts, never "no straggler"; a +1 % steady difference and a healthy run stay "no straggler"."""
+    its excess (+9 % own time at 4 ranks) is under the outlier bar and under the twin spread (healthy 4-rank
+    runs showed +8 to +11 %, bench/workloads.py runs 9-10): nothing is named, but the verdict says what was
+    seen, never a bare "no straggler"; a +1 % steady difference and a healthy run stay "no straggler"."""
     res = _diagnose(make(tmp_path / "a", {2: 1.2}, world=4, steps=8))["straggler"]
-    assert res.summary["verdict"] == ("likely straggler: rank 2 (arrived last at 8 of 8 collectives; longest own time "
-                                      "in 8 of 8 steps; own time +9% vs the other ranks' median, below the bar for a "
-                                      "verdict; no cause drawn)")
-    f = res.findings[0]
-    assert f.kind == "likely_straggler" and f.ranks == (2,) and f.evidence["binomial_p"] < 0.01
-    assert "cause" not in f.evidence
+    assert res.findings == []
+    v = res.summary["verdict"]
+    assert v.startswith("no straggler (rank 2 arrived last at 8 of 8 collectives, its own time +8.9%") and (
+        "the longest in 8 of 8 steps; not named: with no other evidence, a difference under 20% is within" in v), v
     assert _diagnose(make(tmp_path / "b", {2: 1.03}, world=4, steps=8))["straggler"].summary["verdict"] == "no straggler"
     assert _diagnose(make(tmp_path / "c", {}, world=4, steps=8))["straggler"].summary["verdict"] == "no straggler"
     # too few collectives to beat chance (2 ranks: last at 3 of 3 has p = 0.125)
@@ -497,35 +496,36 @@ def test_input_work_candidate_is_steady_when_the_others_wait_for_it(tmp_path):
 def test_two_ranks_need_more_than_the_twin_spread_and_say_what_they_saw(tmp_path):
     """Issue 12 (bench/twin_noise.py): two ranks doing identical work differed by up to +14 % own time in 8 of
     8 steps (healthy profiled 2-rank jobs), and at 2 ranks the arrival order is the same evidence as own time.
-    Below TWO_RANK_MIN nothing is named, but the verdict says what was seen; above it the rank is named."""
-    from rankscope.analysis.likely import TWO_RANK_MIN
+    Below TWIN_SPREAD nothing is named, but the verdict says what was seen; above it the rank is named."""
+    from rankscope.analysis.likely import TWIN_SPREAD
 
     below = _diagnose(make(tmp_path / "a", {1: 1.2}, world=2, steps=8))["straggler"]
     assert below.findings == []
     v = below.summary["verdict"]
     assert v.startswith("no straggler (rank 1's own time was +") and "longer in 8 of 8 steps; not named" in v, v
-    assert below.summary["below_bar"] and f"under {TWO_RANK_MIN:.0%}" in v
+    assert below.summary["below_bar"] and f"under {TWIN_SPREAD:.0%}" in v
     above = _diagnose(make(tmp_path / "b", {1: 1.6}, world=2, steps=8))["straggler"]
     assert [f.ranks for f in above.findings] == [(1,)] and above.summary["below_bar"] == ""
     healthy = _diagnose(make(tmp_path / "c", {}, world=2, steps=8))["straggler"]
     assert healthy.summary["verdict"] == "no straggler"
 
 
-def test_arrival_order_names_a_cause_only_above_the_twin_spread(tmp_path):
+def test_arrival_order_names_a_rank_only_above_the_twin_spread(tmp_path):
     """Issue 12 (bench/workloads.py run 9): a healthy 4-rank decode run had a rank +11 % own time, last at 6
     of 8 collectives, slowest in 8 of 8 steps, and the verdict was "rank 2 is slow: data loading". With the
-    other ranks spread too widely for Dixon's test, arrival order and steady own time name a cause only from
-    TWO_RANK_MIN (identical work differs by up to +14 % in every step); below it the verdict is "likely"."""
-    from rankscope.analysis.likely import TWO_RANK_MIN
+    other ranks spread too widely for Dixon's test, arrival order and steady own time name a rank only from
+    TWIN_SPREAD (identical work differs by up to +14 % in every step); below it "no straggler" says what it saw."""
+    from rankscope.analysis.likely import TWIN_SPREAD
 
     spread = {0: 0.8, 1: 1.0, 3: 1.15}
     below = _diagnose(make(tmp_path / "a", {**spread, 2: 1.35}, world=4, steps=8))["straggler"]
-    assert [(f.kind, f.ranks) for f in below.findings] == [("likely_straggler", (2,))]
-    assert 0.10 <= below.findings[0].evidence["relative_excess"] < TWO_RANK_MIN  # was a verdict with the 10 % bar
-    assert below.summary["verdict"].startswith("likely straggler: rank 2 (arrived last at 8 of 8 collectives")
+    assert below.findings == []  # +17 %: was "rank 2 is slow: compute" with the 10 % bar
+    assert below.summary["verdict"].startswith("no straggler (rank 2 arrived last at 8 of 8 collectives, its own "
+                                               "time +16.8% vs the other ranks' median"), below.summary["verdict"]
     above = _diagnose(make(tmp_path / "b", {**spread, 2: 1.6}, world=4, steps=8))["straggler"]
     f = above.findings[0]
     assert f.ranks == (2,) and f.evidence["test"] == "arrival order + steps" and f.evidence["cause"] == "compute"
+    assert f.evidence["relative_excess"] >= TWIN_SPREAD
 
 
 def test_more_input_work_that_cost_no_time_is_said_beside_no_straggler(tmp_path):
@@ -540,3 +540,33 @@ def test_more_input_work_that_cost_no_time_is_said_beside_no_straggler(tmp_path)
     assert v.endswith("an input imbalance that cost no time in these steps)") and res.summary["below_bar"]
     same = _diagnose(make(tmp_path / "b", {2: 1.03}, world=4, steps=8))["straggler"]
     assert same.summary["verdict"] == "no straggler"
+
+
+def test_extra_calls_of_a_frequent_operator_are_not_input_work(tmp_path):
+    """bench/stragglers.py seed 157: the demo's extra matmul blocks (a "compute" straggler, more calls) added
+    14 aten::as_strided calls on [512, 512] to 287 per step; within the old 5 % "same count" tolerance their
+    inputs read as "+12 % input work" and the cause as "input imbalance". Operators count as called as often
+    only to rounding (or 1 % of hundreds), so extra calls are more calls, never more input work; and an example
+    shape is one the other ranks do not use."""
+    from rankscope.analysis.work import imbalance
+
+    for r in range(3):
+        ev, t = [], 1000.0
+        for s in range(4):
+            t0 = t
+            for _ in range(100):
+                ev.append(x("aten::as_strided", t, 5, **{"Input Dims": [[64], [], [], []]}))
+                t += 10
+            for _ in range(4 if r == 2 else 0):  # the extra block: views of a large weight, and a matmul
+                ev.append(x("aten::as_strided", t, 5, **{"Input Dims": [[512, 512], [], [], []]}))
+                ev.append(x("aten::mm", t + 10, 500, **{"Input Dims": [[32, 512], [512, 512]]}))
+                t += 600
+            for d in (256, 512):  # two layers of one model, on every rank
+                ev.append(x("aten::linear", t, 300, **{"Input Dims": [[32, d], [d, d], [d]]}))
+                t += 400
+            ev.append(x(f"ProfilerStep#{s + 1}", t0, t - t0 + 100, cat="user_annotation"))
+            t += 200
+        write_trace(tmp_path / f"rank{r}.json", ev, rank=r, world=3)
+    work = imbalance(load_run(tmp_path, jobs=1), 2, [0, 1])
+    assert work is not None and work["work_ratio"] == 1.0, work  # was 1.05+ (as_strided 104 vs 100 per step)
+    assert [m["name"] for m in work["more_calls"]] == ["aten::mm"] and work["example"] == ""
