@@ -265,8 +265,10 @@ def work_explains(work: Work, excess: dict[str, float], others: pl.DataFrame, re
     # 2 cores, bench run 3: 1.33x input work, compute +3.6 ms of an expected ~10, host idle +1.6 ms)
     # or the rank's CPU time (``cpu_excess``: its training thread's extra CPU time per step, from schedstat)
     # grew by half the extra work's expected time, or by all of its extra time: the extra time is work done,
-    # not waiting, wherever the trace put it (bench/workloads.py run 10, 4 ranks on 2 cores: 1.44x input
-    # work, the trace's compute +0.2 ms, idle between operators +3.3 ms, CPU time +7.9 ms: "host")
+    # not waiting, though the trace put it between operators (bench/workloads.py run 10, 4 ranks on 2 cores:
+    # 1.44x input work, the trace's compute +0.2 ms, idle between operators +3.3 ms, CPU time +7.9 ms: "host").
+    # Callers pass it only when the cause would be "host": a decode rank reading 1.8x the bytes sorts 1.8x the
+    # elements in its DataLoader, and that is data loading (bench/workloads.py, the first try of run 11)
     return expected > 0 and ((excess["compute"] >= CAUSE_SHARE * total and (
         excess["compute"] >= 0.5 * expected or excess["compute"] >= max(excess.values())))
         or (cpu_excess is not None and total > 0 and cpu_excess >= min(0.5 * expected, total)))
@@ -347,12 +349,14 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
         # not a timing) explains the extra compute: then the hooks grew with it (bench run 3, 4 ranks on
         # 2 cores: a rank with 1.47x longer sequences, compute +13.6 ms, AccumulateGrad +4.3 ms of it)
         if kind != "contention" and bd.filter(pl.col("rank") == rank)["source"][0] == "host" \
-                and not (imb and work_explains(imb, excess, others, float(rel), cpu_excess)):
+                and not (imb and work_explains(imb, excess, others, float(rel),
+                                               cpu_excess if kind == "host" else None)):
             kind = refine(run, kind, rank, others["rank"].to_list(), evidence)
         note = ""
         if imb:
             evidence["work"] = imb
-        if kind in ("host", "data") and imb and work_explains(imb, excess, others, float(rel), cpu_excess):
+        if kind in ("host", "data") and imb and work_explains(imb, excess, others, float(rel),
+                                                              cpu_excess if kind == "host" else None):
             kind = "compute"  # then named input imbalance below
         if kind == "compute" and imb:
             if is_input_imbalance(imb, float(rel)):

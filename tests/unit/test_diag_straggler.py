@@ -570,3 +570,19 @@ def test_extra_calls_of_a_frequent_operator_are_not_input_work(tmp_path):
     work = imbalance(load_run(tmp_path, jobs=1), 2, [0, 1])
     assert work is not None and work["work_ratio"] == 1.0, work  # was 1.05+ (as_strided 104 vs 100 per step)
     assert [m["name"] for m in work["more_calls"]] == ["aten::mm"] and work["example"] == ""
+
+
+def test_extra_cpu_time_between_operators_is_the_extra_input_work():
+    """bench/workloads.py run 10 (4 ranks on 2 cores): a rank with 1.44x the input work whose trace showed
+    compute +0.2 ms and idle between operators +3.3 ms per step, while its training thread's CPU time grew by
+    7.9 ms: the extra time is work done, so more input work explains it (the caller passes the CPU time only
+    when the cause would be "host"; extra CPU in data loading stays data loading)."""
+    from rankscope.analysis.straggler import work_explains
+
+    work = {"shapes_recorded": True, "work_ratio": 1.44}
+    excess = {"compute": 0.2e6, "data": 0.02e6, "host": 3.3e6}
+    others = pl.DataFrame({"computing": [36e6, 37e6, 29e6]})
+    assert not work_explains(work, excess, others, 0.35)  # the trace's compute alone does not
+    assert work_explains(work, excess, others, 0.35, cpu_excess=7.9e6)
+    assert not work_explains(work, excess, others, 0.35, cpu_excess=1.0e6)  # CPU time short of the extra time
+    assert not work_explains({"shapes_recorded": True, "work_ratio": 1.02}, excess, others, 0.35, cpu_excess=7.9e6)
