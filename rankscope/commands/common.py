@@ -150,7 +150,8 @@ def print_summary(run: Run, results: dict[str, Result], report: str | None = Non
     else:
         stragglers = {r for f in st.findings for r in f.ranks}
         out.print(rank_table(st.tables["per_rank"], st.summary["verdict"], stragglers))
-        out.print(f"[bold]{'⚠ ' if stragglers else '✓ '}{escape(st.summary['verdict'])}[/]")
+        mark = "⚠ " if stragglers else "○ " if st.summary.get("below_bar") else "✓ "  # ○: evidence under the bar
+        out.print(f"[bold]{mark}{escape(st.summary['verdict'])}[/]")
         for line in st.summary.get("limits", []):
             out.print(f"[dim]  {escape(line)}[/]", highlight=False, soft_wrap=True)
     from rankscope.errors import safe

@@ -49,7 +49,7 @@ nav a.active{color:#fff;border-bottom:3px solid #6ea8fe}nav a.empty{opacity:.55}
 section{background:#fff;border:1px solid #e1e4ea;border-radius:8px;padding:12px 18px;margin:14px 0}
 .view{display:none}.view.active{display:block}
 h2{font-size:16px;margin:4px 0 10px}h3{font-size:14px;margin:12px 0 6px}.verdict{font-size:18px;font-weight:600}
-.warn{color:#b3261e}.ok{color:#1e7a35}table{border-collapse:collapse;font-size:13px;margin:6px 0}
+.warn{color:#b3261e}.ok{color:#1e7a35}.note{color:#7a5200}table{border-collapse:collapse;font-size:13px;margin:6px 0}
 td,th{border-bottom:1px solid #eceef2;padding:4px 10px;text-align:right}th{background:#f0f2f5;cursor:pointer}
 td:first-child,th:first-child{text-align:left}.muted{color:#6b7280;font-size:12px}
 tr.hot td{background:#fdecea}.sev-critical{color:#b3261e;font-weight:600}.sev-warning{color:#b36b00}

@@ -36,7 +36,8 @@ def overview(run: Run, results: dict[str, Result]) -> str:
     if st is None:
         why = results["straggler"].skipped if "straggler" in results else "not run"
         return f'<section id="overview">{coverage_html(run)}<p class="muted">straggler analysis skipped: {esc(why)}</p></section>'
-    cls = "warn" if st.findings else "ok"
+    # evidence under the bar, said beside "no straggler": not the green of a clean run
+    cls = "warn" if st.findings else "note" if st.summary.get("below_bar") else "ok"
     stragglers = {r for f in st.findings for r in f.ranks}
     per_rank = charts.rows_of(st.tables["per_rank"])
     walls = sorted(r["wall"] for r in per_rank)

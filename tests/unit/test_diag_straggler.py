@@ -431,6 +431,11 @@ def test_evidence_below_the_bar_is_said_beside_no_straggler(tmp_path):
     v = res.summary["verdict"]
     assert v.startswith("no straggler (rank 2 arrived last at 8 of 8 collectives, its own time +8.9%") and (
         "the longest in 8 of 8 steps; not named: with no other evidence, a difference under 20% is within" in v), v
+    from rankscope.render.views import overview
+
+    run = load_run(tmp_path / "a", jobs=1)
+    html = overview(run, run_all(run, names=["breakdown", "clock", "links", "straggler"]))
+    assert '<p class="verdict note">no straggler (rank 2 arrived last' in html  # not the green of a clean run
     assert _diagnose(make(tmp_path / "b", {2: 1.03}, world=4, steps=8))["straggler"].summary["verdict"] == "no straggler"
     assert _diagnose(make(tmp_path / "c", {}, world=4, steps=8))["straggler"].summary["verdict"] == "no straggler"
     # too few collectives to beat chance (2 ranks: last at 3 of 3 has p = 0.125)
