@@ -1,6 +1,8 @@
 """Cost per collective of rankscope's timed backend (issue 14), in one process: the same small all_reduce
-through plain gloo and through the timed wrapper of gloo (every call timed, and 1 in 16 timed), in
-interleaved blocks; medians of the per-call times. The DDP-level comparison (bench/comms_overhead.py) is
+through plain gloo and through the timed wrapper of gloo (every call timed, 1 in 16 timed, entries built
+but none timed, and paused: a pass-through), in interleaved blocks; medians of the per-call times. The
+differences split the cost: paused - plain = the Python backend's dispatch; none timed - paused = building
+the entry; every call - none timed = the completion callback. The DDP-level comparison (bench/comms_overhead.py) is
 drowned by this VM's ±30 % run-to-run noise; the per-call cost times the collectives per step says what
 the wrapper adds to a step.
 
@@ -33,19 +35,21 @@ def main() -> None:
     t = torch.ones(a.numel)
 
     def block(pg, sample: int) -> float:  # type: ignore[no-untyped-def]
-        timed_pg.RING.sample_every = sample
+        timed_pg.RING.sample_every = max(sample, 1)
+        timed_pg.set_recording(sample > 0)  # 0: paused
         t0 = time.perf_counter_ns()
         for _ in range(a.calls):
             dist.all_reduce(t, group=pg)
         return (time.perf_counter_ns() - t0) / a.calls / 1e3
 
-    variants = {"plain gloo": (plain, 1), "timed, every call": (timed, 1), "timed, 1 in 16": (timed, 16)}
+    variants = {"plain gloo": (plain, 1), "timed, every call": (timed, 1), "timed, 1 in 16": (timed, 16),
+                "entries, none timed": (timed, 1 << 40), "paused (pass-through)": (timed, 0)}
     for name, (pg, s) in variants.items():  # warm-up
         block(pg, s)
     got: dict[str, list[float]] = {k: [] for k in variants}
     for i in range(a.blocks):
         names = list(variants)
-        for name in names[i % 3:] + names[:i % 3]:
+        for name in names[i % len(names):] + names[:i % len(names)]:
             got[name].append(block(*variants[name]))
     base = statistics.median(got["plain gloo"])
     for name, v in got.items():
