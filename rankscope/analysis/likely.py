@@ -61,9 +61,10 @@ def arrivals(run: Run, results: dict[str, Result]) -> pl.DataFrame:
             .with_columns(of=pl.lit(inst.height, pl.Int64)).sort("last", descending=True))
 
 
-def _evidence(run: Run, results: dict[str, Result], per_step: pl.DataFrame, pr: pl.DataFrame,
-              excluded: list[int]) -> dict[str, Any] | None:
-    """The most-often-last rank's evidence when it passes every rule but the 2-rank bar, else None."""
+def evidence(run: Run, results: dict[str, Result], per_step: pl.DataFrame, pr: pl.DataFrame,
+             excluded: list[int]) -> dict[str, Any] | None:
+    """The most-often-last rank's evidence when it passes every rule but TWIN_SPREAD, else None (read once,
+    then given to ``likely_from`` and ``below_bar_note``)."""
     n_ranks = pr.height
     if n_ranks < 2 or per_step.height < MIN_STEPS:
         return None
@@ -90,14 +91,17 @@ def _evidence(run: Run, results: dict[str, Result], per_step: pl.DataFrame, pr: 
 def likely_straggler(run: Run, results: dict[str, Result], per_step: pl.DataFrame, pr: pl.DataFrame,
                      excluded: list[int]) -> Finding | None:
     """The likely straggler, or None (see the module's rules)."""
-    ev = _evidence(run, results, per_step, pr, excluded)
-    if ev is None or ev["relative_excess"] < TWIN_SPREAD:
+    return likely_from(evidence(run, results, per_step, pr, excluded))
+
+
+def likely_from(found: dict[str, Any] | None) -> Finding | None:
+    """The likely straggler from ``evidence``'s result, or None under TWIN_SPREAD."""
+    if found is None or found["relative_excess"] < TWIN_SPREAD:
         return None
-    rank, last, of, slowest, steps = (ev.pop(k) for k in ("rank", "last_arrivals", "instances",
-                                                           "longest_own_time_steps", "steps"))
-    ev.pop("ranks")
+    ev = {k: v for k, v in found.items() if k not in ("rank", "ranks")}
+    rank, last, of, slowest, steps = (found[k] for k in ("rank", "last_arrivals", "instances",
+                                                         "longest_own_time_steps", "steps"))
     rel = ev["relative_excess"]
-    ev.update(last_arrivals=last, instances=of, longest_own_time_steps=slowest, steps=steps)
     conf = round(min(last / of, slowest / steps) * 0.6, 2)
     return Finding(kind="likely_straggler", severity=Severity.INFO, ranks=(rank,), evidence=ev, confidence=conf,
                    title=(f"likely straggler: rank {rank} (arrived last at {last} of {of} collectives; longest own "
@@ -105,11 +109,9 @@ def likely_straggler(run: Run, results: dict[str, Result], per_step: pl.DataFram
                           "below the bar for a verdict; no cause drawn)"))
 
 
-def below_bar_note(run: Run, results: dict[str, Result], per_step: pl.DataFrame, pr: pl.DataFrame,
-                   excluded: list[int]) -> str:
-    """What the evidence showed when it stayed under TWIN_SPREAD ("" otherwise): said beside "no straggler",
+def below_bar_note(ev: dict[str, Any] | None) -> str:
+    """What ``evidence`` showed when it stayed under TWIN_SPREAD ("" otherwise): said beside "no straggler",
     never a finding."""
-    ev = _evidence(run, results, per_step, pr, excluded)
     if ev is None or ev["relative_excess"] >= TWIN_SPREAD:
         return ""
     seen = (f"rank {ev['rank']}'s own time was +{ev['relative_excess']:.1%} over the other's, longer in "

@@ -336,6 +336,12 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
         imb = work_of(rank)
         cpu_excess = float(waited["cpu_excess_ns"]) if waited and waited.get("cpu_excess_ns") is not None else None
         kind, excess = cause(row, others, waited["blocked_excess_ns"] if waited else None, extra_calls_ns(imb))
+
+        def explains(kind: str) -> bool:  # the rank's CPU time counts only for time the trace put between operators
+            if not imb:
+                return False
+            return work_explains(imb, excess, others, float(rel), cpu_excess if kind == "host" else None)
+
         evidence: dict[str, Any] = {
             "own_time_ns": row["own"], "others_median_ns": as_float(others["own"].median()),
             "excess_ns": {k: round(v) for k, v in excess.items()}, "relative_excess": float(rel),
@@ -349,14 +355,12 @@ def own_time_stragglers(run: Run, results: dict[str, Result], bd: pl.DataFrame,
         # not a timing) explains the extra compute: then the hooks grew with it (bench run 3, 4 ranks on
         # 2 cores: a rank with 1.47x longer sequences, compute +13.6 ms, AccumulateGrad +4.3 ms of it)
         if kind != "contention" and bd.filter(pl.col("rank") == rank)["source"][0] == "host" \
-                and not (imb and work_explains(imb, excess, others, float(rel),
-                                               cpu_excess if kind == "host" else None)):
+                and not explains(kind):
             kind = refine(run, kind, rank, others["rank"].to_list(), evidence)
         note = ""
         if imb:
             evidence["work"] = imb
-        if kind in ("host", "data") and imb and work_explains(imb, excess, others, float(rel),
-                                                              cpu_excess if kind == "host" else None):
+        if kind in ("host", "data") and explains(kind):
             kind = "compute"  # then named input imbalance below
         if kind == "compute" and imb:
             if is_input_imbalance(imb, float(rel)):
@@ -426,12 +430,13 @@ def run_straggler(run: Run, results: dict[str, Result]) -> Result:
     steps = per_step(bd)
     aside = ""
     if not findings:
-        from rankscope.analysis.likely import likely_straggler, below_bar_note, untimed_imbalance
+        from rankscope.analysis.likely import below_bar_note, evidence, likely_from, untimed_imbalance
 
-        maybe = likely_straggler(run, results, steps, pr, excluded)
+        seen = evidence(run, results, steps, pr, excluded)  # arrival order: read once for both
+        maybe = likely_from(seen)
         findings = [maybe] if maybe else []
-        aside = "" if maybe else "; ".join(x for x in (below_bar_note(run, results, steps, pr, excluded),
-                                                        untimed_imbalance(run, pr, excluded)) if x)
+        aside = "" if maybe else "; ".join(x for x in (below_bar_note(seen), untimed_imbalance(run, pr, excluded))
+                                           if x)
     verdict = "; ".join(f.title for f in findings) if findings else "no straggler"
     if note or aside:
         verdict += f" ({'; '.join(x for x in (note, aside) if x)})"
