@@ -39,9 +39,14 @@ log = logging.getLogger(__name__)
 DEFAULT_BUFFER = 2000
 
 
-def enable(buffer: int = DEFAULT_BUFFER) -> None:
-    """Size Flight Recorder's ring; call before ``init_process_group`` (no-op if already set)."""
+def enable(buffer: int = DEFAULT_BUFFER, gpu_timing: bool = True) -> None:
+    """Size Flight Recorder's ring; call before ``init_process_group`` (no-op for what is already set).
+    ``gpu_timing``: on NCCL, Flight Recorder also records CUDA start / end events per collective
+    (``TORCH_NCCL_ENABLE_TIMING=1``): its entries then become "started" and "completed" with a
+    ``duration_ms``; without it NCCL entries carry no start. No effect on gloo."""
     os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(buffer))
+    if gpu_timing:
+        os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
 
 
 def timed_backend(inner: str = "gloo", ring: int = DEFAULT_BUFFER, sample_every: int = 1, stack: bool = False) -> str:

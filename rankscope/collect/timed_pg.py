@@ -7,10 +7,12 @@ it, **including DDP's gradient all-reduce, which DDP's reducer issues from C++**
 2 gloo ranks logged its construction all_gather and broadcasts and one all_reduce per bucket per step).
 It forwards each call to the real backend unchanged and records, per entry: process group (name, desc,
 member ranks), sequence number in the group (collectives and point-to-point counted apart, as Flight
-Recorder does), op, dtypes, sizes in and out, bytes, peer for p2p, enqueue time, completion time
-(``Work.get_future()`` callback: on the CPU when gloo finishes; on GPUs when the CUDA work does; for
-gloo's send / recv, whose Work has no future, when the caller's ``wait()`` returns), state
-(scheduled / completed / failed) and, if asked, the Python stack.
+Recorder does), op, dtypes, sizes in and out, bytes, peer for p2p, enqueue time, start and completion
+time, state (scheduled / started / completed / failed) and, if asked, the Python stack. Completion:
+on gloo the ``Work.get_future()`` callback (run when gloo finishes), or for gloo's send / recv, whose Work
+has no future, the caller's ``wait()`` returning; on NCCL, whose future completes at enqueue, CUDA events
+around the collective polled off the training thread (start, completion and the GPU's ``duration_ms``;
+:mod:`rankscope.collect.timed_gpu`).
 
 - ring: a bounded deque per process (``ring`` entries, oldest dropped); counters per op keep counting;
 - ``sample_every=N``: every call is counted and kept, one in N gets a completion callback (the others
@@ -40,6 +42,8 @@ import time
 import traceback
 from typing import Any, Callable
 
+from rankscope.collect.timed_gpu import GPU
+
 log = logging.getLogger(__name__)
 
 # method -> (Flight Recorder op name, index of the inputs, index of the outputs, peer argument index or None)
@@ -65,6 +69,7 @@ OPS: dict[str, tuple[str, int | None, int | None, int | None]] = {
     "recv_anysource": ("recv", None, 0, None),
 }
 P2P = ("send", "recv")
+GPU_BACKENDS = ("nccl",)  # their Work's future completes at enqueue: timed with CUDA events (timed_gpu)
 MAX_FRAMES = 16
 
 
@@ -119,7 +124,9 @@ class Ring:
         self.recording = True  # False: calls pass straight through, counted and numbered (set_recording)
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """A copy of the entries, oldest first (safe while collectives run)."""
+        """A copy of the entries, oldest first (safe while collectives run); GPU entries' events looked at first."""
+        if GPU.pending:
+            GPU.poll()
         with self._lock:
             return [dict(e) for e in self.entries]
 
@@ -149,6 +156,7 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
         self.seq = {"coll": 0, "p2p": 0}
         self.desc_known = False
         self.inner_name = str(inner.name() if hasattr(inner, "name") else "backend")
+        self.gpu = self.inner_name.lower() in GPU_BACKENDS
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return f"rankscope_{self.inner_name}"
@@ -160,9 +168,11 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
             self.seq["p2p" if op in P2P else "coll"] += 1
             self.ring.counts[op] += 1
             return fn(*args, **kwargs)
-        entry = None
+        entry = start = None
         try:
             entry = self._entry(method, args)
+            if self.gpu and entry is not None and not entry["record_id"] % self.ring.sample_every:
+                start = GPU.start_event()  # on the current stream, before the collective is enqueued
         except Exception:  # noqa: BLE001 - the recorder, never the collective
             self.ring.warn_once()
         try:
@@ -175,7 +185,7 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
             raise
         if entry is not None:
             try:
-                return self._track(entry, work)
+                return self._track(entry, work, start)
             except Exception:  # noqa: BLE001
                 self.ring.warn_once()
         return work
@@ -218,13 +228,16 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
             ring.entries.append(e)
         return e
 
-    def _track(self, e: dict[str, Any], work: Any) -> Any:
+    def _track(self, e: dict[str, Any], work: Any, start: Any = None) -> Any:
         """The Work to hand back: ``work`` itself (a completion callback on its future), or for a
         point-to-point op whose Work has no future (gloo's send / recv) a wrapper that notes completion
-        when the caller's ``wait()`` (or ``is_completed()``) sees it."""
+        when the caller's ``wait()`` (or ``is_completed()``) sees it. On a GPU backend the callback only
+        records the end event; completion comes from the events (:mod:`rankscope.collect.timed_gpu`)."""
         ring = self.ring
         if e["record_id"] % ring.sample_every:
             return work  # counted and kept, not timed
+        if self.gpu:
+            return self._track_gpu(e, work, start)
         try:
             fut = work.get_future()
         except RuntimeError:  # gloo's send / recv Work has no future
@@ -251,6 +264,30 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
                 ring.warn_once()
 
         fut.add_done_callback(done)
+        return work
+
+    def _track_gpu(self, e: dict[str, Any], work: Any, start: Any) -> Any:
+        if start is None:
+            return work
+        try:
+            fut = work.get_future()
+        except RuntimeError:
+            return work
+        e.update(timed=True, time_discovered_started_ns=None, duration_ms=None)
+        self.ring.timed += 1
+
+        def enqueued(fut: Any) -> None:  # runs at once, on a stream that waits on the collective's end
+            try:
+                try:
+                    fut.value()
+                except Exception:  # noqa: BLE001 - the collective failed: its caller sees the error
+                    e.update(state="failed", retired=True, time_discovered_completed_ns=time.time_ns())
+                    return
+                GPU.on_enqueued(e, start)
+            except Exception:  # noqa: BLE001
+                self.ring.warn_once()
+
+        fut.add_done_callback(enqueued)
         return work
 
 
