@@ -9,7 +9,12 @@ anything in it (Flight Recorder on gloo records no group membership). Per group,
   (the first such number is where the job hangs);
 - the same sequence number with another op, size or dtype on some rank: a desync (the rank issued a
   different collective, e.g. it skipped one and is already at the next);
-- the last sequence number each rank recorded, and its last completed one where the recorder knows.
+- the last sequence number each rank recorded, and its last completed one where the recorder knows;
+- where every member joined but their states differ (Flight Recorder on NCCL with timing, the timed
+  engine): the first collective some ranks had not started, or not completed, when the others had. In a
+  stuck job those ranks are behind (an NCCL rank whose GPU never started the collective is still in earlier
+  work), which torch's analyzer reports as a state mismatch with them as the culprit; in a dump taken while
+  the job ran it can be a collective in flight, so it is a warning, not a hang.
 
 Plain data in, plain data out (``Finding``s and rows); the CLI (`rankscope hang`) renders them.
 """
@@ -63,6 +68,7 @@ def diagnose(dumps: list[FrDump], world_size: int | None = None) -> Verdict:
         v.groups.append({"group": g, "desc": desc[g], "members": members, "last_seq": last,
                          **({"last_completed": done} if known else {})})
         seqs = sorted({s for r in members for s in per_rank[r]})
+        before = len(v.problems)
         for s in seqs:
             have = [r for r in members if s in per_rank[r]]
             missing = [r for r in members if s not in per_rank[r]]
@@ -82,8 +88,35 @@ def diagnose(dumps: list[FrDump], world_size: int | None = None) -> Verdict:
                                    "their_last": {r: last[r] for r in missing},
                                    **({"last_completed": done} if known else {})})
                 break
+        if len(v.problems) == before and not g.endswith("(p2p)"):
+            lag = _first_lag(per_rank, members, seqs)
+            if lag is not None:
+                v.problems.append({"kind": "behind", "group": g, "desc": desc[g], **lag})
+    v.problems.sort(key=lambda p: p["kind"] == "behind")  # a rank missing or a desync first
     v.headline = _headline(v)
     return v
+
+
+_ORDER = {"scheduled": 0, "started": 1, "completed": 2}
+
+
+def _first_lag(per_rank: dict[int, dict[int, FrEntry]], members: list[int], seqs: list[int]) -> dict[str, Any] | None:
+    """The first sequence number that every member recorded with a timed state, but not the same one:
+    the ranks in the least advanced state are behind. None when states are unknown (gloo's Flight
+    Recorder: all "scheduled") or agree."""
+    if not any(e.state in ("started", "completed") for r in members for e in per_rank[r].values()):
+        return None
+    for s in seqs:
+        got = {r: per_rank[r][s] for r in members if s in per_rank[r] and per_rank[r][s].timed}
+        if len(got) < len(members) or any(e.state not in _ORDER for e in got.values()):
+            continue
+        states = {r: e.state for r, e in got.items()}
+        if len(set(states.values())) > 1:
+            low = min(_ORDER[x] for x in states.values())
+            behind = [r for r, x in states.items() if _ORDER[x] == low]
+            return {"seq": s, "op": _what(got[behind[0]]), "states": states, "behind": behind,
+                    "ahead": [r for r in members if r not in behind]}
+    return None
 
 
 def _group(p: dict[str, Any]) -> str:
@@ -95,6 +128,16 @@ def _headline(v: Verdict) -> str:
         tail = f"; no dump from ranks {format_int_list(v.no_dump)}" if v.no_dump else ""
         return f"no hang or desync among ranks {format_int_list(v.ranks)}: every group's collectives agree{tail}"
     p = v.problems[0]
+    if p["kind"] == "behind":
+        low = p["states"][p["behind"][0]]
+        ahead = sorted({p["states"][r] for r in p["ahead"]}, key=_ORDER.__getitem__)
+        what = "never started" if low == "scheduled" else "had not completed"
+        return (f"every rank joined each collective, but in {_group(p)} rank{'s' if len(p['behind']) > 1 else ''} "
+                f"{format_int_list(p['behind'])} {what} collective #{p['seq']} ({p['op']}; state {low}) when ranks "
+                f"{format_int_list(p['ahead'])} had it {' / '.join(ahead)}: if the job is stuck, "
+                f"{'they are' if len(p['behind']) > 1 else 'it is'} behind"
+                + (" (on a GPU: still in earlier work)" if low == "scheduled" else "")
+                + "; in a dump taken while the job ran, a collective in flight")
     if p["kind"] == "mismatch":
         odd = "; ".join(f"rank{'s' if len(rs) > 1 else ''} {format_int_list(rs)} issued {k}" for k, rs in p["odd"].items())
         return (f"desync in {_group(p)} at collective #{p['seq']}: ranks {format_int_list(p['expected_ranks'])} "
@@ -131,11 +174,12 @@ def run_hang(run: Any, results: dict[str, Any]) -> Any:
     if not latest:
         return Result("hang", skipped="the collective recorder dumps in the run could not be read")
     v = diagnose(list(latest.values()), run.world_size)
-    sev = Severity.CRITICAL if v.problems else Severity.INFO
-    findings = [Finding("hang" if v.problems and v.problems[0]["kind"] == "not_joined" else
-                        "desync" if v.problems else "collectives_in_step", v.headline, sev,
-                        tuple(v.problems[0].get("missing") or [r for rs in v.problems[0].get("odd", {}).values()
-                                                                for r in rs]) if v.problems else (),
+    kind = v.problems[0]["kind"] if v.problems else ""
+    sev = Severity.INFO if not v.problems else Severity.WARNING if kind == "behind" else Severity.CRITICAL
+    findings = [Finding({"not_joined": "hang", "mismatch": "desync", "behind": "collective_behind"}.get(
+                            kind, "collectives_in_step"), v.headline, sev,
+                        tuple(v.problems[0].get("missing") or v.problems[0].get("behind") or
+                              [r for rs in v.problems[0].get("odd", {}).values() for r in rs]) if v.problems else (),
                         {k: val for k, val in (v.problems[0] if v.problems else {}).items() if k != "group"})]
     rows = [{"group": g["group"], "desc": g["desc"], "rank": int(r), "last_seq": int(s),
              "last_completed": (g.get("last_completed") or {}).get(r)}

@@ -37,6 +37,7 @@ class FrEntry:
     dtypes: str
     state: str  # scheduled / started / completed
     p2p: bool
+    timed: bool = True  # False: the timed engine counted it without timing it (sampling); its state says nothing
 
 
 @dataclass
@@ -96,7 +97,8 @@ def read(path: str | Path) -> FrDump:
         if not isinstance(seq, int):
             continue
         out.append(FrEntry(rank, str(pg[0]), str(pg[1]) if len(pg) > 1 else "", seq, _op(str(e.get("profiling_name", ""))),
-                           str(e.get("input_sizes")), str(e.get("input_dtypes")), str(e.get("state", "")), p2p))
+                           str(e.get("input_sizes")), str(e.get("input_dtypes")), str(e.get("state", "")), p2p,
+                           e.get("timed") is not False))
     status = doc.get("pg_status")
     groups = {str(k): v for k, v in status.items() if isinstance(v, dict)} if isinstance(status, dict) else {}
     return FrDump(rank, str(path), out, groups)

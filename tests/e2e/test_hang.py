@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,3 +93,51 @@ def test_dump_that_is_not_plain_data_is_refused_not_run(tmp_path: Path) -> None:
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and not (tmp_path / "pwned").exists()
     assert "refused to load posix.system" in p.stderr and "Traceback" not in p.stderr
+
+
+def _with_states(src: Path, dst: Path, state_of: Any) -> Path:
+    """Copies of real dumps with each entry's state (and timed flag) set by ``state_of(rank, group, seq)``, as
+    Flight Recorder on NCCL with TORCH_NCCL_ENABLE_TIMING writes them (scheduled / started / completed; no GPU
+    here: gloo's recorder leaves every entry "scheduled"); the default group cut after collective #3."""
+    dst.mkdir()
+    for f in src.iterdir():
+        r = int(f.name.rsplit("_", 1)[1])
+        doc = pickle.loads(f.read_bytes())
+        kept = []
+        for e in doc["entries"]:
+            pg, s = e["process_group"][0], e["collective_seq_id"]
+            if pg == "0" and s >= 4:
+                continue
+            e["state"], timed = state_of(r, pg, s)
+            if timed is not None:
+                e["timed"] = timed
+            kept.append(e)
+        doc["entries"] = kept
+        (dst / f.name).write_bytes(pickle.dumps(doc))
+    return dst
+
+
+def test_rank_behind_in_a_collective_all_joined_is_named_like_torchs_analyzer(tmp_path: Path) -> None:
+    """Every rank joined all_reduce #3, but rank 1's never started (ranks 0, 2: started). torch's analyzer
+    calls it a state mismatch with rank 1 the culprit; rankscope said "no hang" before, now names rank 1
+    (a warning: a dump taken while the job ran can catch a collective in flight)."""
+    real = _job(tmp_path, "skip")
+    lag = _with_states(real, tmp_path / "lag", lambda r, pg, s: (
+        ("scheduled" if r == 1 else "started") if (pg, s) == ("0", 3) else "completed", None))
+    v = _rankscope(lag)
+    (p,) = v["problems"]
+    assert p["kind"] == "behind" and p["group"] == "0" and p["seq"] == 3 and p["behind"] == [1]
+    assert p["ahead"] == [0, 2] and p["states"] == {"0": "started", "1": "scheduled", "2": "started"}
+    assert "rank 1 never started collective #3" in v["headline"]
+    ref = _torch_analyzer(lag, tmp_path)
+    assert re.search(r"Collective sequence number: 3 has errors", ref), ref[-2000:]
+    assert "Culprit rank 1" in ref and "COLLECTIVE_STATE_MISMATCH" in ref, ref[-2000:]
+    # the same dumps with every state agreeing: nothing to say, and torch's analyzer agrees
+    ok = _with_states(real, tmp_path / "ok", lambda r, pg, s: ("completed", None))
+    assert _rankscope(ok)["problems"] == []
+    ref = _torch_analyzer(ok, tmp_path)
+    assert "has errors" not in ref, ref[-2000:]
+    # rank 1's #3 counted but not timed (the timed engine's sampling): its state says nothing, no verdict
+    sampled = _with_states(real, tmp_path / "sampled", lambda r, pg, s: (
+        ("scheduled", False) if (r, pg, s) == (1, "0", 3) else ("completed", True)))
+    assert _rankscope(sampled)["problems"] == []
