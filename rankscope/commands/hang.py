@@ -3,7 +3,9 @@
 Reads PyTorch Flight Recorder dumps (the pickle files ``TORCH_FR_DUMP_TEMP_FILE`` writes, one per
 rank, or their JSON form) from a directory and matches every rank's collectives by (process group,
 sequence number): the first collective some ranks never joined, op / size / dtype mismatches (a rank
-that skipped one), and each rank's last collective per group.
+that skipped one), a collective every rank joined but some had not started or completed when the others
+had (Flight Recorder on NCCL with ``TORCH_NCCL_ENABLE_TIMING=1``, rankscope's timed engine), and each
+rank's last collective per group.
 
     TORCH_FR_BUFFER_SIZE=2000 torchrun ... train.py      # record; dump on a hang or at will
     rankscope hang /tmp/fr_dumps                           # which rank is missing from which collective

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.fixtures_s3 import FaultProxy, free_env_without_aws, free_port, moto_server  # noqa: F401
+from tests.procs import kill_tree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = os.path.join(ROOT, "tests", "e2e", "collect_worker.py")
@@ -190,7 +191,7 @@ def test_storage_failing_mid_upload_in_a_job_heals_and_nothing_partial_is_seen(t
         check_visible()
     finally:
         if proc.poll() is None:
-            proc.kill()
+            kill_tree(proc)
         proxy.close()
     assert proc.returncode == 0 and out.get("stdout", "").count("TRAINING-DONE") == 2, out.get("stderr", "")[-3000:]
     assert cuts >= 2, "no upload was cut: the fault never happened"

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures_s3 import free_port
+from tests.procs import kill_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -65,8 +66,7 @@ class Job:
         return text.split("Traceback (most recent call last)")[0][-6000:]
 
     def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
+        kill_tree(self.proc)
 
 
 def test_watchdog_dumps_every_waiting_rank_and_hang_names_the_culprit(tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures_s3 import free_port
+from tests.procs import kill_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = str(ROOT / "tests/e2e/timed_job.py")
@@ -126,8 +126,7 @@ def test_no_code_change_hang_with_last_completed(tmp_path: Path) -> None:
             assert time.monotonic() < deadline and proc.poll() is None, "no watchdog dumps"
             time.sleep(0.2)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        kill_tree(proc)
     p = subprocess.run([sys.executable, "-m", "rankscope.cli", "hang", str(out), "--json", "--world-size", "3"],
                        env=_env(), capture_output=True, text=True, timeout=60)
     v = json.loads(p.stdout)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import kill_tree
+
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve().parent
 
@@ -68,5 +70,4 @@ def test_trigger_dump_of_a_hung_job_reaches_the_run_and_hang_names_the_missing_r
         page = build(r, {"hang": res})
         assert 'id="view-hang"' in page and "rank 1 issued all_gather" in page.split('id="view-hang"')[1]
     finally:
-        os.killpg(job.pid, 9)
-        job.wait(timeout=30)
+        kill_tree(job, 30)
