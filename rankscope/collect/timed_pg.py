@@ -4,7 +4,15 @@ Flight Recorder (``rankscope.collect.comms``' default engine) on torch 2.13 with
 "scheduled", with no completion time, and has no sampling. This backend adds both. Registered under
 its own name, it is what ``init_process_group`` creates; every call of the process-group API reaches
 it, **including DDP's gradient all-reduce, which DDP's reducer issues from C++** (measured: a DDP job on
-2 gloo ranks logged its construction all_gather and broadcasts and one all_reduce per bucket per step).
+2 gloo ranks logged its construction all_gather and broadcasts and one all_reduce per bucket per step),
+FSDP2's all-gathers and reductions, the tensor API (``all_gather_into_tensor`` -> ``all_gather_single``,
+``reduce_scatter_tensor``, ``all_to_all_single``), ``_coalescing_manager`` and the functional collectives of
+DTensor / torch.compile (tests/e2e/test_comms_timed.py checks all of them against Flight Recorder's record of
+the same job). How: a ProcessGroup subclass overrides every method torch's Python API calls, and torch's C++
+callers reach it through ProcessGroup's virtual methods (allreduce, allgather, broadcast, the *_coalesced ones,
+send / recv, ...). The real backend is also registered on it, so that ``group_name`` and DeviceMesh work; a C++
+caller of one of ProcessGroup's non-virtual methods would reach the real backend directly, unrecorded (none
+seen in DDP, FSDP2 or the functional collectives of torch 2.13).
 It forwards each call to the real backend unchanged and records, per entry: process group (name, desc,
 member ranks), sequence number in the group (collectives and point-to-point counted apart, as Flight
 Recorder does), op, dtypes, sizes in and out, bytes, peer for p2p, enqueue time, start and completion
@@ -63,12 +71,22 @@ OPS: dict[str, tuple[str, int | None, int | None, int | None]] = {
     "scatter": ("scatter", 1, 0, None),
     "alltoall_base": ("all_to_all", 1, 0, None),
     "alltoall": ("all_to_all", 1, 0, None),
+    # the names torch 2.13's Python API calls (dist.all_gather_into_tensor -> group.all_gather_single, ...)
+    "all_gather_single": ("all_gather", 1, 0, None),
+    "all_gather_single_coalesced": ("all_gather", 1, 0, None),
+    "reduce_scatter_single": ("reduce_scatter", 1, 0, None),
+    "reduce_scatter_single_coalesced": ("reduce_scatter", 1, 0, None),
+    "all_to_all_single": ("all_to_all", 1, 0, None),
     "barrier": ("barrier", None, None, None),
     "send": ("send", 0, None, 1),
     "recv": ("recv", None, 0, 1),
     "recv_anysource": ("recv", None, 0, None),
 }
 P2P = ("send", "recv")
+# the real backend's own name for a method, where it differs; a method the backend's Python binding lacks
+# (the *_coalesced ones of gloo) goes through a plain ProcessGroup holding the real backend
+INNER = {"all_gather_single": "_allgather_base", "reduce_scatter_single": "_reduce_scatter_base",
+         "all_to_all_single": "alltoall_base"}
 GPU_BACKENDS = ("nccl",)  # their Work's future completes at enqueue: timed with CUDA events (timed_gpu)
 MAX_FRAMES = 16
 
@@ -157,12 +175,20 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
         self.desc_known = False
         self.inner_name = str(inner.name() if hasattr(inner, "name") else "backend")
         self.gpu = self.inner_name.lower() in GPU_BACKENDS
+        self.fns: dict[str, Callable[..., Any]] = {}
+        self.plain: Any = None
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return f"rankscope_{self.inner_name}"
 
+    def _fn(self, method: str) -> Callable[..., Any]:
+        fn = self.fns.get(method)
+        if fn is None:
+            fn = self.fns[method] = getattr(self.inner, INNER.get(method, method), None) or getattr(self.plain, method)
+        return fn
+
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        fn: Callable[..., Any] = getattr(self.inner, method)
+        fn = self._fn(method)
         if not self.ring.recording:  # paused: sequence numbers and counts stay in step with the other ranks
             op = OPS[method][0]
             self.seq["p2p" if op in P2P else "coll"] += 1
@@ -229,9 +255,10 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
         return e
 
     def _track(self, e: dict[str, Any], work: Any, start: Any = None) -> Any:
-        """The Work to hand back: ``work`` itself (a completion callback on its future), or for a
-        point-to-point op whose Work has no future (gloo's send / recv) a wrapper that notes completion
-        when the caller's ``wait()`` (or ``is_completed()``) sees it. On a GPU backend the callback only
+        """The Work to hand back: ``work`` itself (a completion callback on its future), or for an op whose
+        Work has no future (gloo's send / recv, and its reduce_scatter_tensor, run as an all_reduce whose Work
+        finishes in ``wait()``) a wrapper that notes completion when the caller's ``wait()`` (or
+        ``is_completed()``) sees it. On a GPU backend the callback only
         records the end event; completion comes from the events (:mod:`rankscope.collect.timed_gpu`)."""
         ring = self.ring
         if e["record_id"] % ring.sample_every:
@@ -240,9 +267,7 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
             return self._track_gpu(e, work, start)
         try:
             fut = work.get_future()
-        except RuntimeError:  # gloo's send / recv Work has no future
-            if not e["is_p2p"]:
-                return work
+        except RuntimeError:  # gloo's send / recv and reduce_scatter_tensor Work have no future: done in wait()
             e.update(timed=True, time_discovered_started_ns=e["time_created_ns"], wait_started_ns=None)
             ring.timed += 1
             return _CLASSES["work"](work, e, self)
@@ -314,6 +339,17 @@ def _backend_class() -> type:
         def __init__(self: Any, inner: Any, group: str, members: list[int], ring: Ring) -> None:  # noqa: N807
             dist.ProcessGroup.__init__(self, inner.rank(), inner.size())  # type: ignore[call-arg]
             TimedBackend._setup(self, inner, group, members, ring)
+            # A ProcessGroup answers group_name (and the group description) from its registered backends:
+            # with none, DeviceMesh (FSDP2, DTensor) stopped with "ProcessGroup name not set". Calls still
+            # come here (the methods above override the C++ ones); the inner backend is only named.
+            kind = dist.ProcessGroup.BackendType.NCCL if self.gpu else dist.ProcessGroup.BackendType.GLOO
+            device = torch.device("cuda" if self.gpu else "cpu")
+            self._register_backend(device, kind, inner)
+            # the methods the real backend's binding lacks are called on a plain ProcessGroup holding it
+            # (calling the C++ base of this object instead would come back here)
+            self.plain = dist.ProcessGroup(inner.rank(), inner.size())  # type: ignore[call-arg]
+            self.plain._register_backend(device, kind, inner)
+            self.plain._set_default_backend(kind)
 
         body["__init__"] = __init__
         _CLASSES["pg"] = type("RankscopeTimedPG", (TimedBackend, dist.ProcessGroup), body)
@@ -322,7 +358,8 @@ def _backend_class() -> type:
 
 
 def _work_class(base: type) -> type:
-    """A torch ``Work`` around gloo's point-to-point Work, which has neither a future nor a callback:
+    """A torch ``Work`` around a gloo Work that has neither a future nor a callback (send / recv,
+    reduce_scatter_tensor):
     completion is discovered when the caller's ``wait()`` returns (or ``is_completed()`` says so),
     which is when the training thread learns of it too. Everything else is the inner Work's."""
 
@@ -464,7 +501,14 @@ def _mapped(backend: Any, ring: int, sample_every: int, stack: bool) -> Any:
         return timed_backend(b, ring, sample_every, stack) if b in ("gloo", "nccl") else b
 
     if ":" in text:
-        return ",".join(f"{dev}:{one(b)}" for dev, b in (p.split(":", 1) for p in text.split(",")))
+        pairs = [p.split(":", 1) for p in text.split(",")]
+        if len({b for _, b in pairs}) > 1:
+            # torch takes a backend that is a ProcessGroup as the whole group and stops at the first device
+            # (_new_process_group_helper), so "cpu:rankscope_gloo,cuda:rankscope_nccl" would lose NCCL
+            log.warning("rankscope: the timed recorder wraps one backend per group; %r is left as it is "
+                        "(Flight Recorder still records it)", backend)
+            return backend
+        return ",".join(f"{dev}:{one(b)}" for dev, b in pairs)
     return one(text)
 
 

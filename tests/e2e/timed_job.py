@@ -4,7 +4,8 @@
 
 ``fr``: plain gloo with Flight Recorder (the oracle for the counts); ``timed``: rankscope's timed backend
 (ring and sampling from RANKSCOPE_TEST_RING / RANKSCOPE_TEST_SAMPLE); both run the same workload (DDP's
-construction and 3 training steps, then the user's collectives and point-to-point ops) and write
+construction and 3 training steps, 2 FSDP2 steps, then the user's collectives in the list, tensor, coalesced
+and functional APIs, and point-to-point ops) and write
 OUT/rank<r>.json with the entries' ops and what a backend error raised. ``hang``: a plain
 ``init_process_group("gloo")`` script, run under ``-m rankscope.collect.comms_run --timed``; rank 1 skips
 an all_reduce and every rank blocks.
@@ -20,16 +21,32 @@ import time
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as fc
+from torch.distributed.fsdp import fully_shard
 
 
 def workload(rank: int) -> None:
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 16))
     for _ in range(3):
         model(torch.randn(4, 16)).sum().backward()  # DDP's gradient all-reduce, issued from C++
+    fsdp = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
+    for layer in (fsdp[0], fsdp[2], fsdp):
+        fully_shard(layer)  # FSDP2: all-gathers and gradient reductions issued by FSDP itself
+    for _ in range(2):
+        fsdp(torch.randn(4, 16)).sum().backward()
     t = torch.ones(100)
     dist.all_reduce(t)
     dist.broadcast(t, 0)
     dist.all_gather([torch.zeros(100) for _ in range(dist.get_world_size())], t)
+    n = dist.get_world_size()
+    dist.all_gather_into_tensor(torch.zeros(100 * n), t)  # the tensor API (group.all_gather_single)
+    dist.reduce_scatter_tensor(torch.zeros(100), torch.ones(100 * n))
+    dist.all_to_all_single(torch.zeros(100), torch.ones(100))
+    with dist._coalescing_manager(async_ops=False):
+        dist.all_reduce(t)
+        dist.all_reduce(t.clone())
+    (fc.all_gather_tensor(t, 0, dist.group.WORLD) + 0).sum()  # functional collectives (DTensor, compile)
+    (fc.reduce_scatter_tensor(torch.ones(100 * n), "sum", 0, dist.group.WORLD) + 0).sum()
     dist.barrier()
     # point-to-point: blocking, isend / irecv then wait(), recv from any source
     if rank == 0:
