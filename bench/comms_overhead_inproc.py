@@ -5,8 +5,9 @@ bench/comms_overhead.py compares separate torchrun jobs; on this VM identical jo
 recording on (every collective timed, or one in N with ``--sample N``) and paused
 (``timed_pg.set_recording(False)``: calls pass straight to gloo, counted), in the order on, off, off, on,
 on, off, ... so drifts hit both alike; both ranks switch at the same step. The overhead is the median
-over adjacent (on, off) pairs of on/off - 1, from rank 0's block times; the paused wrapper's own cost is
-measured apart (bench/comms_call_cost.py: a pass-through runs at plain gloo's speed).
+over adjacent (on, off) pairs of on/off - 1, from rank 0's block times. Both halves go through the wrapper,
+so this is the cost of recording; the paused wrapper's own dispatch (a backend written in Python: +0.6 to
++19 µs per collective, bench/comms_call_cost.py) is not in it and is added to it when comparing with plain gloo.
 
     PYTHONPATH=. .venv/bin/python bench/comms_overhead_inproc.py --width 256 --blocks 40 --block 50
     PYTHONPATH=. .venv/bin/python bench/comms_overhead_inproc.py --width 1024 --depth 4 --blocks 30 --block 20
