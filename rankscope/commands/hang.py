@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankscope.analysis.hang import diagnose
+    from rankscope.analysis.hang import describe, diagnose
     from rankscope.errors import RankscopeError, TraceError, safe
     from rankscope.model import frdump
 
@@ -47,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         out.file.write(json.dumps(asdict(v), indent=1, default=str) + "\n")
         return 0
     out.print(f"[bold]{'⚠ ' if v.problems else '✓ '}{v.headline}[/]", highlight=False)
+    for p in v.problems[1:]:
+        out.print(f"  also: {describe(p)}", highlight=False)
     for g in v.groups:
         last = ", ".join(f"{r}:#{s}" for r, s in sorted(g["last_seq"].items()))
         done = g.get("last_completed")

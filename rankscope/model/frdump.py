@@ -19,6 +19,7 @@ from typing import Any
 from rankscope.errors import TraceError
 
 _RANK = re.compile(r"(\d+)(?:\.json)?$")
+_PEER = re.compile(r"(?:send|recv) (\d+) ?(?:->|<-) ?(\d+)")
 # A ring of 20,000 entries pickles to a few MB; anything far larger is not a dump (memory bounded).
 MAX_DUMP = 512 << 20
 zlib_error = __import__("zlib").error
@@ -38,6 +39,7 @@ class FrEntry:
     state: str  # scheduled / started / completed
     p2p: bool
     timed: bool = True  # False: the timed engine counted it without timing it (sampling); its state says nothing
+    peer: int | None = None  # point-to-point: the other side's global rank ("nccl:send 0->1", "gloo:recv 1<-0")
 
 
 @dataclass
@@ -96,9 +98,12 @@ def read(path: str | Path) -> FrDump:
         seq = e.get("p2p_seq_id" if p2p else "collective_seq_id")
         if not isinstance(seq, int):
             continue
-        out.append(FrEntry(rank, str(pg[0]), str(pg[1]) if len(pg) > 1 else "", seq, _op(str(e.get("profiling_name", ""))),
+        name = str(e.get("profiling_name", ""))
+        pm = _PEER.search(name) if p2p else None
+        op = name.split(":", 1)[-1].split(" ")[0] if pm else _op(name)  # "gloo:send 0->1" -> "send"
+        out.append(FrEntry(rank, str(pg[0]), str(pg[1]) if len(pg) > 1 else "", seq, op,
                            str(e.get("input_sizes")), str(e.get("input_dtypes")), str(e.get("state", "")), p2p,
-                           e.get("timed") is not False))
+                           e.get("timed") is not False, int(pm.group(2)) if pm else None))
     status = doc.get("pg_status")
     groups = {str(k): v for k, v in status.items() if isinstance(v, dict)} if isinstance(status, dict) else {}
     return FrDump(rank, str(path), out, groups)

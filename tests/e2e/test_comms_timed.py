@@ -148,3 +148,27 @@ def test_no_code_change_hang_with_last_completed(tmp_path: Path) -> None:
     ref = subprocess.run([exe, str(out), "--prefix", "fr_rank_"], capture_output=True, text=True, timeout=120)
     text = ref.stdout + ref.stderr
     assert re.search(r"Collective sequence number: 2 has errors", text) and "Culprit rank 1" in text, text[-2000:]
+
+
+def test_size_dtype_and_point_to_point_mismatches_are_named_as_such(tmp_path: Path) -> None:
+    """A size mismatch, a dtype mismatch (in a sub-group) and a send that rank 1 never receives, in a real job."""
+    out = tmp_path / "mm"
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
+                        f"--master-port={free_port()}", str(ROOT / "tests/e2e/mismatch_job.py"), str(out)],
+                       env=_env(), capture_output=True, text=True, timeout=180)
+    assert p.stdout.count("DUMPED") == 2, (p.stdout + p.stderr)[-3000:]
+    h = subprocess.run([sys.executable, "-m", "rankscope.cli", "hang", str(out), "--json", "--world-size", "2"],
+                       env=_env(), capture_output=True, text=True, timeout=60)
+    v = json.loads(h.stdout)
+    by = {(q["kind"], q.get("what")): q for q in v["problems"]}
+    size = by[("mismatch", "size")]
+    assert size["group"] == "0" and size["seq"] == 2 and "[[10, 10]]" in str(size["expected"]) + str(size["odd"])
+    dtype = by[("mismatch", "dtype")]
+    assert dtype["group"] == "1" and dtype["seq"] == 1 and "Int" in str(dtype["odd"]) + str(dtype["expected"])
+    send = by[("unmatched_send", None)]
+    assert (send["src"], send["dst"], send["n"], send["sent"], send["received"]) == (0, 1, 2, 2, 1)
+    assert len(v["problems"]) == 3
+    text = subprocess.run([sys.executable, "-m", "rankscope.cli", "hang", str(out), "--world-size", "2"],
+                          env=_env(), capture_output=True, text=True, timeout=60).stdout
+    assert "size mismatch in process group 0" in " ".join(text.split())
+    assert "rank 0's send #2 to rank 1" in " ".join(text.split()) and "dtype mismatch" in " ".join(text.split())
