@@ -254,4 +254,5 @@ def run_hang(run: Any, results: dict[str, Any]) -> Any:
             for g in v.groups for r, s in g["last_seq"].items()]
     return Result("hang", tables={"last_collective": pl.DataFrame(rows) if rows else pl.DataFrame()},
                   findings=findings, summary={"headline": v.headline, "dumps": len(latest),
+                                              "also": "; ".join(describe(p) for p in v.problems[1:]) or "none",
                                               "no_dump": v.no_dump})

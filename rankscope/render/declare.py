@@ -108,7 +108,7 @@ VIEWS: dict[str, View] = {
         C("step_rows", "step trace rows", "count")),
         empty="Ascend runs only (torch_npu profiler output)", optional=True),
     "hang": View("Collectives / hang (collective recorder dumps)", (
-        C("headline", "verdict"), C("dumps", "ranks with a dump", "count"), C("no_dump", "ranks without a dump", "ranks")),
+        C("headline", "verdict"), C("also", "other problems"), C("dumps", "ranks with a dump", "count"), C("no_dump", "ranks without a dump", "ranks")),
         (TableView("last_collective", "last collective recorded per rank and process group", (
             C("group", "group"), C("desc", "description"), C("rank", "rank", "count"),
             C("last_seq", "last sequence number", "count"),
