@@ -73,6 +73,8 @@ def read(path: str | Path) -> FrDump:
         raise TraceError(str(path), "no rank number at the end of the file name (torch names dumps PREFIX<rank>)")
     with source.open_binary(str(path)) as fh:
         raw = fh.read(MAX_DUMP + 1)
+    if not raw:
+        raise TraceError(str(path), "empty file (a dump that was never written, or cut off)")
     try:
         if raw[:2] == b"\x1f\x8b":  # rankscope.profile's dumps in a run: ranks/<r>/comms.*.rank<r>.json.gz
             import zlib

@@ -2,8 +2,8 @@
 
 ``skip``: rank 1 skips the 4th all_reduce of the default group (a desync: it is already at the
 all_gather). ``stop``: rank 1 leaves before the 2nd broadcast of the sub-group [0, 1] (rank 0 waits
-in it: a hang). Every rank dumps its recorder (pickle, as TORCH_FR_DUMP_TEMP_FILE would) when its
-collective times out or when it leaves, then exits.
+in it: a hang). Every rank dumps its recorder (pickle, as TORCH_FR_DUMP_TEMP_FILE would, and the JSON form of
+_dump_fr_trace_json into OUT-json) when its collective times out or when it leaves, then exits.
 """
 from __future__ import annotations
 
@@ -39,6 +39,9 @@ def main(out: str, mode: str) -> None:
 
         with open(os.path.join(out, f"rank_{rank}"), "wb") as f:
             f.write(c10d._dump_fr_trace(True, True, False))
+        os.makedirs(out + "-json", exist_ok=True)  # the JSON form, as _dump_fr_trace_json writes it
+        with open(os.path.join(out + "-json", f"rank_{rank}.json"), "wb") as f:
+            f.write(c10d._dump_fr_trace_json(True, False))
     os._exit(0)
 
 

@@ -67,6 +67,9 @@ def test_skipped_collective_is_a_desync_named_like_torchs_analyzer(tmp_path: Pat
     ref = _torch_analyzer(d, tmp_path)
     assert re.search(r"Collective sequence number: 4 has errors", ref), ref[-2000:]
     assert "Culprit rank 1" in ref and "'all_reduce' does not match found collective type: 'all_gather'" in ref
+    # the JSON form of the same recorder (_dump_fr_trace_json): the same verdict
+    js = _rankscope(d.parent / (d.name + "-json"))
+    assert js["problems"] == v["problems"] and js["headline"] == v["headline"]
 
 
 def test_rank_that_left_is_named_in_the_subgroup_it_never_joined(tmp_path: Path) -> None:
