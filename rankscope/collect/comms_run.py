@@ -37,13 +37,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("script", help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     a = p.parse_args(argv)
-    from rankscope.collect import comms, timed_pg
+    from rankscope.collect import comms, timed_setup
 
-    timed = timed_pg.from_env() or {}
+    timed = timed_setup.from_env() or {}
     if a.timed or timed:
         timed = {"ring": a.buffer if a.timed else timed.get("ring", a.buffer),
                  "sample_every": a.sample or timed.get("sample_every", 1), "stack": a.stack or timed.get("stack", False)}
-        timed_pg.install(**timed)
+        timed_setup.install(**timed)
     else:
         comms.enable(a.buffer)
     rec = comms.Recorder(a.out, watchdog_s=a.watchdog, at_exit=not a.no_exit_dump).start()

@@ -32,7 +32,7 @@ Use::
     name = rankscope.comms.timed_backend("gloo", ring=2000, sample_every=1)
     torch.distributed.init_process_group(name)          # instead of "gloo"; DDP etc. unchanged
 
-or with no code change: ``-m rankscope.collect.comms_run --timed`` / ``RANKSCOPE_COMMS_TIMED=1`` (see
+or with no code change: ``-m rankscope.collect.comms_run --timed`` / ``RANKSCOPE_COMMS_TIMED=1`` (:mod:`timed_setup`, see
 ``comms_run``). ``rankscope.comms.Recorder`` dumps these entries (Flight Recorder's own format, states
 and completion times filled in) instead of Flight Recorder's when this backend is in use, so
 ``rankscope hang`` reports each rank's last *completed* sequence, and torch's own analyzer reads them.
@@ -51,6 +51,7 @@ import traceback
 from typing import Any, Callable
 
 from rankscope.collect.timed_gpu import GPU
+from rankscope.collect.timed_work import work_class
 
 log = logging.getLogger(__name__)
 
@@ -353,78 +354,8 @@ def _backend_class() -> type:
 
         body["__init__"] = __init__
         _CLASSES["pg"] = type("RankscopeTimedPG", (TimedBackend, dist.ProcessGroup), body)
-        _CLASSES["work"] = _work_class(dist.Work)
+        _CLASSES["work"] = work_class(dist.Work)
     return _CLASSES["pg"]
-
-
-def _work_class(base: type) -> type:
-    """A torch ``Work`` around a gloo Work that has neither a future nor a callback (send / recv,
-    reduce_scatter_tensor):
-    completion is discovered when the caller's ``wait()`` returns (or ``is_completed()`` says so),
-    which is when the training thread learns of it too. Everything else is the inner Work's."""
-
-    class TimedP2PWork(base):  # type: ignore[misc, valid-type]
-        def __init__(self, inner: Any, entry: dict[str, Any], pg: TimedBackend) -> None:
-            super().__init__()
-            self.inner, self.entry, self.pg = inner, entry, pg
-
-        def _mark(self, failed: bool) -> None:
-            e = self.entry
-            try:
-                if not e["retired"]:
-                    e["time_discovered_completed_ns"] = time.time_ns()
-                    e["state"] = "failed" if failed else "completed"
-                    e["retired"] = True
-                    if e.get("peer") == -1 and not failed:  # recv from any source: now it is known
-                        src = int(self.inner._source_rank())
-                        other = self.pg.members[src] if 0 <= src < len(self.pg.members) else src
-                        e["peer"] = other
-                        e["profiling_name"] = e["profiling_name"].rsplit("<-", 1)[0] + f"<-{other}"
-            except Exception:  # noqa: BLE001 - the recorder, never the op
-                self.pg.ring.warn_once()
-
-        def wait(self, timeout: Any = None) -> bool:
-            if self.entry.get("wait_started_ns") is None:
-                self.entry["wait_started_ns"] = time.time_ns()  # the watchdog's clock for this op
-            try:
-                ok = self.inner.wait() if timeout is None else self.inner.wait(timeout)
-            except BaseException:
-                self._mark(failed=True)
-                raise
-            self._mark(failed=False)
-            return bool(ok) if ok is not None else True
-
-        def is_completed(self) -> bool:
-            done = bool(self.inner.is_completed())
-            if done:
-                self._mark(failed=not self.inner.is_success())
-            return done
-
-        def is_success(self) -> bool:
-            return bool(self.inner.is_success())
-
-        def exception(self) -> Any:
-            return self.inner.exception()
-
-        def source_rank(self) -> int:
-            return int(self.inner.source_rank())
-
-        def _source_rank(self) -> int:
-            return int(self.inner._source_rank())
-
-        def result(self) -> Any:
-            return self.inner.result()
-
-        def synchronize(self) -> None:
-            self.inner.synchronize()
-
-        def get_future(self) -> Any:
-            return self.inner.get_future()
-
-        def abort(self) -> None:
-            self.inner.abort()
-
-    return TimedP2PWork
 
 
 def _inner(kind: str, opts: Any) -> Any:
@@ -485,82 +416,3 @@ def active() -> bool:
 def entries(lo_ns: int = 0, hi_ns: int = 1 << 63) -> list[dict[str, Any]]:
     """The ring's entries created between ``lo_ns`` and ``hi_ns``, with each group's description."""
     return [e for e in RING.snapshot() if lo_ns <= e["time_created_ns"] <= hi_ns]
-
-
-def _mapped(backend: Any, ring: int, sample_every: int, stack: bool) -> Any:
-    """``backend`` with gloo / nccl (plain or in "cpu:gloo,cuda:nccl" form) replaced by their timed wrappers."""
-    import torch.distributed as dist
-
-    if backend is None:
-        backend = "nccl" if _cuda() else "gloo"
-    text = str(backend).lower()
-    if not isinstance(backend, (str, dist.Backend)) or text.startswith("rankscope_"):
-        return backend
-
-    def one(b: str) -> str:
-        return timed_backend(b, ring, sample_every, stack) if b in ("gloo", "nccl") else b
-
-    if ":" in text:
-        pairs = [p.split(":", 1) for p in text.split(",")]
-        if len({b for _, b in pairs}) > 1:
-            # torch takes a backend that is a ProcessGroup as the whole group and stops at the first device
-            # (_new_process_group_helper), so "cpu:rankscope_gloo,cuda:rankscope_nccl" would lose NCCL
-            log.warning("rankscope: the timed recorder wraps one backend per group; %r is left as it is "
-                        "(Flight Recorder still records it)", backend)
-            return backend
-        return ",".join(f"{dev}:{one(b)}" for dev, b in pairs)
-    return one(text)
-
-
-def _cuda() -> bool:
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def install(ring: int = 2000, sample_every: int = 1, stack: bool = False) -> Callable[[], None]:
-    """Make this process's ``init_process_group`` and ``new_group`` use the timed wrappers of gloo / nccl
-    (no change to the training script); returns the function that restores them."""
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d as c10d
-
-    orig_init, orig_new = c10d.init_process_group, c10d.new_group
-
-    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
-        return orig_init(_mapped(backend, ring, sample_every, stack), *args, **kwargs)
-
-    def new_group(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("backend") is not None:
-            kwargs["backend"] = _mapped(kwargs["backend"], ring, sample_every, stack)
-        return orig_new(*args, **kwargs)
-
-    dist.init_process_group = c10d.init_process_group = init_process_group  # type: ignore[assignment]
-    dist.new_group = c10d.new_group = new_group  # type: ignore[assignment]
-
-    def restore() -> None:
-        dist.init_process_group = c10d.init_process_group = orig_init  # type: ignore[assignment]
-        dist.new_group = c10d.new_group = orig_new  # type: ignore[assignment]
-
-    return restore
-
-
-def from_env() -> dict[str, Any] | None:
-    """``RANKSCOPE_COMMS_TIMED``: "1" or "sample=16,ring=5000,stack=1"; unset, "" or "0": None."""
-    import os
-
-    raw = os.environ.get("RANKSCOPE_COMMS_TIMED", "").strip()
-    if raw in ("", "0", "off", "false"):
-        return None
-    opts: dict[str, Any] = {"ring": 2000, "sample_every": 1, "stack": False}
-    for part in raw.split(","):
-        k, _, v = (x.strip() for x in part.partition("="))
-        if k == "sample" and v:
-            opts["sample_every"] = int(v)
-        elif k == "ring" and v:
-            opts["ring"] = int(v)
-        elif k == "stack":
-            opts["stack"] = v not in ("0", "off", "false")
-    return opts

@@ -36,7 +36,7 @@ def test_a_failing_recorder_never_breaks_the_collective(tmp_path: Path) -> None:
 
 
 def test_options_from_the_environment(monkeypatch) -> None:
-    from rankscope.collect.timed_pg import from_env
+    from rankscope.collect.timed_setup import from_env
 
     monkeypatch.delenv("RANKSCOPE_COMMS_TIMED", raising=False)
     assert from_env() is None
@@ -49,9 +49,9 @@ def test_options_from_the_environment(monkeypatch) -> None:
 
 
 MAPPING = r'''
-from rankscope.collect.timed_pg import _mapped
+from rankscope.collect.timed_setup import mapped
 for b in ("gloo", "GLOO", "cpu:gloo,cuda:nccl", "cpu:gloo,cuda:gloo", "rankscope_gloo", "mpi"):
-    print("MAP", b, _mapped(b, 100, 1, False))
+    print("MAP", b, mapped(b, 100, 1, False))
 '''
 
 
