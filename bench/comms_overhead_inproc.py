@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 JOB = r'''
 import sys, time, datetime, torch, torch.distributed as dist
 from rankscope.collect import comms, timed_pg
-width, depth, blocks, block, sample = (int(a) for a in sys.argv[1:6])
-dist.init_process_group(comms.timed_backend("gloo", sample_every=sample), timeout=datetime.timedelta(seconds=120))
+width, depth, blocks, block, sample, poll = (int(a) for a in sys.argv[1:7])
+dist.init_process_group(comms.timed_backend("gloo", sample_every=sample, poll=bool(poll)),
+                        timeout=datetime.timedelta(seconds=120))
 torch.manual_seed(0)
 layers = []
 for _ in range(depth):
@@ -68,6 +69,7 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=40, help="blocks of steps, half recording (default 40)")
     ap.add_argument("--block", type=int, default=50, help="steps per block (default 50)")
     ap.add_argument("--sample", type=int, default=1, help="time one collective in N while recording (default 1)")
+    ap.add_argument("--poll", action="store_true", help="completion found by polling, no callback (timed_backend poll=True)")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
     from fixtures_s3 import free_port
@@ -75,7 +77,7 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
                         f"--master-port={free_port()}", "--no-python", sys.executable, "-c", JOB,
-                        *map(str, (a.width, a.depth, a.blocks, a.block, a.sample))],
+                        *map(str, (a.width, a.depth, a.blocks, a.block, a.sample, int(a.poll)))],
                        env=env, capture_output=True, text=True, timeout=1800)
     blocks = [(line.split()[1] == "1", float(line.split()[2])) for line in p.stdout.splitlines()
               if line.startswith("BLOCK")]
@@ -88,7 +90,7 @@ def main() -> None:
     q = statistics.quantiles(over, n=4) if len(over) >= 4 else [over[0], statistics.median(over), over[-1]]
     off_ms = statistics.median(t for on, t in blocks if not on) * 1e3
     load = os.getloadavg()[0]
-    print(f"width {a.width} x depth {a.depth}, sample 1 in {a.sample}: step {off_ms:.2f} ms (paused), "
+    print(f"width {a.width} x depth {a.depth}, sample 1 in {a.sample}{', poll' if a.poll else ''}: step {off_ms:.2f} ms (paused), "
           f"{calls:.1f} collectives per step, {len(pairs)} pairs of {a.block}-step blocks")
     print(f"overhead of recording: median {statistics.median(over) * 100:+.2f} %, "
           f"IQR {q[0] * 100:+.2f} % .. {q[2] * 100:+.2f} %  (load {load:.1f})")

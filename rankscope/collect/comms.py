@@ -49,11 +49,12 @@ def enable(buffer: int = DEFAULT_BUFFER, gpu_timing: bool = True) -> None:
         os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
 
 
-def timed_backend(inner: str = "gloo", ring: int = DEFAULT_BUFFER, sample_every: int = 1, stack: bool = False) -> str:
+def timed_backend(inner: str = "gloo", ring: int = DEFAULT_BUFFER, sample_every: int = 1, stack: bool = False,
+                  poll: bool = False) -> str:
     """The timed recorder's backend name for ``init_process_group`` (see :mod:`rankscope.collect.timed_pg`)."""
     from rankscope.collect import timed_pg
 
-    return timed_pg.timed_backend(inner, ring=ring, sample_every=sample_every, stack=stack)
+    return timed_pg.timed_backend(inner, ring=ring, sample_every=sample_every, stack=stack, poll=poll)
 
 
 def _timed() -> Any:

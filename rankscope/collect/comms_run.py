@@ -8,10 +8,11 @@ seconds), then runs the script as ``__main__``. Read the dumps with ``rankscope 
 use ``rankscope.profile`` get the same with ``comms=True`` or ``RANKSCOPE_COMMS=1``, the dumps going to
 the run directory.
 
-``--timed`` (or ``RANKSCOPE_COMMS_TIMED=1``, options "sample=16,ring=5000,stack=1") makes the script's
+``--timed`` (or ``RANKSCOPE_COMMS_TIMED=1``, options "sample=16,ring=5000,stack=1,poll=1") makes the script's
 ``init_process_group`` / ``new_group`` use rankscope's timed wrapper of gloo / nccl instead
 (:mod:`rankscope.collect.timed_pg`): completion times and states, sampling (``--sample N``: time one
-in N collectives, count all), the ring size (``--buffer``) and Python stacks (``--stack``).
+in N collectives, count all), the ring size (``--buffer``), Python stacks (``--stack``) and completion found
+by polling instead of a callback (``--poll``).
 """
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sample", type=int, default=None, metavar="N",
                    help="with --timed: time one collective in N, count all (default 1: time every one)")
     p.add_argument("--stack", action="store_true", help="with --timed: keep each entry's Python stack")
+    p.add_argument("--poll", action="store_true",
+                   help="with --timed: find completion when the next collective is issued, not by a callback on "
+                        "gloo's thread (2.5x cheaper on small steps; completion times to the next call)")
     p.add_argument("script", help="the training script")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     a = p.parse_args(argv)
@@ -42,7 +46,8 @@ def main(argv: list[str] | None = None) -> None:
     timed = timed_setup.from_env() or {}
     if a.timed or timed:
         timed = {"ring": a.buffer if a.timed else timed.get("ring", a.buffer),
-                 "sample_every": a.sample or timed.get("sample_every", 1), "stack": a.stack or timed.get("stack", False)}
+                 "sample_every": a.sample or timed.get("sample_every", 1), "stack": a.stack or timed.get("stack", False),
+                 "poll": a.poll or timed.get("poll", False)}
         timed_setup.install(**timed)
     else:
         comms.enable(a.buffer)

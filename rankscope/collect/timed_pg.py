@@ -132,8 +132,11 @@ def _sizes(x: Any) -> tuple[list[list[int]], list[str], int]:
 class Ring:
     """One process's timed entries (all its groups): bounded, thread-safe, cheap to append to."""
 
-    def __init__(self, size: int = 2000, sample_every: int = 1, stack: bool = False) -> None:
+    def __init__(self, size: int = 2000, sample_every: int = 1, stack: bool = False, poll: bool = False) -> None:
         self.size, self.sample_every, self.stack = max(1, int(size)), max(1, int(sample_every)), stack
+        # poll: completion found by asking the futures (next call, snapshot) instead of a callback on gloo's thread
+        self.poll = poll
+        self.pending: collections.deque[tuple[dict[str, Any], Any]] = collections.deque()
         self.entries: collections.deque[dict[str, Any]] = collections.deque(maxlen=self.size)
         self.counts: collections.Counter[str] = collections.Counter()
         self.timed = 0
@@ -146,8 +149,34 @@ class Ring:
         """A copy of the entries, oldest first (safe while collectives run); GPU entries' events looked at first."""
         if GPU.pending:
             GPU.poll()
+        if self.pending:
+            self.reap()
         with self._lock:
             return [dict(e) for e in self.entries]
+
+    def reap(self) -> None:
+        """Poll mode: entries whose future is done become completed (or failed), at the time this sees it."""
+        now = time.time_ns()
+        with self._lock:
+            keep: collections.deque[tuple[dict[str, Any], Any]] = collections.deque()
+            for e, fut in self.pending:
+                if not fut.done():
+                    keep.append((e, fut))
+                    continue
+                try:
+                    fut.value()
+                    e["state"] = "completed"
+                except Exception:  # noqa: BLE001 - the collective failed: its caller sees the error
+                    e["state"] = "failed"
+                e["time_discovered_completed_ns"], e["retired"] = now, True
+            self.pending = keep
+
+    def hold(self, e: dict[str, Any], fut: Any) -> None:
+        """Poll mode: keep the future until it is seen done (bounded: the oldest is given up, untimed)."""
+        with self._lock:
+            self.pending.append((e, fut))
+            if len(self.pending) > self.size:
+                self.pending.popleft()[0]["timed"] = False
 
     def warn_once(self) -> None:
         if not self._warned:
@@ -197,6 +226,8 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
             return fn(*args, **kwargs)
         entry = start = None
         try:
+            if self.ring.pending:  # poll mode: what finished since the last call
+                self.ring.reap()
             entry = self._entry(method, args)
             if self.gpu and entry is not None and not entry["record_id"] % self.ring.sample_every:
                 start = GPU.start_event()  # on the current stream, before the collective is enqueued
@@ -275,6 +306,9 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
         e["timed"] = True
         ring.timed += 1
         e["time_discovered_started_ns"] = e["time_created_ns"]  # gloo starts on enqueue; no GPU start event here
+        if ring.poll:
+            ring.hold(e, fut)
+            return work
 
         def done(fut: Any) -> None:
             try:
@@ -376,12 +410,16 @@ def _inner(kind: str, opts: Any) -> Any:
     return pg
 
 
-def timed_backend(inner: str = "gloo", ring: int = 2000, sample_every: int = 1, stack: bool = False) -> str:
+def timed_backend(inner: str = "gloo", ring: int = 2000, sample_every: int = 1, stack: bool = False,
+                  poll: bool = False) -> str:
     """Register the timed wrapper of ``inner`` and return the name to give ``init_process_group``
-    ("rankscope_gloo"). Sets the process's ring size, sampling and stack option (the last call wins)."""
+    ("rankscope_gloo"). Sets the process's ring size, sampling, stack and completion option (the last call
+    wins). ``poll``: a collective's completion is found when the next one is issued (or a dump looks) instead
+    of by a callback on gloo's thread, which must take the GIL in the middle of the next step; its
+    completion time is then when it was seen done, not when it finished."""
     import torch.distributed as dist
 
-    RING.size, RING.sample_every, RING.stack = max(1, int(ring)), max(1, int(sample_every)), stack
+    RING.size, RING.sample_every, RING.stack, RING.poll = max(1, int(ring)), max(1, int(sample_every)), stack, poll
     if RING.entries.maxlen != RING.size:
         with RING._lock:
             RING.entries = collections.deque(RING.entries, maxlen=RING.size)

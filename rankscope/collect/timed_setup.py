@@ -11,7 +11,7 @@ from rankscope.collect.timed_pg import timed_backend
 log = logging.getLogger(__name__)
 
 
-def mapped(backend: Any, ring: int, sample_every: int, stack: bool) -> Any:
+def mapped(backend: Any, ring: int, sample_every: int, stack: bool, poll: bool = False) -> Any:
     """``backend`` with gloo / nccl (plain or in "cpu:gloo,cuda:nccl" form) replaced by their timed wrappers."""
     import torch.distributed as dist
 
@@ -22,7 +22,7 @@ def mapped(backend: Any, ring: int, sample_every: int, stack: bool) -> Any:
         return backend
 
     def one(b: str) -> str:
-        return timed_backend(b, ring, sample_every, stack) if b in ("gloo", "nccl") else b
+        return timed_backend(b, ring, sample_every, stack, poll) if b in ("gloo", "nccl") else b
 
     if ":" in text:
         pairs = [p.split(":", 1) for p in text.split(",")]
@@ -45,7 +45,7 @@ def cuda() -> bool:
         return False
 
 
-def install(ring: int = 2000, sample_every: int = 1, stack: bool = False) -> Callable[[], None]:
+def install(ring: int = 2000, sample_every: int = 1, stack: bool = False, poll: bool = False) -> Callable[[], None]:
     """Make this process's ``init_process_group`` and ``new_group`` use the timed wrappers of gloo / nccl
     (no change to the training script); returns the function that restores them."""
     import torch.distributed as dist
@@ -54,11 +54,11 @@ def install(ring: int = 2000, sample_every: int = 1, stack: bool = False) -> Cal
     orig_init, orig_new = c10d.init_process_group, c10d.new_group
 
     def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
-        return orig_init(mapped(backend, ring, sample_every, stack), *args, **kwargs)
+        return orig_init(mapped(backend, ring, sample_every, stack, poll), *args, **kwargs)
 
     def new_group(*args: Any, **kwargs: Any) -> Any:
         if kwargs.get("backend") is not None:
-            kwargs["backend"] = mapped(kwargs["backend"], ring, sample_every, stack)
+            kwargs["backend"] = mapped(kwargs["backend"], ring, sample_every, stack, poll)
         return orig_new(*args, **kwargs)
 
     dist.init_process_group = c10d.init_process_group = init_process_group  # type: ignore[assignment]
@@ -72,13 +72,13 @@ def install(ring: int = 2000, sample_every: int = 1, stack: bool = False) -> Cal
 
 
 def from_env() -> dict[str, Any] | None:
-    """``RANKSCOPE_COMMS_TIMED``: "1" or "sample=16,ring=5000,stack=1"; unset, "" or "0": None."""
+    """``RANKSCOPE_COMMS_TIMED``: "1" or "sample=16,ring=5000,stack=1,poll=1"; unset, "" or "0": None."""
     import os
 
     raw = os.environ.get("RANKSCOPE_COMMS_TIMED", "").strip()
     if raw in ("", "0", "off", "false"):
         return None
-    opts: dict[str, Any] = {"ring": 2000, "sample_every": 1, "stack": False}
+    opts: dict[str, Any] = {"ring": 2000, "sample_every": 1, "stack": False, "poll": False}
     for part in raw.split(","):
         k, _, v = (x.strip() for x in part.partition("="))
         if k == "sample" and v:
@@ -87,4 +87,6 @@ def from_env() -> dict[str, Any] | None:
             opts["ring"] = int(v)
         elif k == "stack":
             opts["stack"] = v not in ("0", "off", "false")
+        elif k == "poll":
+            opts["poll"] = v not in ("0", "off", "false")
     return opts

@@ -45,7 +45,8 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("timed")
     return {"fr": _run(base / "fr", "fr"), "timed": _run(base / "timed", "timed"), "timed_dir": base / "timed",
             "small": _run(base / "small", "timed", RANKSCOPE_TEST_RING="5", RANKSCOPE_TEST_SAMPLE="3",
-                          RANKSCOPE_TEST_STACK="1")}
+                          RANKSCOPE_TEST_STACK="1"),
+            "poll": _run(base / "poll", "timed", RANKSCOPE_TEST_POLL="1")}
 
 
 def _collectives(entries: list[dict[str, Any]]) -> list[tuple[str, int]]:
@@ -172,3 +173,21 @@ def test_size_dtype_and_point_to_point_mismatches_are_named_as_such(tmp_path: Pa
                           env=_env(), capture_output=True, text=True, timeout=60).stdout
     assert "size mismatch in process group 0" in " ".join(text.split())
     assert "rank 0's send #2 to rank 1" in " ".join(text.split()) and "dtype mismatch" in " ".join(text.split())
+
+
+def test_poll_mode_completes_every_collective_without_a_callback(jobs: dict[str, Any]) -> None:
+    """poll=True: completion is found when the next collective is issued (or the dump looks), not by a callback
+    on gloo's thread. The same entries as with callbacks, every one completed by the time of the dump; each
+    completion seen no earlier than its creation."""
+    for r in (0, 1):
+        cb, poll = jobs["timed"][r], jobs["poll"][r]
+        assert [(e["op"], e["seq"], e["p2p_seq"]) for e in poll["entries"]] == \
+            [(e["op"], e["seq"], e["p2p_seq"]) for e in cb["entries"]]
+        assert [e["state"] for e in poll["entries"]] == [e["state"] for e in cb["entries"]]
+        done = [e for e in poll["entries"] if e["state"] == "completed"]
+        assert done and all(e["completed"] >= e["created"] for e in done)
+        # found at the next call: a collective's completion is seen at or before the next entry's creation
+        # (the entries of the p2p wrapper, completed in wait(), are not polled)
+        coll = [e for e in poll["entries"] if not e["p2p"] and e["seq"] is not None]
+        seen_at_next = sum(1 for a, b in zip(coll, coll[1:]) if a["completed"] <= b["created"] + 1_000_000)
+        assert seen_at_next >= len(coll) // 2, [(e["op"], e["created"], e["completed"]) for e in coll]

@@ -81,7 +81,8 @@ def main(out: str, mode: str) -> None:
 
         name = comms.timed_backend("gloo", ring=int(os.environ.get("RANKSCOPE_TEST_RING", "2000")),
                                    sample_every=int(os.environ.get("RANKSCOPE_TEST_SAMPLE", "1")),
-                                   stack=os.environ.get("RANKSCOPE_TEST_STACK") == "1")
+                                   stack=os.environ.get("RANKSCOPE_TEST_STACK") == "1",
+                                   poll=os.environ.get("RANKSCOPE_TEST_POLL") == "1")
         dist.init_process_group(name, timeout=timeout)
     else:
         dist.init_process_group("gloo", timeout=timeout)  # comms_run --timed swaps in the wrapper

@@ -43,9 +43,9 @@ def test_options_from_the_environment(monkeypatch) -> None:
     monkeypatch.setenv("RANKSCOPE_COMMS_TIMED", "0")
     assert from_env() is None
     monkeypatch.setenv("RANKSCOPE_COMMS_TIMED", "1")
-    assert from_env() == {"ring": 2000, "sample_every": 1, "stack": False}
-    monkeypatch.setenv("RANKSCOPE_COMMS_TIMED", "sample=16, ring=500,stack=1")
-    assert from_env() == {"ring": 500, "sample_every": 16, "stack": True}
+    assert from_env() == {"ring": 2000, "sample_every": 1, "stack": False, "poll": False}
+    monkeypatch.setenv("RANKSCOPE_COMMS_TIMED", "sample=16, ring=500,stack=1,poll=1")
+    assert from_env() == {"ring": 500, "sample_every": 16, "stack": True, "poll": True}
 
 
 MAPPING = r'''
