@@ -125,7 +125,10 @@ def _p2p(per_rank: dict[int, dict[int, FrEntry]], g: str, desc: str, dumped: set
             e = ents[s]
             if e.peer is None:
                 continue
-            (sends if e.op == "send" else recvs)[(r, e.peer) if e.op == "send" else (e.peer, r)].append(e)
+            if e.op == "send":
+                sends[(r, e.peer)].append(e)
+            else:
+                recvs[(e.peer, r)].append(e)
     whole = {r for r, ents in per_rank.items() if min(ents) == 1}
     out: list[dict[str, Any]] = []
     for src, dst in sorted(set(sends) | set(recvs)):
@@ -170,10 +173,10 @@ def _group(p: dict[str, Any]) -> str:
 
 
 def _headline(v: Verdict) -> str:
+    tail = f"; no dump from ranks {format_int_list(v.no_dump)}" if v.no_dump else ""
     if not v.problems:
-        tail = f"; no dump from ranks {format_int_list(v.no_dump)}" if v.no_dump else ""
         return f"no hang or desync among ranks {format_int_list(v.ranks)}: every group's collectives agree{tail}"
-    return describe(v.problems[0]) + (f"; no dump from ranks {format_int_list(v.no_dump)}" if v.no_dump else "")
+    return describe(v.problems[0]) + tail
 
 
 def describe(p: dict[str, Any]) -> str:

@@ -51,7 +51,7 @@ import traceback
 from typing import Any, Callable
 
 from rankscope.collect.timed_gpu import GPU
-from rankscope.collect.timed_work import work_class
+from rankscope.collect.timed_work import failed, finish, work_class
 
 log = logging.getLogger(__name__)
 
@@ -163,12 +163,7 @@ class Ring:
                 if not fut.done():
                     keep.append((e, fut))
                     continue
-                try:
-                    fut.value()
-                    e["state"] = "completed"
-                except Exception:  # noqa: BLE001 - the collective failed: its caller sees the error
-                    e["state"] = "failed"
-                e["time_discovered_completed_ns"], e["retired"] = now, True
+                finish(e, failed(fut), now)
             self.pending = keep
 
     def hold(self, e: dict[str, Any], fut: Any) -> None:
@@ -312,14 +307,7 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
 
         def done(fut: Any) -> None:
             try:
-                failed = False
-                try:
-                    fut.value()
-                except Exception:  # noqa: BLE001 - the collective failed: its caller sees the error
-                    failed = True
-                e["time_discovered_completed_ns"] = time.time_ns()
-                e["state"] = "failed" if failed else "completed"
-                e["retired"] = True
+                finish(e, failed(fut))
             except Exception:  # noqa: BLE001
                 ring.warn_once()
 
@@ -338,10 +326,8 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
 
         def enqueued(fut: Any) -> None:  # runs at once, on a stream that waits on the collective's end
             try:
-                try:
-                    fut.value()
-                except Exception:  # noqa: BLE001 - the collective failed: its caller sees the error
-                    e.update(state="failed", retired=True, time_discovered_completed_ns=time.time_ns())
+                if failed(fut):
+                    finish(e, True)
                     return
                 GPU.on_enqueued(e, start)
             except Exception:  # noqa: BLE001

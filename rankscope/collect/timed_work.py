@@ -6,6 +6,22 @@ import time
 from typing import Any
 
 
+def finish(e: dict[str, Any], failed: bool, now: int | None = None) -> None:
+    """An entry's end: completed or failed, seen at ``now`` (default: this moment)."""
+    e["time_discovered_completed_ns"] = time.time_ns() if now is None else now
+    e["state"] = "failed" if failed else "completed"
+    e["retired"] = True
+
+
+def failed(fut: Any) -> bool:
+    """Whether a done future holds an error (its caller sees that error; the recorder only notes it)."""
+    try:
+        fut.value()
+    except Exception:  # noqa: BLE001
+        return True
+    return False
+
+
 def work_class(base: type) -> type:
     """A torch ``Work`` around a gloo Work that has neither a future nor a callback (send / recv,
     reduce_scatter_tensor):
@@ -21,9 +37,7 @@ def work_class(base: type) -> type:
             e = self.entry
             try:
                 if not e["retired"]:
-                    e["time_discovered_completed_ns"] = time.time_ns()
-                    e["state"] = "failed" if failed else "completed"
-                    e["retired"] = True
+                    finish(e, failed)
                     if e.get("peer") == -1 and not failed:  # recv from any source: now it is known
                         src = int(self.inner._source_rank())
                         other = self.pg.members[src] if 0 <= src < len(self.pg.members) else src
