@@ -52,7 +52,7 @@ def main() -> None:
         dist.destroy_process_group()
         return
 
-    from rankscope.collect import timed_pg
+    from rankscope.collect.comms import timed_pg
 
     dist.init_process_group(timed_pg.timed_backend("gloo", ring=2000, sample_every=1), rank=0, world_size=1)
     timed = dist.group.WORLD

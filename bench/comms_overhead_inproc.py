@@ -26,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 JOB = r'''
 import sys, time, datetime, torch, torch.distributed as dist
-from rankscope.collect import comms, timed_pg
+from rankscope.collect import comms
+from rankscope.collect.comms import timed_pg
 width, depth, blocks, block, sample, poll = (int(a) for a in sys.argv[1:7])
 dist.init_process_group(comms.timed_backend("gloo", sample_every=sample, poll=bool(poll)),
                         timeout=datetime.timedelta(seconds=120))

@@ -34,7 +34,7 @@ def cpu_spread(run: Any) -> float:
     """Mean CPU time per step of the training thread: the slowest rank's over the fastest rank's."""
     import polars as pl
 
-    from rankscope.analysis.cpu import sched_frame
+    from rankscope.analysis.diagnosis.cpu import sched_frame
 
     means = sched_frame(run).group_by("rank").agg(m=pl.col("cpu_ns").cast(pl.Float64).mean())
     return float(means["m"].max()) / float(means["m"].min())  # type: ignore[arg-type]

@@ -45,7 +45,7 @@ print(0.0, time.perf_counter() - t)
 import time, sys
 t0 = time.perf_counter()
 from rankscope.model.run import load_run
-from rankscope.analysis.hta_compat import temporal
+from rankscope.analysis.compat.hta import temporal
 import pyarrow, pyarrow.parquet, pyarrow.compute, numpy, msgspec
 t = time.perf_counter()
 run = load_run(sys.argv[1], jobs=1, allow_missing_ranks=True)

@@ -7,7 +7,7 @@ torch.distributed: pairs of plain processes doing the decode family's exact per-
 (``rankscope.demo.lm.Encoded``, 64 samples per step), CPUs rotated every step as ``--cpus rotate`` does,
 steps kept in lockstep by a barrier (as the all-reduce does in the real job). Per pair, the slower
 process's median step time over the other's, and in how many steps it was the slower one, classed by
-the straggler rules' 2-rank bars (``rankscope.analysis.likely`` and ``straggler.agreeing``):
+the straggler rules' 2-rank bars (``rankscope.analysis.diagnosis.likely`` and ``straggler.agreeing``):
 
 - "likely": median +5 % or more and the slower one in >= 60 % of the steps;
 - "verdict": median +10 % or more and the slower one in >= 75 % of the steps.

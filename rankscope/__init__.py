@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from rankscope.version import __version__
 
 __all__ = ["__version__", "profile", "trace_handler", "load_run", "analyze", "comms", "rpc"]
 

@@ -77,7 +77,7 @@ class Analysis:
 
     def diff(self, baseline: str | Path | Analysis) -> Analysis:
         """The comparison with ``baseline`` (a path or another Analysis); its tables via ``.table("diff", ...)``."""
-        from rankscope.analysis.diff import run_diff
+        from rankscope.analysis.compare.diff import run_diff
 
         base = baseline if isinstance(baseline, Analysis) else analyze(baseline)
         d = run_diff(self.run, self.results, base.run, base.results)
@@ -91,7 +91,7 @@ class Analysis:
 
     def timeline(self, out: str | Path, *, steps: list[int] | None = None, ranks: list[int] | None = None) -> Path:
         """Write the merged timeline (.pftrace, or Chrome JSON for .json / .json.gz), clocks aligned."""
-        from rankscope.analysis.clock import alignment_from
+        from rankscope.analysis.clock.alignment import alignment_from
         from rankscope.render.timeline import write_timeline
 
         return write_timeline(self.run, out, ranks=ranks, steps=steps, offsets=alignment_from(self.results))

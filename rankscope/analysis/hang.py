@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankscope.intlist import format_int_list
-from rankscope.model.frdump import FrDump, FrEntry
+from rankscope.model.readers.frdump import FrDump, FrEntry
 
 
 @dataclass
@@ -225,7 +225,7 @@ def run_hang(run: Any, results: dict[str, Any]) -> Any:
 
     from rankscope.analysis.base import Finding, Result, Severity
     from rankscope.errors import TraceError
-    from rankscope.model import frdump
+    from rankscope.model.readers import frdump
 
     files = [f for f in frdump.find(run.path) if str(f).rsplit("/", 1)[-1].startswith("comms.")]
     if not files:

@@ -18,36 +18,36 @@ def register(a: Analysis) -> Analysis:
 # The built-in analyses, in the order they run: (name, module, run function, description,
 # needs, after, shared). "shared" ones also expose rank_part/combine for the one-pass walk.
 BUILTIN: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...], bool], ...] = (
-    ("breakdown", "breakdown", "run_breakdown",
+    ("breakdown", "steps.breakdown", "run_breakdown",
      "per-rank × per-step time breakdown (compute, exposed comm, data, idle)", ("steps",), (), True),
-    ("hta_temporal", "hta_compat", "run_hta_temporal",
+    ("hta_temporal", "compat.hta", "run_hta_temporal",
      "HTA-compatible temporal breakdown (idle / compute / non-compute)", ("kernels",), (), True),
-    ("clock", "clock", "run_clock", "per-rank clock offsets to rank 0 (anchors + matched collectives)",
+    ("clock", "clock.alignment", "run_clock", "per-rank clock offsets to rank 0 (anchors + matched collectives)",
      (), (), False),
-    ("links", "links", "run_links", "slow links / groups: transfer-time outliers among peer groups",
+    ("links", "comm.links", "run_links", "slow links / groups: transfer-time outliers among peer groups",
      (), ("clock",), False),
-    ("straggler", "straggler", "run_straggler", "which rank the others wait for, and why",
+    ("straggler", "diagnosis.straggler", "run_straggler", "which rank the others wait for, and why",
      (), ("breakdown",), False),
-    ("trajectory", "trajectory", "run_trajectory", "iteration gap, forward+backward and iteration tail per step",
+    ("trajectory", "steps.trajectory", "run_trajectory", "iteration gap, forward+backward and iteration tail per step",
      (), ("breakdown",), False),
-    ("collectives", "collectives", "run_collectives",
+    ("collectives", "comm.collectives", "run_collectives",
      "collectives matched across ranks: arrival skew, wait, bandwidth", ("collectives",), (), False),
-    ("comm_matrix", "comm_matrix", "run_comm_matrix", "rank × rank bytes, time and bandwidth; process-group map",
+    ("comm_matrix", "comm.matrix", "run_comm_matrix", "rank × rank bytes, time and bandwidth; process-group map",
      ("collectives",), ("collectives",), False),
-    ("opstats", "opstats", "run_opstats", "cross-rank operator and kernel statistics (top-N)", (), (), True),
-    ("kernels", "kernels", "run_kernels", "kernel classes, launch statistics, idle-time breakdown (HTA parity)",
+    ("opstats", "steps.opstats", "run_opstats", "cross-rank operator and kernel statistics (top-N)", (), (), True),
+    ("kernels", "gpu.kernels", "run_kernels", "kernel classes, launch statistics, idle-time breakdown (HTA parity)",
      ("kernels",), (), True),
-    ("memory", "memory", "run_memory", "allocated / reserved memory over time, peak and operator at peak",
+    ("memory", "steps.memory", "run_memory", "allocated / reserved memory over time, peak and operator at peak",
      ("memory",), (), True),
-    ("advice", "advice", "run_advice",
+    ("advice", "diagnosis.advice", "run_advice",
      "rules with thresholds: data loading, exposed comm, host gaps, memory, ...", (), ("breakdown",), False),
-    ("ascend_cluster", "ascend_cluster", "run_ascend_cluster",
+    ("ascend_cluster", "compat.ascend_cluster", "run_ascend_cluster",
      "msprof-analyze cluster files (step trace, communication, matrix, groups) from torch_npu summaries",
      (), (), False),
     ("hang", "hang", "run_hang", "collective recorder dumps matched across ranks: hangs and desyncs", (), (), False),
-    ("rpc", "rpc", "run_rpc", "RPC calls: per destination, remote time vs network + queueing, slowest functions",
+    ("rpc", "comm.rpc", "run_rpc", "RPC calls: per destination, remote time vs network + queueing, slowest functions",
      (), (), False),
-    ("capture", "capture", "run_capture", "captured steps per rank: window mismatch, idle ranks, dropped windows",
+    ("capture", "steps.capture", "run_capture", "captured steps per rank: window mismatch, idle ranks, dropped windows",
      (), (), False),
 )
 
@@ -72,7 +72,7 @@ def per_rank_pass(run: Run, analyses: list[Analysis]) -> dict[str, list[tuple[in
     dask = os.environ.get("RANKSCOPE_DASK")
     fns = tuple((a.name, a.rank_part) for a in analyses)
     if dask and len(run.ranks) > 1:
-        from rankscope.model.executors import run_tasks
+        from rankscope.engine.executors import run_tasks
 
         got = run_tasks(rank_parts, [(run.only(r), fns) for r in run.rank_ids], jobs=os.cpu_count() or 1,
                         dask=dask)

@@ -50,9 +50,9 @@ def versions() -> dict[str, str]:
     """torch and rankscope versions."""
     import torch
 
-    import rankscope
+    from rankscope.version import __version__
 
-    return {"rankscope": getattr(rankscope, "__version__", "unknown"), "torch": str(torch.__version__)}
+    return {"rankscope": __version__, "torch": str(torch.__version__)}
 
 
 def _device() -> str:

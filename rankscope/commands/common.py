@@ -119,7 +119,7 @@ def load_and_analyze(path: str, jobs: int, allow_missing: bool = True, clock_ali
     from rankscope.analysis.registry import run_all
     from rankscope.model.run import load_run
 
-    if not clock_align:  # read by rankscope.analysis.clock.align; the CLI process owns its environment
+    if not clock_align:  # read by rankscope.analysis.clock.alignment; the CLI process owns its environment
         os.environ["RANKSCOPE_CLOCK_ALIGN"] = "0"
 
     with progress() as prog:

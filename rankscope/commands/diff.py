@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def compute(run_path: str, base_path: str, jobs: int, allow_missing: bool = True, strict: bool = False
             ) -> tuple[Run, dict[str, Result], Result]:
     """Load and analyze both runs; return (run, results, diff result)."""
-    from rankscope.analysis.diff import run_diff
+    from rankscope.analysis.compare.diff import run_diff
 
     a, ra = load_and_analyze(run_path, jobs, allow_missing, strict=strict)
     b, rb = load_and_analyze(base_path, jobs, allow_missing, strict=strict)

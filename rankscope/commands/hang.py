@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from rankscope.analysis.hang import describe, diagnose
     from rankscope.errors import RankscopeError, TraceError, safe
-    from rankscope.model import frdump
+    from rankscope.model.readers import frdump
 
     dumps = []
     for f in frdump.find(args.dumps):

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     r, results = load_and_analyze(args.run, args.jobs, True, args.clock_align, args.strict)
     diff = None
     if getattr(args, "baseline", None):
-        from rankscope.analysis.diff import run_diff
+        from rankscope.analysis.compare.diff import run_diff
 
         b, rb = load_and_analyze(args.baseline, args.jobs, True, args.clock_align, args.strict)
         diff = run_diff(r, results, b, rb)

@@ -12,7 +12,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankscope import __version__
+    from rankscope.version import __version__
 
     line = f"rankscope {__version__}"
     if importlib.util.find_spec("torch") is not None:

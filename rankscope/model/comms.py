@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rankscope.model import schema
-from rankscope.model.kineto import Args, RawTrace
+from rankscope.model.readers.kineto import Args, RawTrace
 
 _OP_RE = re.compile(r"^(?:nccl|gloo|hccl|rccl|c10d)(?:[:_]+)(.*)$", re.I)
 
@@ -152,7 +152,7 @@ def _row(i: int, name: str, a: Args | None, ts: int, dur: int, default_pg: tuple
 
 def _default_pg(raw: RawTrace) -> tuple[str, str, int]:
     from rankscope.model import sanity
-    from rankscope.model.kineto import dist_info
+    from rankscope.model.readers.kineto import dist_info
 
     info = dist_info(raw.trace)
     cfg = info.pg_config if info is not None and isinstance(info.pg_config, list) else None

@@ -58,9 +58,9 @@ def discover(path: Path, cache: Path) -> Found:
         return Found([RankTask((str(path),), str(cache), rank_from_name(path), None, "file name")])
     if not path.exists():
         raise RankscopeError(f"{safe(path)}: no such file or directory")
-    from rankscope.model import ascend
+    from rankscope.model.readers.ascend import torch_npu as ascend
 
-    from rankscope.model import mindinsight
+    from rankscope.model.readers.ascend import mindinsight
 
     if mindinsight.is_cluster(path):
         return _mindinsight(path, cache)
@@ -85,8 +85,8 @@ def discover(path: Path, cache: Path) -> Found:
 
 
 def _mindinsight(path: Path, cache: Path) -> Found:
-    """One task per rank of a MindInsight-era cluster folder (model/mindinsight.py); host IPs stay out."""
-    from rankscope.model import mindinsight
+    """One task per rank of a MindInsight-era cluster folder (model/readers/ascend/mindinsight.py); host IPs stay out."""
+    from rankscope.model.readers.ascend import mindinsight
 
     try:
         members, problems = mindinsight.members(path)

@@ -185,7 +185,8 @@ def _damage(f: str, raw: Any, want: tuple[int, str] | None) -> list[str]:
 
 def _read_one(f: str) -> tuple[Any, dict[str, Any], list[str]]:
     """Stream a large file (bounded memory); read small or unusual ones whole (salvages damage)."""
-    from rankscope.model import kineto, stream, tables
+    from rankscope.model import stream, tables
+    from rankscope.model.readers import kineto
 
     if stream.inflated_size(f) >= stream.stream_threshold():
         raw: Any = stream.StreamTrace(f)
@@ -200,7 +201,7 @@ def _read_one(f: str) -> tuple[Any, dict[str, Any], list[str]]:
 
 
 def _read_ascend(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | TraceError:
-    from rankscope.model import ascend
+    from rankscope.model.readers.ascend import torch_npu as ascend
 
     d = Path(task.root or task.files[0])
     rank, source, dist = ascend.identity(d)
@@ -222,7 +223,7 @@ def _read_mindinsight(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] |
 
     import pyarrow as pa
 
-    from rankscope.model import mindinsight
+    from rankscope.model.readers.ascend import mindinsight
 
     meta = dict(task.meta or {})
     info = RankInfo(rank=-1 if task.rank_hint is None else task.rank_hint, files=list(task.files), meta=meta,
@@ -243,7 +244,7 @@ READERS: dict[str, Callable[[RankTask], "tuple[RankInfo, list[dict[str, Any]]] |
 def _identity(info: RankInfo, raw: Any, task: RankTask) -> None:
     from rankscope.model import sanity
 
-    from rankscope.model.kineto import dist_info
+    from rankscope.model.readers.kineto import dist_info
 
     d = dist_info(raw.trace)
     if raw.trace.distributedInfo is not None and d is None:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 from rankscope.errors import RankscopeError, TraceError, safe
 from rankscope.intlist import format_int_list
 from rankscope.model.discover import TRACE_SUFFIXES, discover
-from rankscope.model.executors import run_tasks
+from rankscope.engine.executors import run_tasks
 from rankscope.model.info import RankInfo
 from rankscope.model.ingest import RankTask, ingest, system_pool
 
@@ -174,7 +174,7 @@ def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_mis
     ``strict=True`` raises instead when any rank is missing, duplicated or damaged (scripts that want
     all or nothing). ``allow_missing_ranks`` is accepted for compatibility and has no effect.
     ``jobs`` worker processes (1: in this process), or a Dask cluster with ``dask="local"`` or a
-    scheduler address (``rankscope.model.executors``; default: ``$RANKSCOPE_DASK``, which the CLI's
+    scheduler address (``rankscope.engine.executors``; default: ``$RANKSCOPE_DASK``, which the CLI's
     ``--dask`` sets). ``cache_dir``: keep the Parquet cache there (keyed by the run's path) instead
     of next to the run, e.g. to leave a served directory untouched.
     """

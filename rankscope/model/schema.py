@@ -73,7 +73,7 @@ STEPS = pa.schema([
     ("host_end", pa.int64()), ("complete", pa.bool_()),
 ])
 
-# Ascend summary files as written by torch_npu (model/ascend_files.py); empty for other readers.
+# Ascend summary files as written by torch_npu (model/readers/ascend/files.py); empty for other readers.
 COMM_OPS = pa.schema([("step", pa.string()), ("kind", pa.string()), ("name", pa.string()),
                       ("group", pa.string()), ("info", pa.string())])
 COMM_LINKS = pa.schema([("step", pa.string()), ("kind", pa.string()), ("name", pa.string()),

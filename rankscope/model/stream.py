@@ -16,7 +16,7 @@ from typing import Iterator
 import msgspec
 
 from rankscope.model import inflate
-from rankscope.model.kineto import _DECODER, Event, RawTrace, Trace, decode_events
+from rankscope.model.readers.kineto import _DECODER, Event, RawTrace, Trace, decode_events
 
 PIECE = 2 << 20
 # Files inflating to at least this many bytes are streamed (RANKSCOPE_STREAM_BYTES overrides).

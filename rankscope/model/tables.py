@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rankscope.model import schema
-from rankscope.model.kineto import Args, Event, RawTrace
+from rankscope.model.readers.kineto import Args, Event, RawTrace
 
 _NOARGS = Args()
 MAX_TS_US = 4.1e15  # epoch µs of year 2100 (model/sanity.py MAX_EPOCH_NS)

@@ -1,4 +1,4 @@
-"""Render a run-vs-run diff (``rankscope.analysis.diff``): terminal tables, JSON, an HTML section.
+"""Render a run-vs-run diff (``rankscope.analysis.compare.diff``): terminal tables, JSON, an HTML section.
 
 Columns follow X / XBase / XDiff; times in the step and rank tables are shown in ms.
 """
@@ -43,7 +43,7 @@ def terminal_tables(diff: Result, top: int = 15) -> list[Any]:
     shape), collectives. Δ columns are normalized by the host speed factor where they say "norm"."""
     from rich.table import Table
 
-    from rankscope.analysis.work import first_dims
+    from rankscope.analysis.diagnosis.work import first_dims
 
     def table(title: str, heads: list[tuple[str, bool]]) -> Any:
         t = Table(title=title, title_justify="left", pad_edge=False, padding=(0, 1))

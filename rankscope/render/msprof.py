@@ -4,7 +4,7 @@ Layouts as msprof-analyze 26.2.0 writes them: cluster_step_trace_time.csv (csv m
 first), cluster_communication.json {"(0, 1)": {"step10": {"hcom_…@<hash>" | "Total Op Info@<hash>":
 {"<rank>": {...}}}}}, cluster_communication_matrix.json {"(0, 1)": {"step10": {"allreduce-top1@<hash>":
 {"<src>-<dst>": {...}}}}} and communication_group.json. Only nesting here: the values are the
-analysis's (rankscope/analysis/ascend_cluster.py).
+analysis's (rankscope/analysis/compat/ascend_cluster.py).
 """
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def parse_ints(spec: str | None, what: str) -> list[int] | None:
 def aligned_offsets(run: Any) -> Any:
     """The clock alignment the clock analysis computes (offsets refined with matched collectives,
     and drifts where significant): a ``ClockAlignment``, accepted wherever ``offsets`` are."""
-    from rankscope.analysis.clock import align
+    from rankscope.analysis.clock.alignment import align
 
     return align(run)
 
@@ -123,7 +123,7 @@ def remote_events(run: Any, rank: int, win: tuple[int, int] | None) -> tuple[Any
     import polars as pl
 
     calls = _rpc_calls(run).get(rank, [])
-    from rankscope.model.rpcfiles import tables
+    from rankscope.model.readers.rpcfiles import tables
 
     ev = tables(calls)[1].filter(pl.col("name") != "[memory]")
     ev = _in_window(ev, win)
@@ -136,7 +136,7 @@ def _rpc_calls(run: Any) -> dict[int, list[dict[str, Any]]]:
     """RPC call records of the run by rank (read once per Run object)."""
     got = getattr(run, "_rpc_calls", None)
     if got is None:
-        from rankscope.model.rpcfiles import load
+        from rankscope.model.readers.rpcfiles import load
 
         got = {}
         for c in load(str(run.path))[0]:
@@ -205,7 +205,7 @@ def collect(run: Any, *, ranks: list[int] | None = None, steps: list[int] | None
     chosen = run.rank_ids if not ranks else [r for r in run.rank_ids if r in set(ranks)]
     if not chosen:
         raise RankscopeError(f"--ranks {ranks}: none of these ranks is in {run.path} (ranks: {run.rank_ids})")
-    from rankscope.analysis.clock import ClockAlignment
+    from rankscope.analysis.clock.alignment import ClockAlignment
 
     drifts: dict[int, float] = dict(getattr(offsets, "applied_drift_ppm", {}) or {})
     table = getattr(offsets, "offset_ns", offsets) or {}

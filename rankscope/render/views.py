@@ -11,7 +11,7 @@ from typing import Any, Callable
 from rankscope.analysis.base import Result
 from rankscope.model.run import Run
 from rankscope.render import charts
-from rankscope.analysis.work import first_dims
+from rankscope.analysis.diagnosis.work import first_dims
 from rankscope.render.declare import BREAKDOWN_COLS, Col as C
 from rankscope.render.html import declared_table, esc, findings_html, table_html
 
@@ -65,7 +65,7 @@ def cluster_view(run: Run, results: dict[str, Result], timeline_url: str | None 
     exact events: a link to the merged trace of those steps (served) or the command that writes it."""
     import shlex
 
-    from rankscope.analysis.waits import cluster_timeline
+    from rankscope.analysis.diagnosis.waits import cluster_timeline
     from rankscope.intlist import format_int_list
 
     tl = cluster_timeline(run, results)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rankscope.model.ascend import double_hash
+from rankscope.model.readers.ascend.torch_npu import double_hash
 
 T0_US = 1_735_689_600_000_000.0  # 2025-01-01 00:00:00 UTC in µs
 BANDWIDTH_GBPS = {"HCCS": 24.0, "RDMA": 12.0}  # GB/s = MB/ms

@@ -135,7 +135,7 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 def _versions() -> dict[str, str]:
-    from rankscope import __version__
+    from rankscope.version import __version__
 
     return {"rankscope": __version__, "torch": TORCH_VERSION}
 

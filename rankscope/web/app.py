@@ -188,7 +188,7 @@ class Runs:
         results = run_all(run)
         diff = None
         if b is not None:
-            from rankscope.analysis.diff import run_diff
+            from rankscope.analysis.compare.diff import run_diff
 
             base = load_run(b, jobs=1, allow_missing_ranks=True, cache_dir=self.cache_dir)
             diff = run_diff(run, results, base, run_all(base))

@@ -21,7 +21,7 @@ def top_ops(run: Any, rank: int, kinds: tuple[str, ...], n: int = 25) -> list[di
 
 
 def page(run: Any, results: dict[str, Any], rank: int, name: str) -> str:
-    from rankscope.analysis.waits import choose_steps
+    from rankscope.analysis.diagnosis.waits import choose_steps
     from rankscope.intlist import format_int_list
     from rankscope.render import charts
     from rankscope.render.declare import BREAKDOWN_COLS, Col

@@ -27,7 +27,7 @@ def main(out: str, mode: str) -> None:
         comms.enable(2000)
         backend = "nccl"
     else:
-        from rankscope.collect import timed_pg
+        from rankscope.collect.comms import timed_pg
 
         backend = timed_pg.timed_backend("nccl")
     dist.init_process_group(backend, init_method="file://" + os.path.join(out, f"store-{mode}"), rank=0,
@@ -45,7 +45,7 @@ def main(out: str, mode: str) -> None:
 
         entries = pickle.loads(c10d._dump_fr_trace(True, False, False))["entries"]  # type: ignore[attr-defined]
     else:
-        from rankscope.collect import timed_pg
+        from rankscope.collect.comms import timed_pg
 
         entries = timed_pg.entries()
     rows = [{"op": str(e["profiling_name"]).split(":", 1)[-1], "seq": e["collective_seq_id"], "state": e["state"],

@@ -62,7 +62,7 @@ def test_profile_two_ranks_local(tmp_path):
     for f in run.rglob("*.json"):
         assert host not in f.read_text()
     # the analysis sees the same aligned windows
-    from rankscope.analysis.capture import run_capture
+    from rankscope.analysis.steps.capture import run_capture
     from rankscope.model.run import load_run
 
     cap = run_capture(load_run(run, jobs=1), {})
@@ -82,7 +82,7 @@ def test_idle_rank_window_closed_and_reported(tmp_path):
     trace = json.load(gzip.open(run / "ranks/1/window-0001.pt.trace.json.gz"))
     assert {e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")} == \
         {"ProfilerStep#6"}
-    from rankscope.analysis.capture import run_capture
+    from rankscope.analysis.steps.capture import run_capture
     from rankscope.model.run import load_run
 
     kinds = {f.kind: f for f in run_capture(load_run(run, jobs=1), {}).findings}
@@ -102,7 +102,7 @@ def test_profile_only_some_ranks_with_metadata(tmp_path):
     assert m1["metadata"] == {"mode": "subset", "note": "subset", "cfg": {"lr": 0.01, "bs": 8}}
     trace = json.load(gzip.open(run / "ranks/1/window-0000.pt.trace.json.gz"))
     assert trace["note"] == "subset" and trace["cfg"] == {"lr": 0.01, "bs": 8}
-    from rankscope.analysis.capture import run_capture
+    from rankscope.analysis.steps.capture import run_capture
     from rankscope.model.run import load_run
 
     cap = run_capture(load_run(run, jobs=1), {})

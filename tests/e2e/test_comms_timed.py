@@ -1,4 +1,4 @@
-"""The timed collective recorder (rankscope.collect.timed_pg) in real gloo jobs (torchrun, loopback).
+"""The timed collective recorder (rankscope.collect.comms.timed_pg) in real gloo jobs (torchrun, loopback).
 
 The oracle for what it must see is torch's own Flight Recorder on the same workload (DDP's construction
 and gradient all-reduces, issued from C++, then the user's collectives): the same ops in the same
@@ -120,13 +120,13 @@ def test_sampling_times_one_in_n_and_the_ring_stays_bounded(jobs: dict[str, Any]
 
 
 def test_no_code_change_hang_with_last_completed(tmp_path: Path) -> None:
-    """A plain init_process_group("gloo") script under `-m rankscope.collect.comms_run --timed`; rank 1
+    """A plain init_process_group("gloo") script under `-m rankscope.collect.comms.run --timed`; rank 1
     skips an all_reduce; the watchdog dumps on every rank; `rankscope hang` names the rank and gives each
     rank's last completed collective (known from real completion), and torch's analyzer agrees."""
     out = tmp_path / "hang"
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=3",
                              "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m",
-                             "rankscope.collect.comms_run", "--timed", "--out", str(out), "--watchdog", "1.5",
+                             "rankscope.collect.comms.run", "--timed", "--out", str(out), "--watchdog", "1.5",
                              "--no-exit-dump", JOB, str(out), "hang"],
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)

@@ -24,12 +24,12 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="module", params=["flight_recorder", "timed"])
 def run_dir(request, tmp_path_factory) -> Path:
     """The job recorded by Flight Recorder, and by the timed backend (the unchanged script run under
-    ``-m rankscope.collect.comms_run --timed``): the windows must come out the same."""
+    ``-m rankscope.collect.comms.run --timed``): the windows must come out the same."""
     run = tmp_path_factory.mktemp("win") / "run"
     (run.parent / "ENGINE").write_text(request.param)
     env = {**os.environ, "RANKSCOPE_COMMS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parents[1])}
     if request.param == "timed":
-        wrap = ["-m", "rankscope.collect.comms_run", "--timed", "--no-exit-dump", "--out", str(run.parent / "dumps")]
+        wrap = ["-m", "rankscope.collect.comms.run", "--timed", "--no-exit-dump", "--out", str(run.parent / "dumps")]
     else:
         wrap, env["TORCH_FR_BUFFER_SIZE"] = [], "2000"
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
@@ -40,7 +40,7 @@ def run_dir(request, tmp_path_factory) -> Path:
 
 
 def _matched(run: Path) -> pl.DataFrame:
-    from rankscope.analysis.collectives import match_collectives
+    from rankscope.analysis.comm.collectives import match_collectives
     from rankscope.model.run import load_run
 
     df = pl.from_arrow(match_collectives(load_run(run, jobs=1, cache_dir=run.parent / f"cache-{run.name}")))

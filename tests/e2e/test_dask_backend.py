@@ -16,7 +16,7 @@ import pytest
 distributed = pytest.importorskip("distributed", reason="the dask extra is part of the dev install")
 
 from rankscope.analysis.registry import run_all  # noqa: E402
-from rankscope.model.executors import run_tasks  # noqa: E402
+from rankscope.engine.executors import run_tasks  # noqa: E402
 from rankscope.model.ingest import ingest  # noqa: E402
 from rankscope.model.run import discover, load_run  # noqa: E402
 from rankscope.synth import generate  # noqa: E402

@@ -70,7 +70,7 @@ def test_demo_diagnosis_survives_a_clock_shift(tmp_path):
 
 
 def test_synthetic_offsets_recovered_within_50us(tmp_path):
-    from rankscope.analysis.clock import align
+    from rankscope.analysis.clock.alignment import align
     from rankscope.synth import generate
 
     path = generate(tmp_path / "run", ranks=16, steps=4, ops_per_step=40, stragglers=["9:compute:1.3"],
@@ -91,7 +91,7 @@ def test_synthetic_drift_applied_over_a_long_window(tmp_path):
     constant offset alone cannot do. The merged timeline uses the same correction."""
     import polars as pl
 
-    from rankscope.analysis.clock import align, matched_collectives
+    from rankscope.analysis.clock.alignment import align, matched_collectives
     from rankscope.render.timeline import aligned_offsets, collect
     from rankscope.synth import generate
 

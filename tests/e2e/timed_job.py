@@ -7,7 +7,7 @@
 construction and 3 training steps, 2 FSDP2 steps, then the user's collectives in the list, tensor, coalesced
 and functional APIs, and point-to-point ops) and write
 OUT/rank<r>.json with the entries' ops and what a backend error raised. ``hang``: a plain
-``init_process_group("gloo")`` script, run under ``-m rankscope.collect.comms_run --timed``; rank 1 skips
+``init_process_group("gloo")`` script, run under ``-m rankscope.collect.comms.run --timed``; rank 1 skips
 an all_reduce and every rank blocks.
 """
 from __future__ import annotations
@@ -104,7 +104,7 @@ def main(out: str, mode: str) -> None:
         entries = pickle.loads(c10d._dump_fr_trace(True, False, False))["entries"]
         extra = {}
     else:
-        from rankscope.collect import timed_pg
+        from rankscope.collect.comms import timed_pg
 
         entries = timed_pg.entries()
         extra = {"counts": dict(timed_pg.RING.counts), "timed_n": timed_pg.RING.timed,

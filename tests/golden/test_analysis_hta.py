@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from rankscope.analysis.hta_compat import overlap
+from rankscope.analysis.compat.hta import overlap
 from rankscope.analysis.registry import run_all
 from rankscope.model.run import load_run
 

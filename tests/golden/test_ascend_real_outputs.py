@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from rankscope.model import ascend_overlap
+from rankscope.model.readers.ascend import overlap as ascend_overlap
 from rankscope.model.run import load_run
 from tests import torch_npu_oracle
 

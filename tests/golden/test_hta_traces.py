@@ -4,7 +4,7 @@ Expected numbers: ../shared/data/README.md, measured with holistictraceanalysis 
 trace_filter (µs): rank 0 idle 321,378 / compute 106,252 / non-compute 172,428 of 600,058;
 rank 1 idle 328,671 / compute 135,548 / non-compute 136,455 of 600,674.
 """
-from rankscope.analysis.hta_compat import temporal
+from rankscope.analysis.compat.hta import temporal
 from rankscope.analysis.registry import run_all
 from rankscope.model.run import load_run
 

@@ -3,7 +3,7 @@
 Input: the realistic 4-rank run of rankscope/synth/ascend_run.py (TP 2 x PP 2 on two nodes, slow rank 3,
 slow HCCS link 0-1) written twice: as torch_npu's text export and as its DB export
 (rankscope/synth/ascend_db.py; schema from torch_npu 2.6.0 prof_common_func/_constant.py and
-prof_view/prof_db_parse/*.py, read back by rankscope/model/ascend_db.py). msprof-analyze 26.2.0
+prof_view/prof_db_parse/*.py, read back by rankscope/model/readers/ascend/db.py). msprof-analyze 26.2.0
 ``cluster -m all`` picks DB mode itself when it finds ascend_pytorch_profiler_<rank>.db
 (cluster_data_preprocess/prof_data_allocate.py) and writes cluster_analysis.db; every value of its
 ClusterStepTraceTime, CommunicationGroupMapping, ClusterCommunicationTime, ClusterCommunicationBandwidth

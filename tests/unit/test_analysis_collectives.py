@@ -1,7 +1,7 @@
 """Collectives matched across ranks, on tiny hand-made gloo traces with hand-computed answers."""
 import pytest
 
-from rankscope.analysis.collectives import MATCH_COLUMNS, match_collectives
+from rankscope.analysis.comm.collectives import MATCH_COLUMNS, match_collectives
 from rankscope.analysis.registry import run_all
 from rankscope.model.run import load_run
 from tests.helpers import write_trace, x
@@ -67,7 +67,7 @@ def test_missing_call_on_one_rank_is_a_finding_not_an_error(tmp_path):
 def test_busbw_factors_per_op():
     import polars as pl
 
-    from rankscope.analysis.collectives import bus_factor
+    from rankscope.analysis.comm.collectives import bus_factor
 
     df = pl.DataFrame({"op": ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send"],
                        "n": [8] * 6})

@@ -5,7 +5,11 @@ import json
 
 import pytest
 
-from rankscope.analysis import breakdown, hta_compat, kernels, memory, opstats
+from rankscope.analysis.steps import breakdown
+from rankscope.analysis.compat import hta as hta_compat
+from rankscope.analysis.gpu import kernels
+from rankscope.analysis.steps import memory
+from rankscope.analysis.steps import opstats
 from rankscope.analysis.registry import run_all
 from rankscope.model.run import Run, load_run
 from tests.helpers import write_trace, x

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rankscope.cli import main
-from rankscope.model import ascend
+from rankscope.model.readers.ascend import torch_npu as ascend
 from rankscope.synth.ascend_run import write_run
 from rankscope.synth.ascend_sim import AscendJob
 

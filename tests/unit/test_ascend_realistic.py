@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rankscope.analysis import clock
+from rankscope.analysis.clock import alignment as clock
 from rankscope.analysis.registry import run_all
-from rankscope.model.ascend import double_hash, parse_name, transit_bytes
+from rankscope.model.readers.ascend.torch_npu import double_hash, parse_name, transit_bytes
 from rankscope.model.run import load_run
 from rankscope.synth.ascend_run import write_run
 

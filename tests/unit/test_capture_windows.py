@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rankscope.analysis.capture import ranges, run_capture
+from rankscope.analysis.steps.capture import ranges, run_capture
 from rankscope.analysis.registry import REGISTRY, run_all
 from rankscope.model.run import load_run
 from tests.helpers import write_trace, x
@@ -124,7 +124,7 @@ def test_registered():
 
 
 def test_window_with_export_error_counts_as_lost():
-    from rankscope.analysis.capture import rank_capture
+    from rankscope.analysis.steps.capture import rank_capture
 
     meta = {"windows": [{"index": 0, "steps": [2, 3], "file": "window-0000.pt.trace.json.gz"},
                         {"index": 1, "steps": [6, 7], "file": "window-0001.pt.trace.json.gz",

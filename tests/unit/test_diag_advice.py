@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from rankscope.analysis.advice import breakdown_rules, memory_rule, small_messages
+from rankscope.analysis.diagnosis.advice import breakdown_rules, memory_rule, small_messages
 
 
 def _bd(**per_rank: dict[str, float]) -> pl.DataFrame:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.clock import align
+from rankscope.analysis.clock.alignment import align
 from rankscope.model.info import RankInfo
 from rankscope.model.run import Run
 
@@ -63,7 +63,7 @@ def test_anchors_only_when_no_collectives():
 
 
 def test_environment_switch_and_registered_result(monkeypatch):
-    from rankscope.analysis.clock import alignment_from
+    from rankscope.analysis.clock.alignment import alignment_from
     from rankscope.analysis.base import Result
 
     m = _matched({0: 0, 1: 5_000_000}, {"0": [0, 1]}, outliers=False)

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.links import comm_stragglers, instances, slow_groups
+from rankscope.analysis.comm.links import comm_stragglers, instances, slow_groups
 
 
 def _matched(slow: dict[str, float], n: int = 10, seed: int = 0) -> pl.DataFrame:

@@ -9,7 +9,7 @@ import pytest
 from rankscope.analysis.registry import run_all
 import numpy as np
 
-from rankscope.analysis.rules import consistency, outliers
+from rankscope.analysis.diagnosis.rules import consistency, outliers
 from rankscope.analysis.stats import signed_rank_p
 from rankscope.model.run import load_run
 from tests.helpers import write_trace, x
@@ -177,7 +177,7 @@ def test_signed_rank_p_values():
 
 
 def test_paired_rule_two_ranks():
-    from rankscope.analysis.rules import paired, per_rank
+    from rankscope.analysis.diagnosis.rules import paired, per_rank
 
     steady = _pair([0.12, 0.15, 0.11, 0.13, 0.2, 0.12, 0.14, 0.16, 0.1, 0.13])  # +10-20 % in every step
     assert [(i, t) for i, _, t in paired(steady, per_rank(steady))] == [(1, "signed-rank")]
@@ -191,7 +191,7 @@ def test_paired_rule_two_ranks():
 
 
 def test_cause_is_the_component_that_grew_most_against_its_usual_size():
-    from rankscope.analysis.straggler import cause
+    from rankscope.analysis.diagnosis.straggler import cause
 
     others = pl.DataFrame({"computing": [21.5], "data_wait": [0.35], "free": [0.76]})
     # measured on a host-busy straggler (ms/step): +5.5 ms idle host time and, induced by the peer's
@@ -222,7 +222,7 @@ def _ranks(own: dict[int, list[float]], free: dict[int, list[float]] | None = No
 
 
 def test_paired_rule_four_ranks_where_dixon_cannot_tell():
-    from rankscope.analysis.rules import paired, per_rank
+    from rankscope.analysis.diagnosis.rules import paired, per_rank
 
     rng = np.random.default_rng(3)
     base = {r: list(10 + rng.normal(0, 0.6, 12)) for r in range(4)}
@@ -236,7 +236,7 @@ def test_paired_rule_four_ranks_where_dixon_cannot_tell():
 
 
 def test_paired_rule_finds_a_component_the_total_hides():
-    from rankscope.analysis.rules import paired, per_rank
+    from rankscope.analysis.diagnosis.rules import paired, per_rank
 
     # rank 2: 2 ms more idle host time in every step (Python busy-work), but its total own time is
     # as noisy as everyone's (4 ranks sharing 2 cores); the "free" column shows it step after step
@@ -258,7 +258,7 @@ def test_cpu_wait_that_comes_with_its_own_extra_work_is_not_contention():
     rank 3 used 5.2 ms more CPU per step and waited 6.1 ms more, the others waited 0.96 ms per CPU ms.
     Only the wait beyond 0.96 x 5.2 ms is the host's doing; the same wait excess with no extra CPU
     time is contention."""
-    from rankscope.analysis.cpu import CONTENTION_SHARE, wait_excess
+    from rankscope.analysis.diagnosis.cpu import CONTENTION_SHARE, wait_excess
 
     def split(cpu3: float, wait3: float) -> dict:
         base = {0: (27.1, 25.5), 1: (26.3, 25.1), 2: (26.0, 25.2), 3: (cpu3, wait3)}
@@ -283,7 +283,7 @@ def test_bursty_cpu_wait_is_split_by_means():
     """A contended rank waits in bursts: 12 ms in two of six steps, nothing in the others. Own time is
     CPU time + run-queue wait step by step, so the mean split puts all of the extra time on the run
     queue; a median of per-step differences would have said 0 %."""
-    from rankscope.analysis.cpu import wait_excess
+    from rankscope.analysis.diagnosis.cpu import wait_excess
 
     burst = [0, 0, 0, 0, 12_000_000, 12_000_000]
     rows = [(r, s, 12_000_000, burst[s] if r == 1 else 0) for r in (0, 1, 2) for s in range(6)]
@@ -303,7 +303,7 @@ def test_paired_rule_finds_blocked_time_under_cpu_noise():
     minus run-queue wait ("blocked") is ~0 on every healthy rank and +1.5 ms on rank 1, step after
     step. Without scheduler samples nothing can see it; with them, only the blocked test does (16
     steps: at 4 ranks and 5 parts the test's level is 0.0002, below what 12 steps can reach)."""
-    from rankscope.analysis.rules import paired, per_rank
+    from rankscope.analysis.diagnosis.rules import paired, per_rank
 
     rng = np.random.default_rng(11)
     cpu = {r: list(10 + rng.normal(0, 1.5, 16)) for r in range(4)}
@@ -326,7 +326,7 @@ def test_paired_rule_finds_blocked_time_under_cpu_noise():
 
 
 def test_blocked_time_sits_in_the_component_that_can_hold_it():
-    from rankscope.analysis.straggler import cause
+    from rankscope.analysis.diagnosis.straggler import cause
 
     # measured at 4 ranks on 2 cores (ms/step): a 9 ms sleep in rank 2's gradient hook (inside
     # compute) came with +4.5 ms data loading under contention; data grew more against its usual size
@@ -350,7 +350,7 @@ def test_blocked_time_sits_in_the_component_that_can_hold_it():
 
 
 def test_extra_operator_calls_make_compute_the_cause():
-    from rankscope.analysis.straggler import cause
+    from rankscope.analysis.diagnosis.straggler import cause
 
     # medians per step (ms) of a real 4-rank run on 2 cores, CPUs rotated (bench/stragglers.py seed 127,
     # run 17): 6 extra matmul blocks on rank 3; its data loading, run beside its CPU partner's compute
@@ -367,7 +367,7 @@ def test_extra_operator_calls_make_compute_the_cause():
 
 
 def test_work_note_tells_more_work_from_the_same_work_slower():
-    from rankscope.analysis.work import Work, work_note
+    from rankscope.analysis.diagnosis.work import Work, work_note
 
     # measured on demo runs (bench/RESULTS.md, stragglers): an injected compute straggler calls
     # aten::mm 13 times per step where the others call it 7 times; +6.8 ms of its +7.6 ms compute
@@ -392,7 +392,7 @@ def test_outlier_rules_also_look_at_cpu_available_time():
     waited ~20 ms per step for a CPU, so rank 1's own time was only +23 % (under the +25 % ratio
     rule, 6 steps: too few for the step-by-step tests), while own time minus run-queue wait was
     +45 %. The ratio rule on that names rank 1; on a healthy pair it names nobody."""
-    from rankscope.analysis.rules import cpu_available_outliers, per_rank, with_sched
+    from rankscope.analysis.diagnosis.rules import cpu_available_outliers, per_rank, with_sched
 
     steps = 6
     own = {0: [47.0] * steps, 1: [57.8] * steps}
@@ -415,7 +415,7 @@ def test_outlier_rules_also_look_at_cpu_available_time():
 
 def test_title_says_when_the_excess_excludes_cpu_wait(tmp_path):
     """A rank found on own time minus run-queue wait: the title must not call that excess "step time"."""
-    from rankscope.analysis.straggler import _finding
+    from rankscope.analysis.diagnosis.straggler import _finding
 
     f = _finding(1, "host", 0.46, {}, 0.9, measure="own time excluding CPU wait")
     assert f.title == "rank 1 is slow: host (idle between operators), own time excluding CPU wait +46% vs the other ranks' median"
@@ -444,7 +444,7 @@ def test_evidence_below_the_bar_is_said_beside_no_straggler(tmp_path):
 
 
 def test_binomial_tail():
-    from rankscope.analysis.likely import binom_tail
+    from rankscope.analysis.diagnosis.likely import binom_tail
 
     assert abs(binom_tail(13, 16, 0.25) - 3.783e-06) < 1e-9  # exact: sum of C(16,i) .25^i .75^(16-i), i=13..16
     assert binom_tail(0, 5, 0.5) == 1.0 and abs(binom_tail(5, 5, 0.5) - 1 / 32) < 1e-12
@@ -482,7 +482,7 @@ def test_input_work_candidate_is_steady_when_the_others_wait_for_it(tmp_path):
     with whoever shares the CPU), while they arrived last at 5-7 of 8 collectives: named "no straggler".
     The input-work rule takes the arrivals as its steadiness, and its own-time bar drops to +5 % when
     the others wait for the rank; without that arrival evidence +5 % stays below the bar."""
-    from rankscope.analysis.straggler import last_share, more_input
+    from rankscope.analysis.diagnosis.straggler import last_share, more_input
 
     root = make(tmp_path / "a", {2: 1.2}, world=4, steps=8)
     res = _diagnose(root)
@@ -502,7 +502,7 @@ def test_two_ranks_need_more_than_the_twin_spread_and_say_what_they_saw(tmp_path
     """Issue 12 (bench/twin_noise.py): two ranks doing identical work differed by up to +14 % own time in 8 of
     8 steps (healthy profiled 2-rank jobs), and at 2 ranks the arrival order is the same evidence as own time.
     Below TWIN_SPREAD nothing is named, but the verdict says what was seen; above it the rank is named."""
-    from rankscope.analysis.likely import TWIN_SPREAD
+    from rankscope.analysis.diagnosis.likely import TWIN_SPREAD
 
     below = _diagnose(make(tmp_path / "a", {1: 1.2}, world=2, steps=8))["straggler"]
     assert below.findings == []
@@ -520,7 +520,7 @@ def test_arrival_order_names_a_rank_only_above_the_twin_spread(tmp_path):
     of 8 collectives, slowest in 8 of 8 steps, and the verdict was "rank 2 is slow: data loading". With the
     other ranks spread too widely for Dixon's test, arrival order and steady own time name a rank only from
     TWIN_SPREAD (identical work differs by up to +14 % in every step); below it "no straggler" says what it saw."""
-    from rankscope.analysis.likely import TWIN_SPREAD
+    from rankscope.analysis.diagnosis.likely import TWIN_SPREAD
 
     spread = {0: 0.8, 1: 1.0, 3: 1.15}
     below = _diagnose(make(tmp_path / "a", {**spread, 2: 1.35}, world=4, steps=8))["straggler"]
@@ -553,7 +553,7 @@ def test_extra_calls_of_a_frequent_operator_are_not_input_work(tmp_path):
     inputs read as "+12 % input work" and the cause as "input imbalance". Operators count as called as often
     only to rounding (or 1 % of hundreds), so extra calls are more calls, never more input work; and an example
     shape is one the other ranks do not use."""
-    from rankscope.analysis.work import imbalance
+    from rankscope.analysis.diagnosis.work import imbalance
 
     for r in range(3):
         ev, t = [], 1000.0
@@ -582,7 +582,7 @@ def test_extra_cpu_time_between_operators_is_the_extra_input_work():
     compute +0.2 ms and idle between operators +3.3 ms per step, while its training thread's CPU time grew by
     7.9 ms: the extra time is work done, so more input work explains it (the caller passes the CPU time only
     when the cause would be "host"; extra CPU in data loading stays data loading)."""
-    from rankscope.analysis.straggler import work_explains
+    from rankscope.analysis.diagnosis.straggler import work_explains
 
     work = {"shapes_recorded": True, "work_ratio": 1.44}
     excess = {"compute": 0.2e6, "data": 0.02e6, "host": 3.3e6}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rankscope.analysis.edgesolve import components, solve
+from rankscope.analysis.clock.edgesolve import components, solve
 
 
 def dense(n: int, i: np.ndarray, j: np.ndarray, d: np.ndarray, w: np.ndarray) -> np.ndarray:

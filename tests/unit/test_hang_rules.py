@@ -1,10 +1,10 @@
 """rankscope.analysis.hang on dumps whose rings dropped their oldest entries, and point-to-point pairing.
-The rows are the model's own (FrEntry), as rankscope.model.frdump reads them from a dump; the format is
+The rows are the model's own (FrEntry), as rankscope.model.readers.frdump reads them from a dump; the format is
 tested against real dumps and torch's analyzer in tests/e2e/test_hang.py and test_comms_timed.py."""
 from __future__ import annotations
 
 from rankscope.analysis.hang import diagnose
-from rankscope.model.frdump import FrDump, FrEntry
+from rankscope.model.readers.frdump import FrDump, FrEntry
 
 
 def _coll(rank: int, seqs: range, pg: str = "0", sizes: str = "[[100]]") -> list[FrEntry]:

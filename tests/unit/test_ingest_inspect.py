@@ -5,7 +5,7 @@ import re
 import json
 
 from rankscope.cli import main
-from rankscope.model import kineto
+from rankscope.model.readers import kineto
 from tests.helpers import write_trace, x
 
 

@@ -74,7 +74,7 @@ def test_compact_json_is_streamed_in_pieces(tmp_path, monkeypatch):
 def test_unknown_phase_falls_back_to_generic_decode(tmp_path, monkeypatch):
     """Events decode through a union tagged on "ph" (fast path); a phase outside it ("Z") or an event
     without "ph" makes the chunk decode with the generic struct instead: same tables either way."""
-    from rankscope.model import kineto
+    from rankscope.model.readers import kineto
 
     evs = [x("ProfilerStep#1", 0, 100, cat="user_annotation"), x("aten::mm", 1, 5),
            {"ph": "i", "name": "[memory]", "ts": 2, "pid": 1, "tid": 1,

@@ -164,7 +164,7 @@ def test_hostile_mindinsight(cluster, capsys, name, damage, line, ranks):
 def test_rows_written_before_the_header_grew(tmp_path):
     """step_trace_parser.py extends the header when a later step brings a new op and writes each row with
     the columns known then (missing ones as 0): short rows and zero points are read, not dropped."""
-    from rankscope.model.mindinsight import step_tables
+    from rankscope.model.readers.ascend.mindinsight import step_tables
 
     head = ["step_num", "start_point", "end_point", "total", "fp_point", "bp_point", "iteration_interval",
             "fp_and_bp", "tail"]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from rankscope.analysis.diff import run_diff
+from rankscope.analysis.compare.diff import run_diff
 from rankscope.analysis.registry import run_all
 from rankscope.model.run import load_run
 from rankscope.render.html import build

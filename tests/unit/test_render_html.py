@@ -96,7 +96,7 @@ def test_cluster_timeline_shows_who_waits_for_whom(tmp_path):
     """Issue 17: one lane per rank over the worst step and its neighbours, blocks that add up to each
     rank's steps, each collective's arrivals joined across ranks with the last one marked; the way to
     the exact events (a command offline, a link when served)."""
-    from rankscope.analysis.waits import cluster_timeline
+    from rankscope.analysis.diagnosis.waits import cluster_timeline
     from tests.unit.test_diag_straggler import make
 
     run = load_run(make(tmp_path / "s", {2: 1.5}, world=3, steps=6), jobs=1)

@@ -146,7 +146,7 @@ def _write_run(root: Path, calls, gaps=()):
 
 
 def test_rpc_analysis_per_destination_and_slowest_functions(tmp_path):
-    from rankscope.analysis.rpc import run_rpc
+    from rankscope.analysis.comm.rpc import run_rpc
 
     slow = _call("rpc_sync#big(worker0 -> worker2)", "worker2", 2, t=3_000_000, off=-40, fn="big", t_done=3_090_000,
                  remote_ns=80_000, network_ns=10_000)
@@ -163,7 +163,7 @@ def test_rpc_analysis_per_destination_and_slowest_functions(tmp_path):
 
 
 def test_rpc_analysis_skipped_without_files_and_files_are_not_traces(tmp_path):
-    from rankscope.analysis.rpc import run_rpc
+    from rankscope.analysis.comm.rpc import run_rpc
     from rankscope.model.discover import is_trace
 
     assert run_rpc(SimpleNamespace(path=str(tmp_path)), {}).skipped

@@ -1,4 +1,4 @@
-"""rankscope.collect.timed_pg without a multi-rank job: option parsing, backend-name mapping, and a
+"""rankscope.collect.comms.timed_pg without a multi-rank job: option parsing, backend-name mapping, and a
 recorder that fails on an entry (the collective must still run). The process-group parts run in a
 subprocess (a gloo world of one rank): init_process_group is process-global state."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 FAILING = r'''
 import logging, os, torch, torch.distributed as dist
-from rankscope.collect import timed_pg as T
+from rankscope.collect.comms import timed_pg as T
 logging.basicConfig(level=logging.WARNING)
 dist.init_process_group(T.timed_backend("gloo"), init_method="file://" + os.environ["STORE"], rank=0, world_size=1)
 def broken(self, method, args):
@@ -36,7 +36,7 @@ def test_a_failing_recorder_never_breaks_the_collective(tmp_path: Path) -> None:
 
 
 def test_options_from_the_environment(monkeypatch) -> None:
-    from rankscope.collect.timed_setup import from_env
+    from rankscope.collect.comms.timed_setup import from_env
 
     monkeypatch.delenv("RANKSCOPE_COMMS_TIMED", raising=False)
     assert from_env() is None
@@ -49,7 +49,7 @@ def test_options_from_the_environment(monkeypatch) -> None:
 
 
 MAPPING = r'''
-from rankscope.collect.timed_setup import mapped
+from rankscope.collect.comms.timed_setup import mapped
 for b in ("gloo", "GLOO", "cpu:gloo,cuda:nccl", "cpu:gloo,cuda:gloo", "rankscope_gloo", "mpi"):
     print("MAP", b, mapped(b, 100, 1, False))
 '''
@@ -81,7 +81,7 @@ def test_watchdog_clock_of_a_p2p_op_starts_at_its_wait() -> None:
 
 PAUSED = r'''
 import os, torch, torch.distributed as dist
-from rankscope.collect import timed_pg as T
+from rankscope.collect.comms import timed_pg as T
 dist.init_process_group(T.timed_backend("gloo"), init_method="file://" + os.environ["STORE"], rank=0, world_size=1)
 t = torch.ones(4)
 dist.all_reduce(t)
@@ -105,7 +105,8 @@ def test_paused_recording_passes_calls_through_counted_and_numbered(tmp_path: Pa
 
 GPU_EVENTS = r'''
 import logging, os, time, torch, torch.distributed as dist
-from rankscope.collect import timed_pg as T, timed_gpu as G
+from rankscope.collect.comms import timed_pg as T
+from rankscope.collect.comms import timed_gpu as G
 logging.basicConfig(level=logging.WARNING)
 EVS = []
 class Ev:  # stands in for torch.cuda.Event(enable_timing=True): no GPU on this machine

@@ -51,7 +51,7 @@ def choose_lanes(run: Run, results: dict[str, Result], pr: pl.DataFrame) -> list
 
 def blocks(run: Run, rank: int, t0: int, t1: int) -> list[tuple[int, int, int]]:
     """(start, end, class index) of one rank within [t0, t1) on its own clock, adjacent equal classes merged."""
-    from rankscope.analysis.breakdown import _is_step, interval_sets
+    from rankscope.analysis.steps.breakdown import _is_step, interval_sets
     from rankscope.analysis.classify import dict_test
     from rankscope.analysis.intervals import covered, merge
     from rankscope.analysis.rankdata import data_of
@@ -93,8 +93,8 @@ def simplify(bl: list[tuple[int, int, int]], min_len: float) -> list[tuple[int, 
 
 def cluster_timeline(run: Run, results: dict[str, Result], steps: list[int] | None = None) -> dict[str, Any]:
     """Lanes, blocks (ms from the first step's start on the reference clock) and collective arrivals."""
-    from rankscope.analysis.clock import alignment_from, matched_collectives
-    from rankscope.analysis.straggler import per_rank
+    from rankscope.analysis.clock.alignment import alignment_from, matched_collectives
+    from rankscope.analysis.diagnosis.straggler import per_rank
 
     bd_res = results.get("breakdown")
     if bd_res is None or bd_res.skipped:

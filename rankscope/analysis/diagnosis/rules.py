@@ -1,10 +1,10 @@
 """The statistical rules that name a straggler candidate: outlier tests on per-rank medians and
 step-by-step tests (one-sided Wilcoxon signed-rank) on per-step excesses.
 
-Split out of :mod:`rankscope.analysis.straggler` (which adds cause, time lost and the findings) when
+Split out of :mod:`rankscope.analysis.diagnosis.straggler` (which adds cause, time lost and the findings) when
 that module outgrew ~400 lines. Inputs are the "breakdown" table (rank, step, wall, comm_exposed,
 computing, data_wait, free, complete) and, where ``rankscope.profile`` recorded them, the scheduler
-samples of :mod:`rankscope.analysis.cpu`.
+samples of :mod:`rankscope.analysis.diagnosis.cpu`.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The timed recorder's Work for gloo ops whose Work has no future (send / recv, reduce_scatter_tensor):
-completion is noted when the caller's ``wait()`` returns. Split from :mod:`rankscope.collect.timed_pg`."""
+completion is noted when the caller's ``wait()`` returns. Split from :mod:`rankscope.collect.comms.timed_pg`."""
 from __future__ import annotations
 
 import time

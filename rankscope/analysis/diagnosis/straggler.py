@@ -23,7 +23,7 @@ time per step (wall minus exposed communication wait) is longest. Algorithm:
    step would then be set by that rank), with the others' wait at matched collectives where this
    rank arrived last (clocks aligned) beside it; per step and in total.
 "No straggler" is a normal answer. Confidence = step consistency × strength of the excess.
-The statistical rules of steps 1-2 live in :mod:`rankscope.analysis.rules`.
+The statistical rules of steps 1-2 live in :mod:`rankscope.analysis.diagnosis.rules`.
 """
 from __future__ import annotations
 
@@ -34,17 +34,14 @@ import numpy as np
 import polars as pl
 
 from rankscope.analysis.base import Finding, Result, Severity, frame
-from rankscope.analysis.cpu import CONTENTION_SHARE, sched_frame, wait_excess
-from rankscope.analysis.rules import (COMPONENTS, CONSISTENCY, PAIR_CONSISTENCY, PAIR_MIN, PAIR_THRESHOLD,
-                                      REL_THRESHOLD, complete_steps, consistency, cpu_available_outliers,
-                                      outliers, paired, per_rank, with_sched)
+from rankscope.analysis.diagnosis.cpu import CONTENTION_SHARE, sched_frame, wait_excess
+from rankscope.analysis.diagnosis.rules import COMPONENTS, CONSISTENCY, PAIR_CONSISTENCY, PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, complete_steps, consistency, cpu_available_outliers, outliers, paired, per_rank, with_sched
 from rankscope.analysis.stats import as_float
-from rankscope.analysis.work import (CAUSE_SHARE, Work, extra_calls_ns, imbalance, imbalance_note,
-                                     is_input_imbalance, work_note)
+from rankscope.analysis.diagnosis.work import CAUSE_SHARE, Work, extra_calls_ns, imbalance, imbalance_note, is_input_imbalance, work_note
 from rankscope.model.run import Run
 
 # A component explains the straggler when it carries at least this share of the extra time (CAUSE_SHARE,
-# from rankscope.analysis.work) ...
+# from rankscope.analysis.diagnosis.work) ...
 # ... and among those, the one that grew most against its usual size wins (usual sizes below 5 % of
 # the others' own time count as 5 %, so a near-zero component cannot win on noise). Why: on a
 # shared host, a rank that is late for other reasons (5 ms of Python busy-work per step, measured
@@ -148,8 +145,8 @@ def time_lost(run: Run, rank: int, results: dict[str, Result], bd: pl.DataFrame)
         "lost_per_step_ns": round(per_step), "lost_total_ns": round(float(np.sum(lost))),
         "lost_share_of_step": round(per_step / wall, 4) if wall else 0.0, "steps": int(len(lost)),
         "method": "step own time vs next slowest rank"}
-    from rankscope.analysis.clock import alignment_from, matched_collectives
-    from rankscope.analysis.links import instances
+    from rankscope.analysis.clock.alignment import alignment_from, matched_collectives
+    from rankscope.analysis.comm.links import instances
 
     inst = instances(matched_collectives(run), alignment_from(results))
     if inst.height and mine.height:
@@ -210,8 +207,8 @@ def more_input(pr: pl.DataFrame, work_of: Callable[[int], Work | None],
     on 2 cores): an LM rank with 1.3-1.6x longer sequences had +20-40 % own time, but with four processes
     sharing two cores the other ranks' own times spread too much for Dixon's test in 5 of 10 runs; in run 7
     a rank with 1.35x the input work had own time +5 % and arrived last at 6 of 8 collectives."""
-    from rankscope.analysis.likely import LAST_SHARE, MIN_EXCESS
-    from rankscope.analysis.work import IMBALANCE_WORK
+    from rankscope.analysis.diagnosis.likely import LAST_SHARE, MIN_EXCESS
+    from rankscope.analysis.diagnosis.work import IMBALANCE_WORK
 
     if pr.height < 2:
         return []
@@ -237,7 +234,7 @@ def agreeing(run: Run, results: dict[str, Result], bd: pl.DataFrame, pr: pl.Data
     excess is all the evidence, and identical work shows up to +14 % in every step; bench/workloads.py run 9:
     a healthy 4-rank decode run had a rank +11 %, last at 6 of 8, slowest in 8 of 8, named "data loading"
     with a 10 % bar (the slowed decode ranks of that run: +30 % and more)."""
-    from rankscope.analysis.likely import TWIN_SPREAD, likely_straggler
+    from rankscope.analysis.diagnosis.likely import TWIN_SPREAD, likely_straggler
 
     f = likely_straggler(run, results, per_step(bd), pr, [])
     if f is None:
@@ -282,7 +279,7 @@ def last_share(run: Run, results: dict[str, Result], rank: int) -> float:
     1.57x the input elements had own time +10 % at the median and compute +16 %, yet exceeded the others'
     median in only 4 of 8 steps, while it arrived last at 5 of 8 collectives; at 2 ranks, 1.29x input
     work, +16 % own time, 4 of 8 steps, last at 7 of 8."""
-    from rankscope.analysis.likely import arrivals
+    from rankscope.analysis.diagnosis.likely import arrivals
 
     try:
         arr = arrivals(run, results)
@@ -430,7 +427,7 @@ def run_straggler(run: Run, results: dict[str, Result]) -> Result:
     steps = per_step(bd)
     aside = ""
     if not findings:
-        from rankscope.analysis.likely import below_bar_note, evidence, likely_from, untimed_imbalance
+        from rankscope.analysis.diagnosis.likely import below_bar_note, evidence, likely_from, untimed_imbalance
 
         seen = evidence(run, results, steps, pr, excluded)  # arrival order: read once for both
         maybe = likely_from(seen)

@@ -15,7 +15,7 @@ import polars as pl
 import pyarrow as pa
 
 from rankscope.analysis.base import Result
-from rankscope.analysis.collectives import bus_factor
+from rankscope.analysis.comm.collectives import bus_factor
 from rankscope.model.run import Run
 
 P2P_OPS = ("send", "recv")

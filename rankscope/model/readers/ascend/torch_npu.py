@@ -36,8 +36,9 @@ import numpy as np
 import pyarrow as pa
 
 from rankscope.errors import TraceError
-from rankscope.model import kineto, schema
-from rankscope.model.kineto import Event, RawTrace
+from rankscope.model import schema
+from rankscope.model.readers import kineto
+from rankscope.model.readers.kineto import Event, RawTrace
 
 OUTPUT = "ASCEND_PROFILER_OUTPUT"
 FILES = ("trace_view.json", "kernel_details.csv", "communication.json", "communication_matrix.json",
@@ -95,7 +96,7 @@ def identity(d: Path) -> tuple[int | None, str, dict[str, Any]]:
             return int(m.group(1)), "profiler_info file name", dist
     if type(dist.get("rank")) is int and 0 <= dist["rank"] < (1 << 20):
         return dist["rank"], "profiler_metadata.json", dist
-    from rankscope.model import ascend_db
+    from rankscope.model.readers.ascend import db as ascend_db
 
     rank, source = ascend_db.rank_of(d / OUTPUT)
     return rank, source, dist
@@ -327,7 +328,7 @@ def export_form(d: Path) -> str:
 
     A folder with trace_view.json is read as text (the richer timeline); msprof-analyze takes any
     folder with a profiler db in DB mode (prof_data_allocate.py), which the cluster exports follow."""
-    from rankscope.model import ascend_db
+    from rankscope.model.readers.ascend import db as ascend_db
 
     out = d / OUTPUT
     db = ascend_db.profiler_db(out) is not None or ascend_db.analysis_db(out) is not None
@@ -342,7 +343,7 @@ def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
     out = d / OUTPUT
     tv = out / "trace_view.json"
     if export_form(d) == "db":
-        from rankscope.model import ascend_db
+        from rankscope.model.readers.ascend import db as ascend_db
 
         return ascend_db.read(d)
     if not tv.is_file():
@@ -354,13 +355,13 @@ def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
         groups = {g["name"]: g["ranks"] for g in process_groups(d)}
         tabs["collectives"], more = collectives(out / "communication.json", groups)
         problems += more
-    from rankscope.model import ascend_files
+    from rankscope.model.readers.ascend import files as ascend_files
 
     summary, more = ascend_files.read_all(out)
     tabs.update(summary)
     problems += more
     if not (out / "step_trace_time.csv").is_file():  # torch_npu's rows, from the trace's Overlap Analysis layer
-        from rankscope.model import ascend_overlap
+        from rankscope.model.readers.ascend import overlap as ascend_overlap
 
         try:
             tabs["step_times"] = ascend_overlap.step_times(tv)

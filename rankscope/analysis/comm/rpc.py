@@ -17,7 +17,7 @@ def run_rpc(run: Any, results: dict[str, Any]) -> Any:
     import polars as pl
 
     from rankscope.analysis.base import Finding, Result, Severity
-    from rankscope.model import rpcfiles
+    from rankscope.model.readers import rpcfiles
 
     calls, problems = rpcfiles.load(str(run.path))
     if not calls:

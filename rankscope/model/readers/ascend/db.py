@@ -32,7 +32,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from rankscope.model import ascend_files, schema
+from rankscope.model import schema
+from rankscope.model.readers.ascend import files as ascend_files
 from rankscope.model.schema import COMM_LINKS, COMM_OPS, STEP_TIMES
 
 # msprof-analyze's ProfDataAllocate.DB_PATTERNS (cluster_data_preprocess/prof_data_allocate.py), PyTorch's.
@@ -159,7 +160,9 @@ def step_times(con: sqlite3.Connection, have: set[str]) -> pa.Table:
 
 def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
     """All per-rank tables of one DB-form Ascend output directory, problems, and whether it is partial."""
-    from rankscope.model import ascend, ascend_db_trace, tables
+    from rankscope.model import tables
+    from rankscope.model.readers.ascend import torch_npu as ascend
+    from rankscope.model.readers.ascend import db_trace as ascend_db_trace
 
     out = d / ascend.OUTPUT
     prof = profiler_db(out)

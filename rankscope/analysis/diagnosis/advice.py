@@ -123,7 +123,7 @@ def memory_rule(peaks: list[dict[str, Any]], totals: dict[int, int]) -> Finding 
 
 def cpu_contention(run: Run, bd: pl.DataFrame) -> Finding | None:
     """The training thread waits for a CPU (run-queue wait per step, rankscope.profile's samples)."""
-    from rankscope.analysis.cpu import sched_frame, wait_share
+    from rankscope.analysis.diagnosis.cpu import sched_frame, wait_share
 
     m = wait_share(sched_frame(run), bd)
     hit = m.filter(pl.col("share") > RULES["cpu_contention"]["share"])
@@ -156,8 +156,8 @@ def run_advice(run: Run, results: dict[str, Result]) -> Result:
     bd = pl.from_arrow(results["breakdown"].tables["breakdown"])
     assert isinstance(bd, pl.DataFrame)  # a pyarrow Table gives a DataFrame
     findings = breakdown_rules(bd)
-    from rankscope.analysis.clock import alignment_from, matched_collectives
-    from rankscope.analysis.links import instances
+    from rankscope.analysis.clock.alignment import alignment_from, matched_collectives
+    from rankscope.analysis.comm.links import instances
 
     inst = instances(matched_collectives(run), alignment_from(results))
     n_steps = int(bd["step"].n_unique())

@@ -70,7 +70,7 @@ def rank_operator_deltas(a: pl.DataFrame, b: pl.DataFrame, factor: float) -> pl.
 def rank_operator_totals(a: pl.DataFrame, b: pl.DataFrame, factor: float) -> pl.DataFrame:
     """Per (rank, operator), all input shapes together: us, usBase, usDiffNorm, and the input shape that
     holds most of the time in each run (``inputs``, ``inputsBase``); largest |usDiffNorm| first."""
-    from rankscope.analysis.work import first_dims
+    from rankscope.analysis.diagnosis.work import first_dims
 
     def tot(df: pl.DataFrame) -> pl.DataFrame:
         return df.sort("us", descending=True).group_by("rank", "name").agg(
@@ -97,7 +97,7 @@ def own_deltas(ranks: pl.DataFrame, factor: float) -> pl.DataFrame:
 def _operator(mine: pl.DataFrame) -> tuple[str, dict[str, Any]]:
     """The operator (all shapes together) that grew most on one rank, with its usual input shape here and
     in the baseline: "; aten::bmm +20.1 ms (inputs [8, 4, 130, 32] vs [8, 4, 84, 32])"."""
-    from rankscope.analysis.work import first_dims
+    from rankscope.analysis.diagnosis.work import first_dims
 
     mine = mine.filter(pl.col("name").str.starts_with("aten::"))
     per = mine.group_by("name").agg(d=pl.col("usDiffNorm").sum()).sort("d", descending=True)

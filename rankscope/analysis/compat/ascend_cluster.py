@@ -199,7 +199,7 @@ def db_rank_map(run: Run, records: list[dict[str, Any]]) -> dict[str, dict[str, 
 
 def run_ascend_cluster(run: Run, results: dict[str, Any]) -> Result:
     """Registered analysis ``ascend_cluster``: the msprof-analyze cluster files as tables."""
-    from rankscope.analysis.ascend_steps import step_trace
+    from rankscope.analysis.compat.ascend_steps import step_trace
 
     ops, links, steps = _rows(run, "comm_ops"), _rows(run, "comm_links"), _rows(run, "step_times")
     if not (ops or links or steps):

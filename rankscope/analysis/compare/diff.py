@@ -12,7 +12,7 @@ kernels and collectives explain it. Columns follow the X / XBase / XDiff convent
 3. operators / kernels: total time per name and rank, divided by the number of steps, then mean,
    min and max over ranks per run; joined on name, sorted by |meanDiff|;
 4. collectives: count, bytes and total host time per (op, group), mean over ranks;
-5. the cause of the change (``rankscope.analysis.diffcause``): per rank own-time and per (rank, operator,
+5. the cause of the change (``rankscope.analysis.compare.cause``): per rank own-time and per (rank, operator,
    input shapes) deltas normalized by a run-wide host speed factor; the headline finding.
 """
 from __future__ import annotations
@@ -139,7 +139,7 @@ def run_diff(run: Run, results: dict[str, Result], base: Run, base_results: dict
         summary["wall_base_ms"] = float(r["wallBase"].median()) / 1e6 if r.height else None
     else:
         summary["steps"] = "no step breakdown in one of the runs"
-    from rankscope.analysis import diffcause as dc
+    from rankscope.analysis.compare import cause as dc
 
     sa, sb = dc.op_shapes(run), dc.op_shapes(base)
     factor, keys = dc.speed_factor(sa, sb)
@@ -164,7 +164,7 @@ def _findings(tables: dict[str, Any], summary: dict[str, Any]) -> list[Finding]:
                            evidence={"wall_ms": a, "wall_base_ms": b, "relative": rel}))
     own = tables.get("own")
     if own is not None and own.height and a is not None and b is not None:
-        from rankscope.analysis.diffcause import headline
+        from rankscope.analysis.compare.cause import headline
 
         # the rank whose own time grew (not a rank that waited longer), host speed taken out: first
         cause = headline(own, tables["rank_operators"], (a - b) * 1e6, summary.get("speed_factor", 1.0),

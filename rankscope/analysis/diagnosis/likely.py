@@ -50,8 +50,8 @@ def binom_tail(k: int, n: int, p: float) -> float:
 
 def arrivals(run: Run, results: dict[str, Result]) -> pl.DataFrame:
     """Per rank: how often it arrived last at matched collectives (clocks aligned), of how many."""
-    from rankscope.analysis.clock import alignment_from, matched_collectives
-    from rankscope.analysis.links import instances
+    from rankscope.analysis.clock.alignment import alignment_from, matched_collectives
+    from rankscope.analysis.comm.links import instances
 
     inst = instances(matched_collectives(run), alignment_from(results))
     if inst.height == 0:
@@ -132,7 +132,7 @@ def untimed_imbalance(run: Run, pr: pl.DataFrame, excluded: list[int]) -> str:
     Measured (bench/workloads.py run 9, 4 ranks on 2 cores): a rank given 1.37x longer sequences had 1.28x
     the input work and compute +6 %, but own time -1 % vs the others' median and arrived last at 3 of 8
     collectives: the verdict said only "no straggler"."""
-    from rankscope.analysis.work import IMBALANCE_WORK, imbalance, imbalance_note
+    from rankscope.analysis.diagnosis.work import IMBALANCE_WORK, imbalance, imbalance_note
 
     rows = pr.filter(~pl.col("rank").is_in(excluded)).sort("computing", descending=True)
     ranks = rows["rank"].to_list()

@@ -1,12 +1,12 @@
 """Choosing the timed recorder with no change to the training script: ``RANKSCOPE_COMMS_TIMED`` and the
-wrapping of ``init_process_group`` / ``new_group`` that ``-m rankscope.collect.comms_run --timed`` installs.
-Split from :mod:`rankscope.collect.timed_pg`."""
+wrapping of ``init_process_group`` / ``new_group`` that ``-m rankscope.collect.comms.run --timed`` installs.
+Split from :mod:`rankscope.collect.comms.timed_pg`."""
 from __future__ import annotations
 
 import logging
 from typing import Any, Callable
 
-from rankscope.collect.timed_pg import timed_backend
+from rankscope.collect.comms.timed_pg import timed_backend
 
 log = logging.getLogger(__name__)
 

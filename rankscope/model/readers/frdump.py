@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rankscope.errors import TraceError
+from rankscope.store import plainpickle
 
 _RANK = re.compile(r"(\d+)(?:\.json)?$")
 _PEER = re.compile(r"(?:send|recv) (\d+) ?(?:->|<-) ?(\d+)")
@@ -50,11 +51,6 @@ class FrDump:
     status: dict[str, dict[str, int]]  # pg -> last_enqueued / last_started / last_completed
 
 
-class _PlainData(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refused to load {module}.{name}: a Flight Recorder dump holds plain data")
-
-
 def _op(name: str) -> str:
     from rankscope.model.comms import normalize_op  # gloo:all_reduce, nccl:all_reduce -> all_reduce
 
@@ -85,7 +81,7 @@ def read(path: str | Path) -> FrDump:
                 raise TraceError(str(path), f"larger than {MAX_DUMP >> 20} MiB inflated: not read")
         if len(raw) > MAX_DUMP:
             raise TraceError(str(path), f"larger than {MAX_DUMP >> 20} MiB: not read")
-        doc = json.loads(raw) if raw[:1] in (b"{", b"[") else _PlainData(io.BytesIO(raw)).load()
+        doc = json.loads(raw) if raw[:1] in (b"{", b"[") else plainpickle.load(io.BytesIO(raw))
     except (ValueError, pickle.UnpicklingError, EOFError, RecursionError, zlib_error) as exc:
         raise TraceError(str(path), f"not a Flight Recorder dump ({str(exc)[:100]})") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rankscope.model import kineto
-from rankscope.model.kineto import RawTrace
+from rankscope.model.readers import kineto
+from rankscope.model.readers.kineto import RawTrace
 
 
 def _ts(start: str) -> str:
@@ -58,7 +58,7 @@ NEEDS = {"PYTORCH_API": ("STRING_IDS",), "CANN_API": ("STRING_IDS",), "COMPUTE_T
 
 def events_json(db: Path) -> bytes:
     """One JSON array of every event the profiler db holds (empty array when it has none)."""
-    from rankscope.model.ascend_db import connect, tables_of
+    from rankscope.model.readers.ascend.db import connect, tables_of
 
     con = connect(db)
     try:
@@ -75,8 +75,8 @@ def events_json(db: Path) -> bytes:
 
 def read_trace(db: Path) -> RawTrace:
     """The db's events as a RawTrace whose events carry Kineto categories from their layer."""
-    from rankscope.model.ascend import _AscendTrace
-    from rankscope.model.ascend_db import LAYERS
+    from rankscope.model.readers.ascend.torch_npu import _AscendTrace
+    from rankscope.model.readers.ascend.db import LAYERS
 
     data = events_json(db)
     problems: list[str] = []

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from rankscope.analysis.base import Finding, Result, Severity
-from rankscope.analysis.clock import ClockAlignment, correction_expr
+from rankscope.analysis.clock.alignment import ClockAlignment, correction_expr
 from rankscope.analysis.stats import high_outliers
 from rankscope.model.run import Run
 
@@ -75,7 +75,7 @@ def comm_stragglers(slow: list[dict]) -> list[int]:
 
 def run_links(run: Run, results: dict[str, Result]) -> Result:
     """Registered analysis "links": slow links / groups with their numbers."""
-    from rankscope.analysis.clock import alignment_from, matched_collectives
+    from rankscope.analysis.clock.alignment import alignment_from, matched_collectives
 
     matched = matched_collectives(run)
     if matched.height == 0:

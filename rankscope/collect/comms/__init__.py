@@ -20,7 +20,7 @@ Nothing here may hurt training: every failure is logged and swallowed.
 
 Limits of Flight Recorder (torch 2.13, gloo): entries stay "scheduled" with no completion time;
 completion shows only as ``retired``; no sampling. The timed engine (:func:`timed_backend`,
-:mod:`rankscope.collect.timed_pg`: a process-group backend wrapping the real one, chosen at
+:mod:`rankscope.collect.comms.timed_pg`: a process-group backend wrapping the real one, chosen at
 ``init_process_group``) records completion times, states, sampling (time 1 in N, count all), a ring
 size and optional Python stacks; when it is in use, dumps, the watchdog and the window files read it.
 """
@@ -51,15 +51,15 @@ def enable(buffer: int = DEFAULT_BUFFER, gpu_timing: bool = True) -> None:
 
 def timed_backend(inner: str = "gloo", ring: int = DEFAULT_BUFFER, sample_every: int = 1, stack: bool = False,
                   poll: bool = False) -> str:
-    """The timed recorder's backend name for ``init_process_group`` (see :mod:`rankscope.collect.timed_pg`)."""
-    from rankscope.collect import timed_pg
+    """The timed recorder's backend name for ``init_process_group`` (see :mod:`rankscope.collect.comms.timed_pg`)."""
+    from rankscope.collect.comms import timed_pg
 
     return timed_pg.timed_backend(inner, ring=ring, sample_every=sample_every, stack=stack, poll=poll)
 
 
 def _timed() -> Any:
     """The timed engine's module when a timed backend exists in this process, else None."""
-    from rankscope.collect import timed_pg
+    from rankscope.collect.comms import timed_pg
 
     return timed_pg if timed_pg.active() else None
 
@@ -268,10 +268,10 @@ def as_json_gz(path: str) -> bytes:
     import gzip
     import json
 
-    from rankscope.model.frdump import _PlainData
+    from rankscope.store import plainpickle
 
     with open(path, "rb") as f:
-        doc = _PlainData(f).load()
+        doc = plainpickle.load(f)
     return gzip.compress(json.dumps(doc, default=str).encode(), 6)
 
 

@@ -20,7 +20,7 @@ time, state (scheduled / started / completed / failed) and, if asked, the Python
 on gloo the ``Work.get_future()`` callback (run when gloo finishes), or for gloo's send / recv, whose Work
 has no future, the caller's ``wait()`` returning; on NCCL, whose future completes at enqueue, CUDA events
 around the collective polled off the training thread (start, completion and the GPU's ``duration_ms``;
-:mod:`rankscope.collect.timed_gpu`).
+:mod:`rankscope.collect.comms.timed_gpu`).
 
 - ring: a bounded deque per process (``ring`` entries, oldest dropped); counters per op keep counting;
 - ``sample_every=N``: every call is counted and kept, one in N gets a completion callback (the others
@@ -32,7 +32,7 @@ Use::
     name = rankscope.comms.timed_backend("gloo", ring=2000, sample_every=1)
     torch.distributed.init_process_group(name)          # instead of "gloo"; DDP etc. unchanged
 
-or with no code change: ``-m rankscope.collect.comms_run --timed`` / ``RANKSCOPE_COMMS_TIMED=1`` (:mod:`timed_setup`, see
+or with no code change: ``-m rankscope.collect.comms.run --timed`` / ``RANKSCOPE_COMMS_TIMED=1`` (:mod:`timed_setup`, see
 ``comms_run``). ``rankscope.comms.Recorder`` dumps these entries (Flight Recorder's own format, states
 and completion times filled in) instead of Flight Recorder's when this backend is in use, so
 ``rankscope hang`` reports each rank's last *completed* sequence, and torch's own analyzer reads them.
@@ -50,8 +50,8 @@ import time
 import traceback
 from typing import Any, Callable
 
-from rankscope.collect.timed_gpu import GPU
-from rankscope.collect.timed_work import failed, finish, work_class
+from rankscope.collect.comms.timed_gpu import GPU
+from rankscope.collect.comms.timed_work import failed, finish, work_class
 
 log = logging.getLogger(__name__)
 
@@ -286,7 +286,7 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
         Work has no future (gloo's send / recv, and its reduce_scatter_tensor, run as an all_reduce whose Work
         finishes in ``wait()``) a wrapper that notes completion when the caller's ``wait()`` (or
         ``is_completed()``) sees it. On a GPU backend the callback only
-        records the end event; completion comes from the events (:mod:`rankscope.collect.timed_gpu`)."""
+        records the end event; completion comes from the events (:mod:`rankscope.collect.comms.timed_gpu`)."""
         ring = self.ring
         if e["record_id"] % ring.sample_every:
             return work  # counted and kept, not timed

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from rankscope.analysis import edgesolve
+from rankscope.analysis.clock import edgesolve
 from rankscope.analysis.base import Finding, Result, Severity, frame
 from rankscope.analysis.stats import as_int
 from rankscope.model.run import Run
@@ -48,7 +48,7 @@ MATCHED_COLUMNS = ["pg_name", "pg_ranks", "instance", "op", "rank", "ts", "end",
 
 
 def _fallback_match(run: Run) -> pl.DataFrame:
-    """Minimal matcher (used only until rankscope.analysis.collectives exists): n-th call per group."""
+    """Minimal matcher (used only until rankscope.analysis.comm.collectives exists): n-th call per group."""
     parts = []
     for r in run.rank_ids:
         c = frame(run.table(r, "collectives"))
@@ -71,7 +71,7 @@ def _fallback_match(run: Run) -> pl.DataFrame:
 def matched_collectives(run: Run) -> pl.DataFrame:
     """Collectives matched across ranks (one row per instance × rank), on the ranks' own clocks."""
     try:
-        from rankscope.analysis.collectives import match_collectives
+        from rankscope.analysis.comm.collectives import match_collectives
     except ImportError:
         return _fallback_match(run)
     return frame(match_collectives(run)).with_columns(
@@ -162,7 +162,7 @@ def refine(sync: pl.DataFrame, prior: dict[int, int]) -> tuple[dict[int, int], p
              .group_by("grp", "rank", "a").agg(d=(pl.col("t") - pl.col("ta")).median(), n=pl.len()))
     ranks = sorted(set(df["rank"].to_list()))
     idx = {r: i for i, r in enumerate(ranks)}
-    # Sparse weighted least squares (analysis/edgesolve.py): memory linear in the edges, nothing
+    # Sparse weighted least squares (analysis/clock/edgesolve.py): memory linear in the edges, nothing
     # that can fail to converge (a dense lstsq was 400 MB at 4,096 ranks and raised LinAlgError).
     sol = edgesolve.solve(len(ranks), np.array([idx[r] for r in edges["rank"].to_list()], dtype=np.int64),
                           np.array([idx[r] for r in edges["a"].to_list()], dtype=np.int64),
