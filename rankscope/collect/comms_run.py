@@ -5,4 +5,4 @@ from __future__ import annotations
 from rankscope.collect.comms.run import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()
