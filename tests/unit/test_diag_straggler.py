@@ -421,6 +421,35 @@ def test_title_says_when_the_excess_excludes_cpu_wait(tmp_path):
     assert f.title == "rank 1 is slow: host (idle between operators), own time excluding CPU wait +46% vs the other ranks' median"
 
 
+@pytest.mark.parametrize("test,measure,lost,note,title", [
+    ("dixon", "own time", 0, "",
+     "rank 1 is slow: compute, own time +30% vs the other ranks' median"),
+    ("ratio (cpu-available)", "own time excluding CPU wait", 3_000_000, " (same operators and input sizes, slower)",
+     "rank 1 is slow: compute (same operators and input sizes, slower), own time excluding CPU wait +30% vs the "
+     "other ranks' median, costs 3.0 ms per step (15%)"),
+    ("signed-rank", "own time", 3_000_000, ", +35% input work per step (aten::bmm inputs [8, 130] vs [8, 84])",
+     "rank 1 is slow: input imbalance, +35% input work per step (aten::bmm inputs [8, 130] vs [8, 84]), own time "
+     "+30% vs the other ranks' median, costs 3.0 ms per step (15%)"),
+    (None, "in every slow group (transfers up to 3.0x the other groups' median)", 3_000_000, "",
+     "rank 1 is slow: communication, in every slow group (transfers up to 3.0x the other groups' median), "
+     "costs 3.0 ms per step (15%)"),
+])
+def test_headline_every_variant(test, measure, lost, note, title):
+    """The headline is the product: each variant ``_finding`` prints (measure own time / own time excluding
+    CPU wait / a slow group's transfers; with and without the cost; with a cause's note), exactly, and
+    ``tests.helpers.straggler_note`` (used by the end-to-end tests on real runs, where the variant depends on
+    the machine's load) accepts each one from the finding's fields."""
+    from rankscope.analysis.straggler import _finding
+    from tests.helpers import straggler_note
+
+    kind = "comm" if test is None else "imbalance" if "input work" in note else "compute"
+    ev: dict = {"relative_excess": 0.3, "time_lost": {"lost_per_step_ns": lost, "lost_share_of_step": 0.15}}
+    ev.update({"test": test} if test else {"transfer_ratio": 3.0})
+    f = _finding(1, kind, 0.3, ev, 0.9, note, measure)
+    assert f.title == title
+    assert straggler_note(f) == note
+
+
 def test_evidence_below_the_bar_is_said_beside_no_straggler(tmp_path):
     """Issue 12: rank 2 arrived last at every collective and had the longest own time in every step, but
     its excess (+9 % own time at 4 ranks) is under the outlier bar and under the twin spread (healthy 4-rank
