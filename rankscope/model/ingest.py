@@ -17,7 +17,7 @@ from rankscope.errors import TraceError
 from rankscope.model.info import RankInfo, compact_groups
 
 log = logging.getLogger(__name__)
-CACHE_VERSION = "5"  # 5: Ascend summary tables (issue 13). 4: RankInfo.damage, bounded fields (issue 11): older entries are re-read
+CACHE_VERSION = "7"  # 7: events bytes / bandwidth / counters (issue 26). 5: Ascend summary tables (issue 13). 4: RankInfo.damage, bounded fields (issue 11): older entries are re-read
 TABLE_NAMES = ("events", "collectives", "memory", "steps", "comm_ops", "comm_links", "step_times")
 ROW_GROUP = 1 << 17  # rows per Parquet row group: bounds the writer's buffers on very large ranks
 

@@ -26,6 +26,7 @@ from rankscope.model import inflate
 # gc=False: hundreds of thousands of decoded structs must not be traversed by every garbage
 # collection triggered while columns are built (they hold no reference cycles).
 class Args(msgspec.Struct, gc=False, omit_defaults=True, rename={
+    "copy_bytes": "bytes", "bandwidth": "memory bandwidth (GB/s)",
     "external_id": "External id", "input_dims": "Input Dims", "input_type": "Input type",
     "coll_name": "Collective name", "in_nelems": "In msg nelems", "out_nelems": "Out msg nelems",
     "pg_name": "Process Group Name", "pg_ranks": "Process Group Ranks", "group_size": "Group size",
@@ -53,6 +54,8 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True, rename={
     nbytes: Any = None
     device_id: Any = None
     name: Any = None  # process_name / thread_name metadata events (Ascend names its layers so)
+    copy_bytes: Any = None  # memcpy / memset: bytes moved
+    bandwidth: Any = None  # memcpy / memset: Kineto's "memory bandwidth (GB/s)"
 
 
 class _Complete(msgspec.Struct, gc=False):

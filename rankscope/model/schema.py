@@ -50,7 +50,12 @@ EVENTS = pa.schema([
     ("correlation", pa.int64()), ("external_id", pa.int64()),
     ("depth", pa.int16()), ("is_comm", pa.bool_()),
     ("input_dims", _dict),
+    # memcpy / memset: the bytes moved and Kineto's "memory bandwidth (GB/s)" (-1 elsewhere);
+    # cuda_profiler_range (CUPTI range profiler): its counters as one JSON object ("" elsewhere)
+    ("bytes", pa.int64()), ("bandwidth", pa.float64()), ("counters", _dict),
 ])
+# What a reader that does not know a column of EVENTS writes there (one value per event).
+EVENT_FILL: dict[str, object] = {"bytes": -1, "bandwidth": -1.0, "counters": ""}
 
 COLLECTIVES = pa.schema([
     ("op", _dict), ("name", _dict),

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rankscope.model import schema
+from rankscope.model import inflate, schema
 from rankscope.model.kineto import Args, Event, RawTrace
 
 _NOARGS = Args()
@@ -164,6 +164,8 @@ def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
     comm_args: dict[int, Args | None] = {}
     for off, idx, blob in kept:
         comm_args.update(zip((idx + off).tolist(), _ARGS_DEC.decode(blob) if isinstance(blob, bytes) else blob))
+    if "cuda_profiler_range" in events.column("cat").combine_chunks().dictionary.to_pylist():
+        events = _with_counters(events, raw)
     tables = {"events": events, "memory": memory}
     tables["collectives"] = _collectives(events, comm_args, raw)
     tables["steps"] = _steps(events)
@@ -256,7 +258,8 @@ def _chunk_columns(xs: list[Event], base: int, probs: _Problems,
     xs, ts_f, dur_f = _valid_times(xs, probs)
     names_l, cats_l, pids, tids, args = _get(xs, "name", "cat", "pid", "tid", "args")
     args = [a or _NOARGS for a in args]
-    stream, device, corr, ext = _get(args, "stream", "device", "correlation", "external_id")
+    stream, device, corr, ext, nbytes, bw = _get(args, "stream", "device", "correlation", "external_id",
+                                                 "copy_bytes", "bandwidth")
     names = _strings(names_l, probs)
     if "" in names.dictionary.to_pylist():
         probs.count("events without a name were kept with an empty name",
@@ -270,6 +273,8 @@ def _chunk_columns(xs: list[Event], base: int, probs: _Problems,
         "stream": _opt(stream), "device": _opt(device).astype(np.int32),
         "correlation": _opt(corr), "external_id": _opt(ext),
         "input_dims": dims.dictionary_encode(),
+        "bytes": _opt(nbytes), "bandwidth": np.nan_to_num(_floats(bw), nan=-1.0),
+        "counters": pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(xs), np.int32)), pa.array([""])),
     }, xs
 
 
@@ -284,6 +289,39 @@ def _memory(ms: list[Event], base: int) -> pa.Table:
         "total_allocated": _opt([x.total_allocated if x else None for x in a], 0),
         "total_reserved": _opt([x.total_reserved if x else None for x in a], 0),
     }, schema=schema.MEMORY)
+
+
+class _RangeEvent(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: Optional[str] = None
+    args: Optional[dict[str, Any]] = None
+
+
+class _RangeTrace(msgspec.Struct, gc=False):
+    traceEvents: list[_RangeEvent] = []
+
+
+def _with_counters(events: pa.Table, raw: RawTrace) -> pa.Table:
+    """The ``counters`` column of CUPTI range-profiler events ("cuda_profiler_range": one per kernel, its
+    metrics as arbitrary args keys, which the typed decoding drops): the file is read a second time,
+    only for such traces (small: the range profiler serializes kernels). The k-th such 'X' event of the
+    file is the k-th of the table; when the counts differ the column stays empty."""
+    try:
+        data = inflate.Source(raw.path).read_all()
+        doc = msgspec.json.decode(data, type=_RangeTrace)
+    except (OSError, msgspec.DecodeError, ValueError):
+        return events
+    found = [_ARGS_ENC.encode({k: v for k, v in (e.args or {}).items() if isinstance(v, (int, float))}).decode()
+             for e in doc.traceEvents if e.ph == "X" and e.cat == "cuda_profiler_range"]
+    cat = events.column("cat").combine_chunks()
+    rows = np.flatnonzero(cat.indices.to_numpy(zero_copy_only=False)
+                          == cat.dictionary.to_pylist().index("cuda_profiler_range"))
+    if len(rows) != len(found):
+        return events
+    col = np.full(events.num_rows, "", dtype=object)
+    col[rows] = found
+    i = events.schema.get_field_index("counters")
+    return events.set_column(i, "counters", pa.array(col, pa.string()).dictionary_encode())
 
 
 from rankscope.model.comms import collectives as _collectives  # noqa: E402
