@@ -12,7 +12,8 @@ exists: ``enable()`` (or ``TORCH_FR_BUFFER_SIZE`` in the job's environment) befo
   empty, which stops torch's own analyzer), so ``rankscope hang <dir>`` and ``torchfrtrace <dir>
   --prefix fr_rank_`` both read it;
 - a watchdog thread: a collective still pending after ``watchdog_s`` seconds makes the rank dump
-  (every waiting rank does, so the dumps show who never arrived);
+  (every waiting rank does, so the dumps show who never arrived) and say so on stderr, "rankscope:
+  watchdog fired after N s on rank R, dumps in DIR" (``where``: the run directory under rankscope.profile);
 - SIGUSR1 (main thread only; the previous handler is chained and restored on ``stop``);
 - ``at_exit=True``: a dump when the process exits normally.
 
@@ -31,6 +32,7 @@ import logging
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -117,6 +119,7 @@ class Recorder:
         self._dumped_for: set[int] = set()
         self.rank: int = 0
         self._pg: dict[str, dict[str, str]] = {}
+        self.where: str | None = None  # what the watchdog's line names (default: out_dir)
 
     def start(self) -> Recorder:
         self.since_ns, self.until_ns = time.time_ns(), None
@@ -171,8 +174,7 @@ class Recorder:
             doc["entries"] = [e for e in doc.get("entries", []) if lo <= int(e.get("time_created_ns") or 0) <= hi]
             doc["pg_config"] = _groups() if dist.is_initialized() else self._pg
             doc["rankscope"] = {"reason": reason, "wall_ns": time.time_ns()}
-            rank = dist.get_rank() if dist.is_initialized() else self.rank
-            out = path or os.path.join(self.out_dir, f"fr_rank_{rank}")
+            out = path or os.path.join(self.out_dir, f"fr_rank_{self._rank()}")
             os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
             tmp = f"{out}.tmp-{os.getpid()}"
             with open(tmp, "wb") as f:
@@ -218,9 +220,26 @@ class Recorder:
                 new = [e for e in stuck if e.get("record_id") not in self._dumped_for]
                 if new:
                     self._dumped_for.update(int(e.get("record_id") or 0) for e in new)
-                    self.dump("watchdog")
+                    if self.dump("watchdog") is not None:
+                        age = (now - min(int(_pending_since(e) or now) for e in new)) / 1e9
+                        self._say(f"rankscope: watchdog fired after {age:.1f} s on rank {self._rank()}, dumps in "
+                                  f"{self.where or os.path.abspath(self.out_dir)}")
             except Exception:  # noqa: BLE001 - the watchdog must never take the job down
                 log.debug("comms watchdog poll failed", exc_info=True)
+
+    def _rank(self) -> int:
+        """This process's rank: the process group's while it exists, else the one seen at start."""
+        import torch.distributed as dist
+
+        return dist.get_rank() if dist.is_initialized() else self.rank
+
+    @staticmethod
+    def _say(line: str) -> None:
+        try:
+            sys.stderr.write(line + "\n")  # one write: ranks' lines do not interleave
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - no, closed or broken stderr: the line is lost, never the job
+            pass
 
 
 def _pending_since(e: dict[str, Any]) -> int | None:

@@ -13,7 +13,9 @@ Example (what the demo does)::
 Each window becomes ``RUN/ranks/<rank>/window-NNNN.pt.trace.json.gz`` (exported, spooled
 and uploaded on background threads: :mod:`rankscope.collect.export`), with ``meta.json``
 (steps covered, clock anchors, offset to rank 0) and ``MANIFEST.json``; rank 0 writes
-``run.json``. Every rank computes windows from
+``run.json``. At the end the first profiled rank prints one line on stderr, "rankscope: traces written to
+RUN (N windows)".
+Every rank computes windows from
 the same step counter and schedule, so with a schedule all ranks capture the same steps.
 
 Idle backstop: torch's profiler cannot be stopped from another thread (it crashed with
@@ -27,6 +29,8 @@ from __future__ import annotations
 import atexit
 import ctypes
 import logging
+import os
+import sys
 import threading
 import time
 from typing import Any, Callable, Iterable
@@ -338,7 +342,26 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             self._watcher.close()
         self._comms.stop()  # the exit dump goes out with the run, before the uploads close
         if self.collector is not None:
-            self.collector.close()
+            self._say_where(self.collector.close())
+
+    def _say_where(self, left: int) -> None:
+        """One line on stderr at the end, from the first profiled rank only (rank 0 unless ``ranks=``
+        leaves it out; a 1,000-rank job prints it once): where the traces are and how many windows this
+        rank saved (lost ones counted: their warnings said why), or how many files are still in the spool."""
+        col = self.collector
+        if col is None or col.ident.rank != min(col.ranks_expected or [0]):
+            return
+        where = col.run if "://" in col.run else os.path.abspath(col.run)
+        lost = len(col.extra.get("lost_windows", [])) + sum(1 for w in col.windows if "error" in w)
+        n = len(col.windows) - lost
+        counts = f"{n} window{'' if n == 1 else 's'}" + (f", {lost} lost" if lost else "")
+        line = (f"rankscope: traces written to {where} ({counts})" if not left else
+                f"rankscope: {counts}; {left} file(s) not yet in {where}, kept in spool {col.spool.dir}")
+        try:
+            sys.stderr.write(line + "\n")  # one write: ranks' lines do not interleave
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - no, closed or broken stderr: the line is lost, never the job
+            pass
 
     NO_STEPS = ("prof.step() was never called: with schedule=... nothing is recorded until the training "
                 "loop calls prof.step() once per step")

@@ -52,7 +52,9 @@ class CommsSidecar:
             out = os.path.join(collector.spool.dir, "comms-staging")
             self.recorder = comms.Recorder(out, watchdog_s=self.opts.get("watchdog_s"),
                                            at_exit=bool(self.opts.get("at_exit", True)),
-                                           on_dump=collector.add_comms).start()
+                                           on_dump=collector.add_comms)
+            self.recorder.where = collector.run  # the watchdog's line names the run (`rankscope hang RUN`)
+            self.recorder.start()
         except Exception:  # noqa: BLE001 - never the job
             log.warning("rankscope: the collective recorder could not start", exc_info=True)
             self.recorder = None

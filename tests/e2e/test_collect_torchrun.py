@@ -37,6 +37,9 @@ def test_profile_two_ranks_local(tmp_path):
     hostmap = tmp_path / "private" / "hosts.json"
     p = torchrun(str(run), "ok", tmp_path, {**os.environ, "RS_HOSTMAP": str(hostmap)})
     assert p.returncode == 0, p.stderr[-3000:]
+    # where the traces went, said once for the job (by rank 0; rank 1 stays quiet)
+    said = [line for line in p.stderr.splitlines() if line.startswith("rankscope: traces written")]
+    assert said == [f"rankscope: traces written to {run} (2 windows)"], p.stderr[-3000:]
     rj = json.loads((run / "run.json").read_text())
     assert rj["world_size"] == 2 and rj["ranks_expected"] == [0, 1] and rj["hosts"] == ["node-0"]
     assert rj["layout"] == {"dp": 2, "tp": 1, "pp": 1}
@@ -95,6 +98,9 @@ def test_profile_only_some_ranks_with_metadata(tmp_path):
     run = tmp_path / "run"
     p = torchrun(str(run), "subset", tmp_path)
     assert p.returncode == 0 and p.stdout.count("TRAINING-DONE") == 2, p.stderr[-3000:]
+    # said once, by the first profiled rank (1; rank 0 has no traces)
+    said = [line for line in p.stderr.splitlines() if line.startswith("rankscope: traces written")]
+    assert said == [f"rankscope: traces written to {run} (2 windows)"], p.stderr[-3000:]
     assert json.loads((run / "run.json").read_text())["ranks_expected"] == [1]
     assert not list((run / "ranks/0").glob("*.pt.trace.json.gz"))
     m1 = json.loads((run / "ranks/1/meta.json").read_text())
