@@ -49,6 +49,19 @@ BUILTIN: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...], bool]
      (), (), False),
     ("capture", "capture", "run_capture", "captured steps per rank: window mismatch, idle ranks, dropped windows",
      (), (), False),
+    ("kernel_breakdown", "gpu.kernel_breakdown", "run_kernel_breakdown",
+     "kernel time per class with overlap labels; per-rank per-kernel sum / min / max / mean / std (HTA parity)",
+     ("kernels",), (), True),
+    ("gpu_idle", "gpu.idle_time", "run_gpu_idle", "GPU idle time per stream: host wait, kernel wait, other (HTA parity)",
+     ("kernels",), (), True),
+    ("launch_delay", "gpu.launch_delay", "run_launch_delay",
+     "kernel launch delay after the runtime call ends; slow runtime calls (HTA parity)", ("kernels",), (), True),
+    ("queue_length", "gpu.queue_length", "run_queue_length",
+     "launch queue length per stream: series, summary, time at a full queue (HTA parity)", ("kernels",), (), True),
+    ("memory_bw", "gpu.memory_bw", "run_memory_bw", "memcpy / memset bandwidth per copy kind (HTA parity)",
+     ("kernels",), (), True),
+    ("annotations", "gpu.annotations", "run_annotations",
+     "user annotations on GPU and CPU; each kernel with its annotation (HTA parity)", (), (), True),
 )
 
 
