@@ -5,7 +5,8 @@ of its device kernel (host span when there is none), and the instance's *transfe
 median end minus the last arrival: the time the group needed once everyone was there. Arrival
 skew (last minus first arrival) is waiting for a slow rank, not a slow link. For each class of
 peers (op, message size, group size) the median transfer per group is tested with
-``stats.high_outliers``; an outlier group is a slow link / group. A rank that sits in every slow
+``stats.high_outliers``; an outlier group is a slow link / group. No ratio is taken over peers whose
+median transfer is below ``MIN_BASELINE_NS`` (nothing measurable to compare with). A rank that sits in every slow
 group, and in at least two of them, is a communication straggler (its NIC or link is slow).
 """
 from __future__ import annotations
@@ -19,6 +20,9 @@ from rankscope.analysis.stats import high_outliers
 from rankscope.model.run import Run
 
 MIN_REL = 0.2  # a group must move the same bytes at least 20 % slower than its peers
+# Peers' median transfer below this is no baseline: Kineto's host timestamps are µs, and a transfer
+# clipped at 0 (gloo spans that end before the last arrival) is not a duration to divide by.
+MIN_BASELINE_NS = 1_000
 
 
 def instances(matched: pl.DataFrame, offsets: ClockAlignment | dict[int, int] | None) -> pl.DataFrame:
@@ -54,11 +58,13 @@ def slow_groups(inst: pl.DataFrame, min_rel: float = MIN_REL) -> list[dict]:
         for o in high_outliers(vals, min_rel):
             row = peers.row(o.index, named=True)
             others = np.delete(vals, o.index)
+            if float(np.median(others)) < MIN_BASELINE_NS:
+                continue  # peers that took no measurable time: no ratio to take (gloo's clipped transfers)
             # Members as observed (pg_ranks strings are truncated after 30 ranks by the profiler).
             out.append({"pg_name": row["pg_name"], "ranks": [int(x) for x in row["members"]],
                         "op": op, "bytes": int(nbytes), "group_size": int(n),
                         "transfer_ns": float(row["transfer"]), "peers_median_ns": float(np.median(others)),
-                        "ratio": float(row["transfer"] / max(np.median(others), 1.0)), "peers": int(peers.height),
+                        "ratio": float(row["transfer"] / np.median(others)), "peers": int(peers.height),
                         "arrival_skew_ns": float(row["skew"]), "instances": int(row["count"]),
                         "test": o.test, "statistic": round(o.statistic, 3)})
     return out

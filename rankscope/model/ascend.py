@@ -220,7 +220,8 @@ def collectives_of(doc: Any, where: str, groups: dict[str, list[int]] | None = N
     problems = [f"{path}: {bad[0]} communication entries with wrong types were left out"] if bad[0] else []
     if not rows:
         return schema.empty("collectives"), problems
-    cols = {f.name: [r[f.name] for r in rows] for f in schema.COLLECTIVES}
+    fill = schema.COLLECTIVE_FILL
+    cols = {f.name: [r.get(f.name, fill.get(f.name)) for r in rows] for f in schema.COLLECTIVES}
     return pa.table(cols, schema=schema.COLLECTIVES).sort_by("ts"), problems
 
 

@@ -6,9 +6,11 @@ were mixed with the default group's. When the job ran with the collective record
 (``rankscope.profile(comms=True)``), every window's trace has a sibling
 ``window-NNNN.collectives.json.gz`` with the recorder's entries of that window: process group,
 sequence number in that group, op and the time the entry was created (written by
-``rankscope.collect.comms.window_json_gz``).
+``rankscope.collect.comms.window_json_gz``; Flight Recorder is on by default in torch 2.13, and
+``import rankscope`` sizes its ring where an older torch leaves it off).
 
-Each span is given the entry of the same op created closest before its start (measured on torch
+Each call is given the entry of the same op created closest before it was issued (its ``c10d::`` op
+on the training thread; else its span's start) (measured on torch
 2.13 gloo: the entry is created 10-200 µs before the span starts, same wall clock), within
 ``SLACK_NS``, each entry used once. Point-to-point entries give the group only (their sequence
 counts per pair, not per group).
@@ -59,29 +61,35 @@ def read(path: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and isinstance(doc.get("entries"), list) else None
 
 
-def assign(table: pa.Table, doc: dict[str, Any]) -> tuple[pa.Table, int]:
+def assign(table: pa.Table, doc: dict[str, Any]) -> tuple[pa.Table, np.ndarray]:
     """``table`` (one rank's collectives) with pg_name / pg_ranks / group_size / seq filled from the
-    recorder entries in ``doc``; returns it with the number of calls matched."""
+    recorder entries in ``doc``; returns it with the mask of the calls matched. A call is placed at the
+    time its training thread issued it where the trace says (``issue_ts``): gloo may start a queued
+    collective on its own thread milliseconds later."""
+    from rankscope.model.comm_issue import family
     from rankscope.model.comms import normalize_op
 
     if table.num_rows == 0:
-        return table, 0
+        return table, np.zeros(0, dtype=bool)
     groups: dict[str, Any] = doc["groups"] if isinstance(doc.get("groups"), dict) else {}
     by_op: dict[str, list[tuple[int, str, int, bool]]] = {}
     for e in doc["entries"]:
         if not (isinstance(e, list) and len(e) >= 5 and isinstance(e[4], int)):
             continue
-        by_op.setdefault(normalize_op(str(e[3])), []).append((e[4], str(e[0]), int(e[1]), bool(e[2])))
+        by_op.setdefault(family(normalize_op(str(e[3]))), []).append((e[4], str(e[0]), int(e[1]), bool(e[2])))
     for v in by_op.values():
         v.sort()
-    ops = table.column("op").to_pylist()
+    ops = [family(o) for o in table.column("op").to_pylist()]
     ts = table.column("ts").to_numpy()
+    if "issue_ts" in table.column_names:
+        issued = table.column("issue_ts").to_numpy()
+        ts = np.where(issued >= 0, issued, ts)
     pg = table.column("pg_name").to_pylist()
     ranks = table.column("pg_ranks").to_pylist()
     size = table.column("group_size").to_numpy().copy()
     seq = table.column("seq").to_numpy().copy()
     used: dict[str, set[int]] = {}
-    matched = 0
+    matched = np.zeros(table.num_rows, dtype=bool)
     for i in np.argsort(ts, kind="stable").tolist():
         cands = by_op.get(ops[i])
         if not cands or seq[i] >= 0:
@@ -94,7 +102,7 @@ def assign(table: pa.Table, doc: dict[str, Any]) -> tuple[pa.Table, int]:
             continue
         taken.add(j)
         t, name, s, p2p = cands[j]
-        matched += 1
+        matched[i] = True
         pg[i] = name
         members = _members(groups.get(name))
         if members:

@@ -31,7 +31,8 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True, rename={
     "coll_name": "Collective name", "in_nelems": "In msg nelems", "out_nelems": "Out msg nelems",
     "pg_name": "Process Group Name", "pg_ranks": "Process Group Ranks", "group_size": "Group size",
     "seq": "Seq", "total_allocated": "Total Allocated", "total_reserved": "Total Reserved",
-    "nbytes": "Bytes", "device_id": "Device Id",
+    "nbytes": "Bytes", "device_id": "Device Id", "concrete_inputs": "Concrete Inputs",
+    "src_rank": "Src Rank", "dst_rank": "Dst Rank", "in_split": "In split size", "out_split": "Out split size",
 }):
     # Loose types on purpose: one odd value must not make a whole file unreadable; tables.py
     # coerces per column and reports what it could not use.
@@ -54,6 +55,13 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True, rename={
     nbytes: Any = None
     device_id: Any = None
     name: Any = None  # process_name / thread_name metadata events (Ascend names its layers so)
+    # Communication: scalar arguments of c10d ops (the peer of send / recv, all_to_all split sizes) and
+    # record_param_comms' p2p peer and split sizes (NCCL); read in model/comm_issue.py.
+    concrete_inputs: msgspec.Raw = msgspec.Raw()
+    src_rank: Any = None
+    dst_rank: Any = None
+    in_split: Any = None
+    out_split: Any = None
     copy_bytes: Any = None  # memcpy / memset: bytes moved
     bandwidth: Any = None  # memcpy / memset: Kineto's "memory bandwidth (GB/s)"
 

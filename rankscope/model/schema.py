@@ -66,7 +66,13 @@ COLLECTIVES = pa.schema([
     ("nelems_in", pa.int64()), ("nelems_out", pa.int64()), ("dtype", _dict),
     ("bytes_in", pa.int64()), ("bytes_out", pa.int64()),
     ("external_id", pa.int64()),
+    # point-to-point: the other side's global rank (-1: not p2p, or unknown); when the training thread
+    # issued the call (gloo runs collectives on its own threads; -1: unknown); all_to_all: bytes sent to /
+    # received from each member of the group, in group order ("166,462,209,187"; "": even or unknown)
+    ("peer", pa.int64()), ("issue_ts", pa.int64()), ("split_out", _dict), ("split_in", _dict),
 ])
+# What a reader that does not know a column of COLLECTIVES writes there.
+COLLECTIVE_FILL: dict[str, object] = {"peer": -1, "issue_ts": -1, "split_out": "", "split_in": ""}
 
 MEMORY = pa.schema([
     ("ts", pa.int64()), ("device", pa.int32()), ("bytes_delta", pa.int64()),

@@ -25,7 +25,7 @@ _ARGS_ENC = msgspec.json.Encoder()
 _ARGS_DEC = msgspec.json.Decoder(list[Optional[Args]])
 
 _HOST_KINDS = ("cpu_op", "user_annotation", "python_function")
-_COMM_MARKERS = ("nccl", "rccl", "hccl", "hcom_", "gloo", "record_param_comms", "c10d::")
+# Which names are communication (or a framework's wait for it): model/comm_issue.py.
 
 
 def to_ns(ts: np.ndarray, base_ns: int) -> np.ndarray:
@@ -81,11 +81,12 @@ def _floats(values: Sequence[Any]) -> np.ndarray:
         return np.asarray(out, dtype=np.float64)
 
 
-def _flag_names(names: pa.DictionaryArray, markers: tuple[str, ...]) -> np.ndarray:
-    """Vectorized name test over the (small) dictionary, then gathered by index."""
-    dic = [str(s).lower() for s in names.dictionary.to_pylist()]
-    hit = np.array([any(m in s for m in markers) for s in dic] + [False], dtype=bool)
-    return hit[names.indices.to_numpy(zero_copy_only=False)]
+def _comm_names(names: pa.DictionaryArray) -> np.ndarray:
+    """``comm_issue.is_comm_name`` over the (small) dictionary, then gathered by index."""
+    from rankscope.model.comm_issue import comm_mask
+
+    hit = np.append(comm_mask(names.dictionary.to_pylist()), False)
+    return hit[names.indices.fill_null(len(names.dictionary)).to_numpy(zero_copy_only=False)]
 
 
 def nesting_depth(tid: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -142,7 +143,7 @@ def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
         mems.append(_memory([e for e in chunk if e.ph == "i" and e.name == "[memory]"], 0))
         del chunk
         cols, xs = _chunk_columns(xs, 0, probs, ids)
-        comm = np.flatnonzero(_flag_names(cols["name"], _COMM_MARKERS))
+        comm = np.flatnonzero(_comm_names(cols["name"]))
         if len(comm):
             # Only the args of communication events are kept, re-encoded as one JSON blob: live
             # structs scattered over every chunk's memory would keep all of it from being reused
@@ -187,7 +188,7 @@ def _finish_events(parts: list[pa.Table], base: int) -> pa.Table:
         ts = ts + base
         cols["ts"] = pa.array(ts)
     cols["depth"] = pa.array(nesting_depth(tid, ts, dur, host))
-    cols["is_comm"] = pa.array(_flag_names(t.column("name").combine_chunks(), _COMM_MARKERS))
+    cols["is_comm"] = pa.array(_comm_names(t.column("name").combine_chunks()))
     return pa.table({f.name: cols[f.name] for f in schema.EVENTS}, schema=schema.EVENTS)
 
 
