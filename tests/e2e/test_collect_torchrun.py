@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 WORKER = os.path.join(ROOT, "tests", "e2e", "collect_worker.py")
 
 
-def torchrun(run: str, mode: str, tmp_path, env: dict[str, str] | None = None, timeout: int = 90):
+def torchrun(run: str, mode: str, tmp_path, env: dict[str, str] | None = None, timeout: int = 300):
     e = dict(env or os.environ)
     e.update(PYTHONPATH=ROOT, RS_SPOOL=str(tmp_path / "spool"), OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
@@ -29,7 +29,7 @@ def _resume(spool: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     code = ("import sys; from rankscope.commands.upload import run, add_arguments; import argparse;"
             "p=argparse.ArgumentParser(); add_arguments(p); sys.exit(run(p.parse_args(sys.argv[1:])))")
     return subprocess.run([sys.executable, "-c", code, "--resume", spool, "--timeout", "30"],
-                          env={**env, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=90)
+                          env={**env, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=300)
 
 
 def test_profile_two_ranks_local(tmp_path):
