@@ -175,10 +175,11 @@ def oracle(trace_dir: Path, max_queue: int = 1024) -> dict[str, tuple[int, int, 
                 out[name] = (0, 0, [], f"HTA raised {h['error']}")
                 continue
             got = rankscope_values(got_dir, name)
-            if got is None:
-                out[name] = (0, 0, [], "rankscope exported no table for it")
-                continue
             refv = {_key(k): v for k, v in h["values"]}
+            if got is None and refv:
+                out[name] = (0, len(refv), [], "rankscope exported no table for it")
+                continue
+            got = got or {}
             out[name] = (*compare(refv, got), None)
         for name in CRITICAL_PATH:
             out[name] = (0, 0, [], "not built yet (analysis/deps/): not compared") if critical_path_values(got_dir) \

@@ -53,8 +53,9 @@ def _overlap(rank: int, k: pl.DataFrame) -> dict[str, Any]:
 
 
 def _kernels(d: RankData) -> pl.DataFrame | None:
-    k = hv.device(hv.view(d)["frame"])
-    return None if k.height == 0 else k.with_columns(kernel_type=hv.kernel_type(pl.col("name")))
+    v = hv.view(d)
+    k = hv.device(v.frame)
+    return None if k.height == 0 else v.kernel_types(k)
 
 
 def temporal(run: Run, rank: int) -> dict[str, int] | None:

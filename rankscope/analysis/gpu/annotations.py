@@ -45,17 +45,19 @@ def shorten_name(name: str) -> str:
     return "".join(stack).split(" ")[-1]
 
 
-def _breakdown(f: pl.DataFrame, cat: str, rank: int) -> pl.DataFrame | None:
-    a = f.filter(pl.col("cat") == cat)
+def _breakdown(v: hv.View, cat: str, rank: int) -> pl.DataFrame | None:
+    a = v.frame.filter(pl.col("cid") == v.cat_id(cat))
     if not a.height:
         return None
-    return top_n(a, "dur", NUM, RATIO).with_columns(rank=pl.lit(rank))
+    return top_n(v.with_names(a), "dur", NUM, RATIO).with_columns(rank=pl.lit(rank))
 
 
-def attribute(f: pl.DataFrame, hta_order: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
+def attribute(v: hv.View, hta_order: bool) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(kernels with ``user_annotation``, annotations): kernels are HTA's GPU events in frame order."""
+    f = v.frame
     k = f.filter(pl.col("gpu"))
-    a = f.filter(pl.col("cat") == "gpu_user_annotation").select("pid", "tid", "ts", "end", "dur", "name")
+    a = v.with_names(f.filter(pl.col("cid") == v.cat_id("gpu_user_annotation"))).select(
+        "pid", "tid", "ts", "end", "dur", "name")
     o = hv.pd_argsort(a["dur"].to_numpy(), ascending=False) if hta_order else \
         np.lexsort((a["ts"].to_numpy(), -a["dur"].to_numpy()))
     a = a[o]
@@ -79,18 +81,18 @@ def _own(rank: int, k: pl.DataFrame, a: pl.DataFrame) -> pl.DataFrame:
 
 
 def rank_part(d: RankData) -> dict[str, Any] | None:
-    f = hv.view(d)["frame"]
-    gpu, cpu = _breakdown(f, "gpu_user_annotation", d.rank), _breakdown(f, "user_annotation", d.rank)
+    v = hv.view(d)
+    gpu, cpu = _breakdown(v, "gpu_user_annotation", d.rank), _breakdown(v, "user_annotation", d.rank)
     if gpu is None and cpu is None:
         return None
     out: dict[str, Any] = {"gpu": gpu, "cpu": cpu, "kernels": None, "own": None}
     if gpu is not None:
-        k, _ = attribute(f, hta_order=True)
+        k, _ = attribute(v, hta_order=True)
         short = {n: shorten_name(n) for n in k["user_annotation"].unique().to_list()}
         out["kernels"] = k.select(pl.lit(d.rank).alias("rank"), "correlation",
                                   pl.int_range(pl.len()).over("correlation").alias("i"),
                                   pl.col("user_annotation").replace_strict(short, return_dtype=pl.Utf8))
-        out["own"] = _own(d.rank, *attribute(f, hta_order=False))
+        out["own"] = _own(d.rank, *attribute(v, hta_order=False))
     return out
 
 

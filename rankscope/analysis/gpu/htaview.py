@@ -1,16 +1,17 @@
 """One rank's events as Holistic Trace Analysis 0.5.0 loads them: the input of every ``hta_*`` table.
 
-Pattern: HTA's ``TraceAnalysis`` load replayed on rankscope's cached columns (polars, no per-event
-Python), so that HTA's analyses can be recomputed exactly (file:line of hta 0.5.0 as installed):
+Pattern: HTA's ``TraceAnalysis`` load replayed on rankscope's cached columns (numpy / polars on name
+and category codes, strings only per distinct name), so that HTA's analyses can be recomputed
+exactly (file:line of hta 0.5.0 as installed):
 
 1. events of category "Trace" are dropped (common/trace_parser.py:254);
-2. ns-resolution traces: start rounded up, end rounded down to whole µs (trace_parser.py:334-335);
+2. ns-resolution traces: start rounded up, end rounded down to whole µs (trace_parser.py:319-336);
 3. ``index_correlation``: each CPU event with a correlation points at the GPU event of the same
    correlation and back, the last pair winning (common/trace.py:62-131);
 4. GPU events are ``stream >= 0 and correlation >= 0`` or named Event/Context Sync
-   (common/trace_filter.py:330); with two or more ProfilerStep names, CPU events from the start of
-   the last step on are dropped and GPU events kept once per surviving CPU event of their correlation
-   (trace.py:705-731); the frame is then those GPU events followed by the CPU events;
+   (common/trace_filter.py:320-333); with two or more ProfilerStep names, CPU events from the start
+   of the last step on are dropped and GPU events kept once per surviving CPU event of their
+   correlation (trace.py:705-731); the frame is then those GPU events followed by the CPU events;
 5. times are aligned to the earliest event of all ranks (trace.py:696): ``ts`` here is relative to the
    rank's earliest event, ``tmin`` (raw trace clock) lets ``combine`` steps align across ranks and
    ``base`` (baseTimeNanoseconds) gives back rankscope's clock: ts + tmin + base.
@@ -19,7 +20,9 @@ Times are int64 ns on HTA's (rounded) µs grid; HTA's values are these / 1000.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import polars as pl
@@ -29,93 +32,133 @@ if TYPE_CHECKING:
 
 SYNC_NAMES = ("Event Sync", "Context Sync")
 # hta/utils/utils.py:56, 72, 88: kernel types by name (re.match: anchored at the start)
-COMM_RE = r"^nccl.*Kernel"
-MEMORY_RE = r"^(Memcpy|Memset|dma)"
-NOT_COMPUTE_RE = r"^(nccl.*Kernel|.*Memcpy|Memset|.*Sync)"
+_COMM = re.compile(r"^nccl.*Kernel")
+_MEMORY = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
+_NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 COMPUTATION, COMMUNICATION, MEMORY, OTHER = "COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER"
-_COLS = ["name", "cat", "kind", "ts", "dur", "pid", "tid", "stream", "correlation", "depth", "bytes",
-         "bandwidth"]
 
 
-def kernel_type(name: pl.Expr) -> pl.Expr:
+def kernel_type(name: str) -> str:
     """HTA's kernel type of a name (utils.py:109 ``get_kernel_type``)."""
-    return (pl.when(name.str.contains(COMM_RE)).then(pl.lit(COMMUNICATION))
-            .when(name.str.contains(MEMORY_RE)).then(pl.lit(MEMORY))
-            .when(~name.str.contains(NOT_COMPUTE_RE)).then(pl.lit(COMPUTATION))
-            .otherwise(pl.lit(OTHER)))
+    if _COMM.match(name):
+        return COMMUNICATION
+    if _MEMORY.match(name):
+        return MEMORY
+    return OTHER if _NOT_COMPUTE.match(name) else COMPUTATION
 
 
-def memory_kind(name: pl.Expr) -> pl.Expr:
+def memory_kind(name: str) -> str:
     """HTA's memory-copy type of a name (utils.py:120 ``get_memory_kernel_type``)."""
-    return (pl.when(name.str.slice(0, 6) == "Memset").then(pl.lit("Memset"))
-            .when(name.str.slice(0, 6) != "Memcpy").then(pl.lit("Memcpy Unknown"))
-            .otherwise(name.str.slice(0, 11)))
+    if name[:6] == "Memset":
+        return "Memset"
+    return name[:11] if name[:6] == "Memcpy" else "Memcpy Unknown"
 
 
-def _frame(d: "RankData") -> pl.DataFrame:
-    ev = d.events
-    cols = {c: ev.column(c) for c in _COLS if c in ev.column_names}
-    df = pl.from_arrow(ev.select(list(cols)))
-    assert isinstance(df, pl.DataFrame)
-    df = df.with_columns(pl.col(c).cast(pl.Utf8) for c in ("name", "cat", "kind"))
-    return df.with_row_index("idx", offset=1).with_columns(pl.col("idx").cast(pl.Int64))
+@dataclass
+class View:
+    """The frame (columns idx, nid, cid, ts, dur, end, pid, tid, stream, correlation, bytes, bandwidth,
+    gpu, index_correlation) with its name and category dictionaries (``nid`` / ``cid`` index them)."""
+
+    frame: pl.DataFrame
+    names: list[str]
+    cats: list[str]
+    tmin: int
+    base: int
+    _memo: dict[Any, Any] = field(default_factory=dict)
+
+    def name_ids(self, key: str, pred: Callable[[str], bool]) -> list[int]:
+        """Codes of the names for which ``pred`` holds (computed once per distinct name)."""
+        if key not in self._memo:
+            self._memo[key] = [i for i, n in enumerate(self.names) if pred(n)]
+        return self._memo[key]
+
+    def name_map(self, key: str, fn: Callable[[str], str]) -> pl.DataFrame:
+        """(nid, value) for every name: a join table for per-name derived strings."""
+        if key not in self._memo:
+            self._memo[key] = pl.DataFrame({"nid": np.arange(len(self.names), dtype=np.int32),
+                                            key: [fn(n) for n in self.names]})
+        return self._memo[key]
+
+    def cat_id(self, cat: str) -> int:
+        return self.cats.index(cat) if cat in self.cats else -1
+
+    def with_names(self, df: pl.DataFrame, col: str = "name") -> pl.DataFrame:
+        """``nid`` as a string column ``col``."""
+        return df.join(self.name_map("_name", lambda n: n).rename({"_name": col}), on="nid", how="left",
+                       maintain_order="left")
+
+    def kernel_types(self, df: pl.DataFrame) -> pl.DataFrame:
+        return df.join(self.name_map("kernel_type", kernel_type), on="nid", how="left", maintain_order="left")
 
 
-def _rounded(df: pl.DataFrame, base: int) -> pl.DataFrame:
-    """Raw-clock ts / dur / end in ns, on HTA's grid (whole µs where HTA rounds)."""
-    raw = pl.col("ts") - base
-    df = df.with_columns(raw.alias("ts"))
-    frac = df.select(((pl.col("ts") % 1000) != 0).any() | ((pl.col("dur") % 1000) != 0).any()).item()
-    if not frac:
-        return df.with_columns(end=pl.col("ts") + pl.col("dur"))
-    # HTA adds the float µs ts and dur, then ceils the start and floors the end (trace_parser.py:330-336)
-    ts_f = (pl.col("ts") // 1000).cast(pl.Float64) + (pl.col("ts") % 1000).cast(pl.Float64) / 1000
-    end_f = ts_f + pl.col("dur").cast(pl.Float64) / 1000
-    df = df.with_columns(ts=ts_f.ceil().cast(pl.Int64) * 1000, end=end_f.floor().cast(pl.Int64) * 1000)
-    return df.with_columns(dur=pl.col("end") - pl.col("ts"))
+def codes(col: Any) -> tuple[np.ndarray, list[str]]:
+    """A dictionary column as (codes, strings); a missing value gets the code of a last "" entry."""
+    a = col.combine_chunks() if hasattr(col, "combine_chunks") else col
+    idx = a.indices.fill_null(len(a.dictionary)).to_numpy(zero_copy_only=False).astype(np.int32)
+    return idx, [str(s) for s in a.dictionary.to_pylist()] + [""]
 
 
-def _index_correlation(df: pl.DataFrame) -> pl.DataFrame:
-    """``index_correlation`` (trace.py:62): 0 = has a correlation, nothing linked; -1 = none."""
-    c = df.filter(pl.col("correlation") != -1).select("idx", "correlation", "gpu")
+def _rounded(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) in ns on HTA's grid: whole µs where the trace has fractions (trace_parser.py:330-336)."""
+    if not ((ts % 1000).any() or (dur % 1000).any()):
+        return ts, ts + dur
+    # HTA adds the float µs start and duration, then ceils the start and floors the end
+    ts_f = (ts // 1000).astype(np.float64) + (ts % 1000) / 1000.0
+    end_f = ts_f + dur / 1000.0
+    return np.ceil(ts_f).astype(np.int64) * 1000, np.floor(end_f).astype(np.int64) * 1000
+
+
+def _index_correlation(idx: np.ndarray, corr: np.ndarray, gpu: np.ndarray) -> np.ndarray:
+    """trace.py:62: 0 = has a correlation, nothing linked; -1 = none; else the linked event's idx."""
+    out = np.minimum(corr, 0)
+    has = corr != -1
+    c = pl.DataFrame({"idx": idx[has], "correlation": corr[has], "gpu": gpu[has]})
     pairs = c.filter(~pl.col("gpu")).join(c.filter(pl.col("gpu")), on="correlation", suffix="_g")
-    # df.loc[index_x] = index_y: with several pairs the last assignment (merge order) stands
-    cpu_link = pairs.group_by("idx").agg(pl.col("idx_g").last().alias("link"))
-    gpu_link = pairs.group_by("idx_g").agg(pl.col("idx").last().alias("link")).rename({"idx_g": "idx"})
-    links = pl.concat([cpu_link, gpu_link])
-    df = df.join(links, on="idx", how="left", maintain_order="left")
-    return df.with_columns(index_correlation=pl.coalesce("link", pl.min_horizontal(pl.col("correlation"), 0)))\
-        .drop("link")
+    if pairs.height:  # df.loc[index_x] = index_y: with several pairs the last assignment stands
+        for a, b in (("idx", "idx_g"), ("idx_g", "idx")):
+            last = pairs.group_by(a).agg(pl.col(b).last())
+            out[last[a].to_numpy() - 1] = last[b].to_numpy()
+    return out
 
 
-def _filtered(df: pl.DataFrame) -> pl.DataFrame:
-    """Drop what HTA's load drops after the last ProfilerStep starts (trace.py:705-731)."""
-    steps = df.filter(pl.col("name").str.contains("ProfilerStep", literal=True))["name"].unique()
+def build(d: "RankData") -> View:
+    """The rank's frame as HTA loads it, ordered as HTA's, with its earliest start ``tmin``."""
+    ev = d.events
+    info = d.run.ranks.get(d.rank) if hasattr(d.run.ranks, "get") else None
+    base = int(getattr(info, "base_time_ns", 0) or 0)
+    nid, names = codes(ev.column("name"))
+    cid, cats = codes(ev.column("cat"))
+    keep = cid != (cats.index("Trace") if "Trace" in cats else -2)
+    col = {c: np.asarray(ev.column(c).to_numpy())[keep] for c in
+           ("ts", "dur", "pid", "tid", "stream", "correlation", "bytes", "bandwidth")}
+    nid, cid = nid[keep], cid[keep]
+    ts, end = _rounded(col["ts"] - base, col["dur"])
+    tmin = int(ts.min()) if len(ts) else 0
+    sync = np.isin(nid, [i for i, n in enumerate(names) if n in SYNC_NAMES])
+    gpu = ((col["stream"] >= 0) & (col["correlation"] >= 0)) | sync
+    idx = np.arange(1, len(ts) + 1, dtype=np.int64)
+    frame = pl.DataFrame({"idx": idx, "nid": nid, "cid": cid, "ts": ts - tmin, "dur": end - ts, "end": end - tmin,
+                          "pid": col["pid"], "tid": col["tid"], "stream": col["stream"],
+                          "correlation": col["correlation"], "bytes": col["bytes"], "bandwidth": col["bandwidth"],
+                          "gpu": gpu, "index_correlation": _index_correlation(idx, col["correlation"], gpu)})
+    steps = [i for i, n in enumerate(names) if "ProfilerStep" in n]
+    return View(_filtered(frame, steps), names, cats, tmin, base)
+
+
+def _filtered(df: pl.DataFrame, steps: list[int]) -> pl.DataFrame:
+    """Drop what HTA's load drops from the start of the last ProfilerStep on (trace.py:705-731)."""
     if len(steps) < 2:
-        return df.with_columns(pos=pl.col("idx"))
+        return df
     cpu = df.filter(~pl.col("gpu"))
-    last = cpu.filter(pl.col("name").is_in(steps.to_list()))["ts"].max()
-    cpu = cpu.filter(pl.col("ts") < last)
-    gpu = df.filter(pl.col("gpu")).join(cpu.select("correlation"), on="correlation", maintain_order="left")
-    out = pl.concat([gpu, cpu])
-    return out.with_columns(pos=pl.int_range(1, out.height + 1, dtype=pl.Int64))
+    last = cpu.filter(pl.col("nid").is_in(steps))["ts"].max()
+    cpu = cpu.filter(pl.col("ts") < last) if last is not None else cpu.clear()
+    n = cpu.group_by("correlation").agg(pl.len().alias("_n"))
+    gpu = df.filter(pl.col("gpu")).join(n, on="correlation", maintain_order="left")
+    gpu = gpu.select(pl.all().repeat_by("_n").explode()).drop("_n") if (gpu["_n"] > 1).any() else gpu.drop("_n")
+    return pl.concat([gpu, cpu])
 
 
-def build(d: "RankData") -> dict[str, Any]:
-    """The rank's frame as HTA loads it (``frame``, ordered as HTA's) and its earliest start ``tmin``."""
-    base = int(d.run.ranks[d.rank].base_time_ns or 0) if d.rank in d.run.ranks else 0
-    df = _frame(d).filter(pl.col("cat") != "Trace")
-    df = _rounded(df, base)
-    df = df.with_columns(gpu=((pl.col("stream") >= 0) & (pl.col("correlation") >= 0))
-                         | pl.col("name").is_in(SYNC_NAMES))
-    tmin = int(df["ts"].min()) if df.height else 0
-    # relative to the rank's earliest event: small numbers, exact even where HTA computes in float
-    df = df.with_columns(pl.col("ts") - tmin, pl.col("end") - tmin)
-    df = _filtered(_index_correlation(df))
-    return {"frame": df, "tmin": tmin, "base": base}
-
-
-def view(d: "RankData") -> dict[str, Any]:
+def view(d: "RankData") -> View:
     """``build`` once per rank (shared by every GPU analysis of the per-rank pass)."""
     return d.memo("htaview", lambda: build(d))
 

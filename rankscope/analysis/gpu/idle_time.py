@@ -23,6 +23,7 @@ from rankscope.analysis.base import Result
 from rankscope.analysis.classify import DEVICE_KINDS
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.stats import describe
+from rankscope.analysis.kernels import _launch_ts
 from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
@@ -51,8 +52,9 @@ def _hta_stream(k: pl.DataFrame) -> tuple[list[dict[str, Any]], pl.DataFrame]:
 
 
 def _hta_part(d: RankData) -> tuple[list[dict[str, Any]], list[pl.DataFrame]]:
-    f = hv.view(d)["frame"]
-    k = f.filter((pl.col("stream") != -1) & pl.col("cat").is_in(HTA_CATS))
+    v = hv.view(d)
+    f = v.frame
+    k = f.filter((pl.col("stream") != -1) & pl.col("cid").is_in([v.cat_id(c) for c in HTA_CATS]))
     # the launch's start: the event whose index is the kernel's index_correlation (none: NaN)
     starts = f.select(pl.col("idx").alias("index_correlation"), pl.col("ts").alias("ts_runtime")).unique(
         "index_correlation", keep="first")
@@ -69,21 +71,20 @@ def _hta_part(d: RankData) -> tuple[list[dict[str, Any]], list[pl.DataFrame]]:
 def _own_part(d: RankData) -> list[dict[str, Any]]:
     dev = d.kind_in(DEVICE_KINDS)
     ts, dur, stream, corr = d.col("ts"), d.col("dur"), d.col("stream"), d.col("correlation")
-    rt = d.kind_in(("runtime",)) & (corr >= 0)
-    launch = dict(zip(corr[rt].tolist(), ts[rt].tolist())) if rt.any() else {}
+    launch_all, _ = _launch_ts(d.kind_in(("runtime",)), corr, ts, dur, dev)
     out = []
-    for s in np.unique(stream[dev]).tolist():
-        sel = dev & (stream == s)
-        o = np.lexsort((ts[sel] + dur[sel], ts[sel]))
-        t, e, c = ts[sel][o], (ts[sel] + dur[sel])[o], corr[sel][o]
+    for s in np.unique(stream[dev]).tolist():  # one pass per stream (few), vectorized within
+        sel = stream[dev] == s
+        t0, e0, la0 = ts[dev][sel], (ts + dur)[dev][sel], launch_all[sel]
+        o = np.lexsort((e0, t0))
+        t, e, la = t0[o], e0[o], la0[o][1:]
         prev = np.maximum.accumulate(e)[:-1]
         gap = np.clip(t[1:] - prev, 0, None)
-        la = np.array([launch.get(x, -1) for x in c[1:].tolist()], dtype=np.int64)
         host = (la >= 0) & (la > prev) & (gap > 0)
         kwait = ~host & (gap > 0) & (gap < KERNEL_WAIT_NS)
         other = ~host & ~kwait & (gap > 0)
         span = int(e.max() - t[0])
-        out.append({"rank": d.rank, "stream": int(s), "kernels": int(sel.sum()), "span": span,
+        out.append({"rank": d.rank, "stream": int(s), "kernels": len(t), "span": span,
                     "idle": int(gap.sum()), "host_wait": int(gap[host].sum()), "kernel_wait": int(gap[kwait].sum()),
                     "other": int(gap[other].sum())})
     return out

@@ -31,7 +31,8 @@ _US = 1000.0
 
 
 def _hta_part(d: RankData) -> dict[str, Any]:
-    k = hv.device(hv.view(d)["frame"]).with_columns(kernel_type=hv.kernel_type(pl.col("name")))
+    v = hv.view(d)
+    k = v.with_names(v.kernel_types(hv.device(v.frame)))
     parts = {c: k.filter(pl.col("kernel_type") == c) for c in HTA_CLASSES}
     types = sweep([(c, p["ts"].to_numpy(), p["end"].to_numpy()) for c, p in parts.items()])
     rows = [top_n(p, "dur", NUM_KERNELS, DURATION_RATIO).with_columns(kernel_type=pl.lit(c), rank=pl.lit(d.rank))
@@ -47,12 +48,12 @@ def _own_part(d: RankData) -> dict[str, Any] | None:
     comm = d.comm()[dev]
     cls = np.where(comm, "communication", np.where(kernel, "computation", "memory"))
     ts, dur = d.col("ts")[dev], d.col("dur")[dev]
-    names = d.events.column("name").filter(dev)
-    df = pl.DataFrame({"name": pl.Series(names.to_pylist(), dtype=pl.Utf8), "class": cls, "dur": dur})
-    stats = df.group_by("class", "name").agg(
+    nid, names = d.memo("name_codes", lambda: hv.codes(d.events.column("name")))
+    df = pl.DataFrame({"nid": nid[dev], "class": cls, "dur": dur})
+    stats = df.group_by("class", "nid").agg(
         pl.len().alias("count"), pl.col("dur").sum().alias("sum"), pl.col("dur").min().alias("min"),
         pl.col("dur").max().alias("max"), pl.col("dur").cast(pl.Float64).mean().alias("mean"),
-        pl.col("dur").cast(pl.Float64).std(ddof=1).fill_null(0.0).alias("std")).with_columns(rank=pl.lit(d.rank))
+        pl.col("dur").cast(pl.Float64).std(ddof=1).fill_null(0.0).alias("std")).with_columns(rank=pl.lit(d.rank), name=pl.lit(pl.Series(names, dtype=pl.Utf8)).gather(pl.col("nid"))).drop("nid")
     over = sweep([(c, ts[cls == c], (ts + dur)[cls == c]) for c in CLASSES])
     return {"stats": stats, "overlap": over}
 

@@ -28,10 +28,12 @@ RUNTIME_CUTOFF_NS = 50_000
 LAUNCH_DELAY_CUTOFF_NS = 100_000
 
 
-def launches(f: pl.DataFrame) -> pl.DataFrame:
+def launches(v: hv.View) -> pl.DataFrame:
     """Launch call × device event pairs of HTA's frame, in HTA's merge order: correlation, cpu_duration,
     gpu_duration, launch_delay (ns), i (occurrence of the correlation)."""
-    corr = f.filter(pl.col("name").is_in(LAUNCH_NAMES + MEMORY_LAUNCH_NAMES))["correlation"].unique()
+    f = v.frame
+    ids = v.name_ids("launch_stats", lambda n: n in LAUNCH_NAMES + MEMORY_LAUNCH_NAMES)
+    corr = f.filter(pl.col("nid").is_in(ids))["correlation"].unique()
     cpu = f.filter((pl.col("stream") == -1) & pl.col("correlation").is_in(corr.implode()))
     gpu = f.filter((pl.col("stream") != -1) & pl.col("correlation").is_in(corr.implode()))
     j = cpu.select("correlation", "ts", "dur").join(
@@ -54,7 +56,7 @@ def _summary(rank: int, j: pl.DataFrame) -> dict[str, Any]:
 
 
 def rank_part(d: RankData) -> dict[str, Any] | None:
-    j = launches(hv.view(d)["frame"])
+    j = launches(hv.view(d))
     if not j.height:
         return None
     hta = j.select(pl.lit(d.rank).alias("rank"), "correlation", "i",

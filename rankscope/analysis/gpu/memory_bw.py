@@ -24,12 +24,15 @@ from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
 
-def copies(f: pl.DataFrame) -> pl.DataFrame:
-    """HTA's memory kernels of the frame with their kind (``name``), in frame order; 0 µs lasts 1 µs."""
-    k = hv.device(f).filter(hv.kernel_type(pl.col("name")) == hv.MEMORY)
-    return k.select(hv.memory_kind(pl.col("name")).alias("name"), "ts", "pid", "bytes",
+def copies(v: hv.View) -> pl.DataFrame:
+    """HTA's memory kernels of the frame with their kind (``name``), in frame order; 0 µs lasts 1 µs;
+    a copy without Kineto's bandwidth has HTA's default, 0 (hta/configs/default_event_args.py)."""
+    mem = v.name_ids("memory_kernels", lambda n: hv.kernel_type(n) == hv.MEMORY)
+    k = hv.device(v.frame).filter(pl.col("nid").is_in(mem))
+    k = k.join(v.name_map("memory_kind", hv.memory_kind), on="nid", how="left", maintain_order="left")
+    return k.select(pl.col("memory_kind").alias("name"), "ts", "pid", "bytes",
                     pl.when(pl.col("dur") == 0).then(1000).otherwise(pl.col("dur")).alias("dur"),
-                    pl.col("bandwidth").alias("memory_bw_gbps"))
+                    pl.col("bandwidth").clip(0.0).alias("memory_bw_gbps"))
 
 
 def steps(c: pl.DataFrame, hta_order: bool) -> pl.DataFrame:
@@ -56,8 +59,8 @@ def steps(c: pl.DataFrame, hta_order: bool) -> pl.DataFrame:
 def series(d: RankData) -> pl.DataFrame:
     """rankscope's running bandwidth per kind of one rank: name, ts (ns, the rank's clock), gbps."""
     v = hv.view(d)
-    s = steps(copies(v["frame"]), hta_order=False)
-    return s.select("name", (pl.col("ts") + v["tmin"] + v["base"]).alias("ts"), pl.col("memory_bw_gbps").alias("gbps"))
+    s = steps(copies(v), hta_order=False)
+    return s.select("name", (pl.col("ts") + v.tmin + v.base).alias("ts"), pl.col("memory_bw_gbps").alias("gbps"))
 
 
 def _own(d: RankData, c: pl.DataFrame) -> list[dict[str, Any]]:
@@ -75,12 +78,12 @@ def _own(d: RankData, c: pl.DataFrame) -> list[dict[str, Any]]:
 
 def rank_part(d: RankData) -> dict[str, Any] | None:
     v = hv.view(d)
-    c = copies(v["frame"])
+    c = copies(v)
     if not c.height:
         return None
-    hta = steps(c, hta_order=True).select("name", pl.col("ts") + v["tmin"], "memory_bw_gbps").with_columns(
+    hta = steps(c, hta_order=True).select("name", pl.col("ts") + v.tmin, "memory_bw_gbps").with_columns(
         rank=pl.lit(d.rank))
-    return {"tmin": v["tmin"], "hta": hta, "own": _own(d, c)}
+    return {"tmin": v.tmin, "hta": hta, "own": _own(d, c)}
 
 
 def run_memory_bw(run: Run, results: dict[str, Any]) -> Result:

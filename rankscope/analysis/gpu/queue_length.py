@@ -39,9 +39,11 @@ def max_queue_length() -> int:
         return 1024
 
 
-def steps(f: pl.DataFrame, hta_order: bool) -> pl.DataFrame:
+def steps(v: hv.View, hta_order: bool) -> pl.DataFrame:
     """+1 / −1 rows (stream, ts, queue) in the order the running sum takes them."""
-    rt = f.filter(pl.col("name").is_in(LAUNCHES) & (pl.col("index_correlation") > 0))
+    f = v.frame
+    rt = f.filter(pl.col("nid").is_in(v.name_ids("launches", lambda n: n in LAUNCHES))
+                  & (pl.col("index_correlation") > 0))
     k = f.filter(pl.col("stream") != -1)
     up = rt.select("correlation", "ts").join(k.select("correlation", "stream", "pid"), on="correlation", how="left",
                                              maintain_order="left")
@@ -59,8 +61,8 @@ def steps(f: pl.DataFrame, hta_order: bool) -> pl.DataFrame:
 def series(d: RankData) -> pl.DataFrame:
     """rankscope's queue length series of one rank: stream, ts (ns, the rank's clock), queue_length."""
     v = hv.view(d)
-    s = steps(v["frame"], hta_order=False)
-    return s.select("stream", (pl.col("ts") + v["tmin"] + v["base"]).alias("ts"), "queue_length")
+    s = steps(v, hta_order=False)
+    return s.select("stream", (pl.col("ts") + v.tmin + v.base).alias("ts"), "queue_length")
 
 
 def _own(rank: int, s: pl.DataFrame, limit: int) -> list[dict[str, Any]]:
@@ -94,15 +96,15 @@ def _hta_full(rank: int, s: pl.DataFrame, duration: int, limit: int) -> dict[str
 
 def rank_part(d: RankData) -> dict[str, Any] | None:
     v = hv.view(d)
-    f = v["frame"]
-    hta = steps(f, hta_order=True)
+    f = v.frame
+    hta = steps(v, hta_order=True)
     if not hta.height:
         return None
     limit = max_queue_length()
-    own = steps(f, hta_order=False)
+    own = steps(v, hta_order=False)
     duration = int(f["ts"].max() - f["ts"].min())
-    hta = hta.select("stream", pl.col("ts") + v["tmin"], "queue_length").with_columns(rank=pl.lit(d.rank))
-    return {"tmin": v["tmin"], "hta": hta,
+    hta = hta.select("stream", pl.col("ts") + v.tmin, "queue_length").with_columns(rank=pl.lit(d.rank))
+    return {"tmin": v.tmin, "hta": hta,
             "own": _own(d.rank, own, limit), "full": _hta_full(d.rank, hta, duration, limit)}
 
 
