@@ -62,6 +62,8 @@ BUILTIN: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...], bool]
      ("kernels",), (), True),
     ("annotations", "gpu.annotations", "run_annotations",
      "user annotations on GPU and CPU; each kernel with its annotation (HTA parity)", (), (), True),
+    ("aten_kernels", "gpu.aten_kernels", "run_aten_kernels",
+     "aten operator -> kernels launched, operator and runtime launch delays (HTA parity)", ("kernels",), (), True),
 )
 
 
