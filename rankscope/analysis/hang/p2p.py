@@ -1,42 +1,63 @@
-"""Point-to-point ops paired per (sender, receiver) in order: the k-th send from a to b is the k-th receive on b
-from a."""
+"""Point-to-point ops paired per (sender, receiver) in order: the k-th send from a to b is the k-th receive
+on b from a (each rank numbers its own p2p ops, so sequence numbers are not compared across ranks). Peers
+are named by their rank in the group ("send 0->1"), mapped to global ranks through the group's members.
+A send without its receive, a receive without its send, and a send whose size differs from its receive's
+buffer (torch: send input = recv output) are reported; pairs where either side's ring dropped its oldest
+ops, or where a side sent no dump, are not judged."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
+from rankscope.analysis.hang import shapes
+from rankscope.analysis.hang.findings import Problem
+from rankscope.analysis.hang.matching import Group
 from rankscope.model.frdump import FrEntry
 
 
-def _p2p(per_rank: dict[int, dict[int, FrEntry]], g: str, desc: str, dumped: set[int]) -> list[dict[str, Any]]:
-    """Point-to-point ops matched per (sender, receiver) in order; the first problem of each pair. Pairs whose
-    sequence on either side does not start at 1 (a ring that dropped entries) are not counted."""
+def pair(g: Group, dumped: set[int], whole_rings: set[int]) -> list[Problem]:
+    """The first problem of each (sender, receiver) pair of one group; ``whole_rings``: dumped ranks whose ring
+    still holds everything (a rank with no p2p op there posted none)."""
     sends: dict[tuple[int, int], list[FrEntry]] = defaultdict(list)
     recvs: dict[tuple[int, int], list[FrEntry]] = defaultdict(list)
-    for r, ents in per_rank.items():
-        for s in sorted(ents):
-            e = ents[s]
-            if e.peer is None:
-                continue
+    for r, ents in g.p2p.items():
+        for e in ents:
+            assert e.peer is not None
             if e.op == "send":
-                sends[(r, e.peer)].append(e)
-            else:
-                recvs[(e.peer, r)].append(e)
-    whole = {r for r, ents in per_rank.items() if min(ents) == 1}
-    out: list[dict[str, Any]] = []
+                sends[(r, g.local_to_global(e.peer))].append(e)
+            elif e.op == "recv":
+                recvs[(g.local_to_global(e.peer), r)].append(e)
+    whole = {r for r, ents in g.p2p.items() if ents and min(e.seq for e in ents) <= 1}
+    whole |= {r for r in whole_rings if not g.p2p.get(r)}
+    out: list[Problem] = []
     for src, dst in sorted(set(sends) | set(recvs)):
         if src not in dumped or dst not in dumped or not {src, dst} <= whole:
             continue  # no dump from one side (said apart), or a side whose oldest ops are gone
         a, b = sends.get((src, dst), []), recvs.get((src, dst), [])
-        base = {"group": g, "desc": desc, "src": src, "dst": dst, "sent": len(a), "received": len(b)}
-        bad = next((k for k in range(min(len(a), len(b))) if (a[k].sizes, a[k].dtypes) != (b[k].sizes, b[k].dtypes)), None)
-        if bad is not None:
-            out.append({"kind": "p2p_mismatch", **base, "seq": a[bad].seq, "n": bad + 1,
-                        "expected": f"{a[bad].sizes} {a[bad].dtypes}", "got": f"{b[bad].sizes} {b[bad].dtypes}"})
-        elif len(a) > len(b):
-            out.append({"kind": "unmatched_send", **base, "seq": a[len(b)].seq, "n": len(b) + 1,
-                        "op": f"{a[len(b)].sizes} {a[len(b)].dtypes}"})
-        elif len(b) > len(a):
-            out.append({"kind": "unmatched_recv", **base, "seq": b[len(a)].seq, "n": len(a) + 1,
-                        "op": f"{b[len(a)].sizes} {b[len(a)].dtypes}"})
+        p = _first_problem(g, src, dst, a, b)
+        if p is not None:
+            out.append(p)
     return out
+
+
+def _buffer(e: FrEntry) -> tuple[tuple[int, ...], ...]:
+    return e.out_sizes or e.in_sizes
+
+
+def _first_problem(g: Group, src: int, dst: int, a: list[FrEntry], b: list[FrEntry]) -> Problem | None:
+    base = {"src": src, "dst": dst, "sent": len(a), "received": len(b)}
+    bad = next((k for k in range(min(len(a), len(b))) if a[k].in_sizes != _buffer(b[k])
+                or (a[k].in_sizes == () and (a[k].sizes, a[k].dtypes) != (b[k].sizes, b[k].dtypes))), None)
+    if bad is not None:
+        s, r = a[bad], b[bad]
+        return Problem("p2p_mismatch", g.key, g.desc, s.seq, "send/recv", [src, dst], [src, dst],
+                       {**base, "n": bad + 1, "expected": f"{s.sizes} {s.dtypes}", "got": f"{r.sizes} {r.dtypes}",
+                        "sent_call": shapes.entry(s), "received_call": shapes.entry(r)}, created_ns=s.created_ns)
+    if len(a) > len(b):
+        s = a[len(b)]
+        return Problem("unmatched_send", g.key, g.desc, s.seq, "send", [dst], [src],
+                       {**base, "n": len(b) + 1, "call": shapes.entry(s)}, created_ns=s.created_ns)
+    if len(b) > len(a):
+        r = b[len(a)]
+        return Problem("unmatched_recv", g.key, g.desc, r.seq, "recv", [src], [dst],
+                       {**base, "n": len(a) + 1, "call": shapes.entry(r)}, created_ns=r.created_ns)
+    return None

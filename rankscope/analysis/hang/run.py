@@ -1,15 +1,27 @@
-"""The registered analysis "hang": the latest collective recorder dump of every rank in a run directory."""
+"""The registered analysis "hang": the latest collective recorder dump of every rank in a run directory
+(``ranks/<r>/comms.<n>-<reason>.rank<r>.json.gz``), matched by (process group, sequence); a finding per
+root cause, then one per consequence."""
 from __future__ import annotations
 
 from typing import Any
 
 from rankscope.analysis.hang.diagnose import diagnose
+from rankscope.analysis.hang.findings import Problem
 from rankscope.analysis.hang.words import describe
+
+_FINDING = {"not_joined": "hang", "mismatch": "desync", "behind": "collective_behind", "unmatched_send": "p2p_unmatched",
+            "unmatched_recv": "p2p_unmatched", "p2p_mismatch": "p2p_mismatch", "deadlock": "deadlock",
+            "pg_inconsistent": "process_groups_differ"}
+
+
+def _severity(p: Problem) -> Any:
+    from rankscope.analysis.base import Severity
+
+    return Severity.WARNING if p.kind in ("behind", "pg_inconsistent") or not p.root else Severity.CRITICAL
 
 
 def run_hang(run: Any, results: dict[str, Any]) -> Any:
-    """Registered analysis "hang": the latest collective recorder dump of every rank in the run directory
-    (``ranks/<r>/comms.<n>-<reason>.rank<r>.json.gz``), matched by (process group, sequence)."""
+    """Registered analysis "hang" (see the module docstring)."""
     import polars as pl
 
     from rankscope.analysis.base import Finding, Result, Severity
@@ -31,20 +43,15 @@ def run_hang(run: Any, results: dict[str, Any]) -> Any:
     if not latest:
         return Result("hang", skipped="the collective recorder dumps in the run could not be read")
     v = diagnose(list(latest.values()), run.world_size)
-    kind = v.problems[0]["kind"] if v.problems else ""
-    sev = Severity.INFO if not v.problems else Severity.WARNING if kind == "behind" else Severity.CRITICAL
-    p0 = v.problems[0] if v.problems else {}
-    findings = [Finding({"not_joined": "hang", "mismatch": "desync", "behind": "collective_behind",
-                         "unmatched_send": "p2p_unmatched", "unmatched_recv": "p2p_unmatched",
-                         "p2p_mismatch": "p2p_mismatch"}.get(kind, "collectives_in_step"), v.headline, sev,
-                        tuple(p0.get("missing") or p0.get("behind") or
-                              ([p0["src"], p0["dst"]] if "src" in p0 else
-                               [r for rs in p0.get("odd", {}).values() for r in rs])),
-                        {k: val for k, val in (v.problems[0] if v.problems else {}).items() if k != "group"})]
+    findings = [Finding(_FINDING.get(p.kind, p.kind), describe(p, v.where) if i else v.headline, _severity(p),
+                        tuple(p.culprits), {k: val for k, val in p.to_dict().items() if k != "group"})
+                for i, p in enumerate(v.problems)]
+    if not findings:
+        findings = [Finding("collectives_in_step", v.headline, Severity.INFO)]
     rows = [{"group": g["group"], "desc": g["desc"], "rank": int(r), "last_seq": int(s),
              "last_completed": (g.get("last_completed") or {}).get(r)}
             for g in v.groups for r, s in g["last_seq"].items()]
+    also = "; ".join(("consequence: " if not p.root else "") + describe(p, v.where) for p in v.problems[1:])
     return Result("hang", tables={"last_collective": pl.DataFrame(rows) if rows else pl.DataFrame()},
-                  findings=findings, summary={"headline": v.headline, "dumps": len(latest),
-                                              "also": "; ".join(describe(p) for p in v.problems[1:]) or "none",
+                  findings=findings, summary={"headline": v.headline, "dumps": len(latest), "also": also or "none",
                                               "no_dump": v.no_dump})
