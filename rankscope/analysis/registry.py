@@ -64,6 +64,8 @@ BUILTIN: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...], bool]
      "user annotations on GPU and CPU; each kernel with its annotation (HTA parity)", (), (), True),
     ("aten_kernels", "gpu.aten_kernels", "run_aten_kernels",
      "aten operator -> kernels launched, operator and runtime launch delays (HTA parity)", ("kernels",), (), True),
+    ("kernel_sequences", "gpu.kernel_sequences", "run_kernel_sequences",
+     "frequent kernel sequences launched per operator (HTA parity)", ("kernels",), (), True),
 )
 
 

@@ -57,7 +57,8 @@ def memory_kind(name: str) -> str:
 @dataclass
 class View:
     """The frame (columns idx, nid, cid, ts, dur, end, pid, tid, stream, correlation, bytes, bandwidth,
-    gpu, index_correlation) with its name and category dictionaries (``nid`` / ``cid`` index them)."""
+    depth (rankscope's nesting on the thread), gpu, index_correlation) with its name and category
+    dictionaries (``nid`` / ``cid`` index them)."""
 
     frame: pl.DataFrame
     names: list[str]
@@ -130,7 +131,7 @@ def build(d: "RankData") -> View:
     cid, cats = codes(ev.column("cat"))
     keep = cid != (cats.index("Trace") if "Trace" in cats else -2)
     col = {c: np.asarray(ev.column(c).to_numpy())[keep] for c in
-           ("ts", "dur", "pid", "tid", "stream", "correlation", "bytes", "bandwidth")}
+           ("ts", "dur", "pid", "tid", "stream", "correlation", "bytes", "bandwidth", "depth")}
     nid, cid = nid[keep], cid[keep]
     ts, end = _rounded(col["ts"] - base, col["dur"])
     tmin = int(ts.min()) if len(ts) else 0
@@ -140,6 +141,7 @@ def build(d: "RankData") -> View:
     frame = pl.DataFrame({"idx": idx, "nid": nid, "cid": cid, "ts": ts - tmin, "dur": end - ts, "end": end - tmin,
                           "pid": col["pid"], "tid": col["tid"], "stream": col["stream"],
                           "correlation": col["correlation"], "bytes": col["bytes"], "bandwidth": col["bandwidth"],
+                          "depth": col["depth"],
                           "gpu": gpu, "index_correlation": _index_correlation(idx, col["correlation"], gpu)})
     steps = [i for i, n in enumerate(names) if "ProfilerStep" in n]
     return View(_filtered(frame, steps), names, cats, tmin, base)

@@ -1,0 +1,100 @@
+"""Frequent kernel sequences: for each CPU operator name, the sequences of kernels its calls launched.
+
+Pattern: the calls of a name at the shallowest nesting depth where that name occurs are the roots;
+a kernel belongs to a root when its launch call is nested in it on the same thread (kernels by
+correlation, in device start order). Roots launching at least ``MIN_PATTERN_LEN`` kernels give a
+pattern "operator|kernel|kernel|..."; per pattern: count, summed kernel time and operator time.
+Roots of one depth do not overlap on a thread, so each depth is one sorted search for all launches.
+
+- ``hta_kernel_sequences``: HTA's ``get_frequent_cuda_kernel_sequences`` for each operator name
+  (hta/analyzers/cuda_kernel_analysis.py:25-120: min_pattern_len 3, kernels on streams > 0 as
+  HTA links them, trace_call_graph.py ``get_cpu_gpu_correlation``; µs). HTA takes one name and matches
+  every name containing it, and links the autograd thread under the main thread's
+  "## backward ##" annotation: where either applies, its depths differ from the ones here;
+- ``kernel_sequences`` (rankscope): the same on every stream (ns), most frequent first.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from rankscope.analysis.base import Result
+from rankscope.analysis.gpu import htaview as hv
+from rankscope.analysis.rankdata import RankData
+from rankscope.model.run import Run
+
+MIN_PATTERN_LEN = 3
+
+
+def _cpu_threads(f: pl.DataFrame) -> pl.DataFrame:
+    """CPU events of the threads HTA builds call stacks for (hta/common/types.py:16 ``infer_device_type``:
+    a thread whose events all have a stream > 0, or whose pid or tid is 0, is a GPU stream)."""
+    t = f.group_by("pid", "tid").agg(((pl.col("stream") > 0).all() | (pl.col("pid") == 0).all()
+                                      | (pl.col("tid") == 0).all()).alias("_gpu"))
+    cpu = f.filter(pl.col("stream") == -1).join(t, on=["pid", "tid"], how="left", maintain_order="left")
+    return cpu.filter(~pl.col("_gpu")).drop("_gpu").with_columns(
+        thread=pl.struct("pid", "tid").rank("dense").cast(pl.Int64))
+
+
+def _pairs(roots: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """(root row, kernel row) for every kernel whose launch is nested in a root of the same thread."""
+    out = []
+    for (depth, thread), r in roots.group_by("depth", "thread"):
+        r = r.sort("ts")
+        lt = launches.filter(pl.col("thread") == thread)
+        if not lt.height:
+            continue
+        rts, rend = r["ts"].to_numpy(), r["end"].to_numpy()
+        lts, lend = lt["ts"].to_numpy(), lt["end"].to_numpy()
+        j = np.searchsorted(rts, lts, side="right") - 1
+        ok = (j >= 0) & (lend <= rend[np.maximum(j, 0)]) & ((lts < rend[np.maximum(j, 0)]) | (lts == lend))
+        out.append(pl.DataFrame({"root": r["idx"].to_numpy()[j[ok]], "k_idx": lt["k_idx"].to_numpy()[ok]}))
+    return pl.concat(out) if out else pl.DataFrame(schema={"root": pl.Int64, "k_idx": pl.Int64})
+
+
+def sequences(v: hv.View, min_stream: int) -> pl.DataFrame:
+    """Per (operator name id, pattern): count, kernel time, operator time (ns)."""
+    f = v.frame
+    cpu = _cpu_threads(f)
+    roots = cpu.filter(pl.col("depth") == pl.col("depth").min().over("nid"))
+    k = f.filter((pl.col("stream") >= min_stream) & (pl.col("index_correlation") > 0)).select(
+        pl.col("idx").alias("k_idx"), pl.col("nid").alias("k_nid"), pl.col("ts").alias("k_ts"),
+        pl.col("dur").alias("k_dur"), pl.col("index_correlation").alias("idx"))
+    launches = cpu.select("idx", "thread", "ts", "end").join(k, on="idx")
+    pairs = _pairs(roots, launches).join(k.drop("idx"), on="k_idx")
+    pairs = v.with_names(pairs.rename({"k_nid": "nid"}), "kernel").sort("root", "k_ts", "k_idx")
+    per = pairs.group_by("root", maintain_order=True).agg(
+        pl.len().alias("n"), pl.col("kernel").str.join("|").alias("kernels"), pl.col("k_dur").sum().alias("gpu"))
+    per = per.filter(pl.col("n") >= MIN_PATTERN_LEN).join(
+        roots.select(pl.col("idx").alias("root"), "nid", "dur"), on="root")
+    per = v.with_names(per, "operator").with_columns(pattern=pl.col("operator") + "|" + pl.col("kernels"))
+    return per.group_by("operator", "pattern").agg(pl.len().alias("count"), pl.col("gpu").sum(),
+                                                   pl.col("dur").sum().alias("cpu"))
+
+
+def rank_part(d: RankData) -> dict[str, Any] | None:
+    v = hv.view(d)
+    hta, own = sequences(v, 1), sequences(v, 0)
+    if not hta.height and not own.height:
+        return None
+    return {"hta": hta.with_columns(rank=pl.lit(d.rank)), "own": own.with_columns(rank=pl.lit(d.rank))}
+
+
+def run_kernel_sequences(run: Run, results: dict[str, Any]) -> Result:
+    return combine(run, [(r, rank_part(RankData(run, r))) for r in run.rank_ids], results)
+
+
+def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:
+    got = [p for _, p in parts if p is not None]
+    if not got:
+        return Result("kernel_sequences", skipped=f"no operator launched {MIN_PATTERN_LEN} or more kernels in any rank")
+    hta = pl.concat([p["hta"] for p in got]).select(
+        "rank", "operator", "pattern", "count", hv.to_us(pl.col("gpu")).alias("GPU kernel duration (us)"),
+        hv.to_us(pl.col("cpu")).alias("CPU op duration (us)"))
+    own = pl.concat([p["own"] for p in got]).select(
+        "rank", "operator", "pattern", "count", pl.col("gpu").alias("kernel_time"), pl.col("cpu").alias("operator_time"))
+    return Result("kernel_sequences", tables={
+        "kernel_sequences": own.sort(["rank", "count", "kernel_time"], descending=[False, True, True]),
+        "hta_kernel_sequences": hta.sort(["rank", "operator", "count"], descending=[False, False, True])})
