@@ -61,8 +61,7 @@ PAIRS: dict[str, tuple[str, list[str], list[str], list[Any], list[str] | None]] 
                                   ["occurrence_count", "avg_aten_op_launch_delay", "avg_runtime_delay"], [], None),
     "frequent_cuda_kernel_sequences": ("kernel_sequences.hta_kernel_sequences", ["rank", "operator", "pattern"],
                                        ["count", "GPU kernel duration (us)", "CPU op duration (us)"], [], None),
-    "cupti_counters_with_operators": ("cupti_counters.hta_cupti_counters", ["rank", "i", "column"], ["value"], [],
-                                      None),
+    "cupti_counters_with_operators": ("cupti_counters.hta_cupti_counters", ["rank", "i"], ["*"], [], None),
 }
 CRITICAL_PATH = ("critical_path", "overlay_critical_path")
 # HTA's float statistics (means, std, quantiles, ratios) are summed in another order: 1e-6 relative
@@ -98,7 +97,7 @@ def rankscope_values(export: Path, name: str) -> dict[tuple, Any] | None:
             g = _key([r[c] for c in series])
             k = k + [pos.get(g, 0)]
             pos[g] = pos.get(g, 0) + 1
-        for c in cols:
+        for c in ([c for c in r if c not in key] if cols == ["*"] else cols):  # "*": every other column
             out[_key(k + [c])] = r.get(c)
     return out
 

@@ -66,6 +66,8 @@ BUILTIN: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...], bool]
      "aten operator -> kernels launched, operator and runtime launch delays (HTA parity)", ("kernels",), (), True),
     ("kernel_sequences", "gpu.kernel_sequences", "run_kernel_sequences",
      "frequent kernel sequences launched per operator (HTA parity)", ("kernels",), (), True),
+    ("cupti_counters", "gpu.cupti_counters", "run_cupti_counters",
+     "CUPTI range-profiler counters per kernel with its operator stack (HTA parity)", (), (), True),
 )
 
 
