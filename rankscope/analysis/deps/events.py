@@ -75,7 +75,7 @@ class RankEvents:
     dims_idx: np.ndarray  # int32 per event
     wait_on_stream: np.ndarray  # int64: the stream a sync event waits on (-1: unknown)
     wait_on_corr: np.ndarray  # int64: correlation of the cudaEventRecord it waits on (-1: unknown)
-    memo: dict[str, Any] = field(default_factory=dict)
+    memo: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -94,6 +94,14 @@ class RankEvents:
         """Events whose name is one of ``values`` (tested over the dictionary)."""
         hit = np.array([str(s) in values for s in self.names] + [False], dtype=bool)
         return hit[self.name_idx]
+
+    def name_has(self, parts: tuple[str, ...]) -> np.ndarray:
+        """Events whose lower-case name contains one of ``parts``."""
+        key = ("has",) + parts
+        if key not in self.memo:
+            hit = np.array([any(p in str(s).lower() for p in parts) for s in self.names] + [False], dtype=bool)
+            self.memo[key] = hit[self.name_idx]
+        return self.memo[key]
 
     def name_of(self, i: int) -> str:
         return str(self.names[self.name_idx[i]])
@@ -150,7 +158,7 @@ def from_table(t: "pa.Table", syncs: "pa.Table | None" = None) -> RankEvents:
         names=np.asarray(name.dictionary.to_pylist() + [""], dtype=object),
         name_idx=_indices(name), kind=kcode[_indices(kind)],
         ts=_ints(t, "ts", n), dur=_ints(t, "dur", n), tid=_ints(t, "tid", n), stream=_ints(t, "stream", n),
-        corr=corr, is_comm=np.asarray(t.column("is_comm").fill_null(False).to_numpy(zero_copy_only=False)),
+        corr=corr, is_comm=_ints(t, "is_comm", n) > 0,
         dims=np.asarray((dims.dictionary.to_pylist() if dims is not None else []) + [""], dtype=object),
         dims_idx=_indices(dims) if dims is not None else np.zeros(n, np.int32),
         wait_on_stream=np.full(n, -1, np.int64), wait_on_corr=np.full(n, -1, np.int64))
@@ -168,9 +176,16 @@ def _indices(arr: Any) -> np.ndarray:
 
 
 def _ints(t: "pa.Table", col: str, n: int) -> np.ndarray:
+    """An integer column as int64 numpy (nulls -> -1) without pyarrow.compute (it imports pandas)."""
     if col not in t.column_names:
         return np.full(n, -1, np.int64)
-    return np.asarray(t.column(col).fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    c = t.column(col)
+    if c.null_count == 0:
+        return np.asarray(c.to_numpy(), dtype=np.int64)
+    valid = np.concatenate([np.asarray(ch.is_valid()) for ch in c.chunks]) if c.num_chunks else np.zeros(0, bool)
+    vals = np.concatenate([np.asarray(ch.to_numpy(zero_copy_only=False)) for ch in c.chunks])
+    return np.where(valid, np.nan_to_num(vals.astype(np.float64)), -1).astype(np.int64) if vals.dtype.kind == "f" \
+        else np.where(valid, vals, -1).astype(np.int64)
 
 
 def _add_syncs(ev: RankEvents, syncs: "pa.Table") -> None:

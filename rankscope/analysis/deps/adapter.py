@@ -1,0 +1,123 @@
+"""Where the inter-rank edges come from: one rank's communication calls, keyed so that ranks meet.
+
+Pattern: a collective call is keyed by (process group, sequence number); without a sequence
+number (gloo without the recorder) by its order within the group on that rank, as
+``analysis/collectives.py`` matches them today. Point-to-point calls are keyed per (sender,
+receiver) in order when the peer is known (a ``peer`` column) and are never matched as a group
+collective; without a peer they are left unmatched and counted. ``rankscope/analysis/edges.py``
+(issue 25, being written) will supply these keys with the groups and pairs done right; ``calls``
+switches to it when it exports ``rank_calls``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+P2P = ("send", "recv")
+CALL_COLUMNS = ["key", "op", "kind", "ts", "end", "dev_ts", "dev_end", "issue_ts", "pg", "seq"]
+
+
+def calls(table: "pa.Table", rank: int) -> pl.DataFrame:
+    """One row per communication call of ``rank``: ``key`` (the same string on every rank taking
+    part), ``op``, ``kind`` ("collective" | "p2p"), host span ``ts``/``end``, device span
+    ``dev_ts``/``dev_end`` (-1: none), ``issue_ts`` (-1: unknown), ``pg`` and ``seq`` (the number
+    shown: sequence or order in the group)."""
+    try:  # the edges engineer's module, once it lands (same columns)
+        from rankscope.analysis import edges  # type: ignore[attr-defined]
+
+        if hasattr(edges, "rank_calls"):
+            return edges.rank_calls(table, rank)
+    except ImportError:
+        pass
+    return _from_collectives(table, rank)
+
+
+def _from_collectives(table: "pa.Table", rank: int) -> pl.DataFrame:
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    if df.height == 0:
+        return pl.DataFrame(schema={"key": pl.String, "op": pl.String, "kind": pl.String, "ts": pl.Int64,
+                                    "end": pl.Int64, "dev_ts": pl.Int64, "dev_end": pl.Int64, "issue_ts": pl.Int64,
+                                    "pg": pl.String, "seq": pl.Int64})
+    cols = set(df.columns)
+    df = df.with_columns(pl.col("op").cast(pl.String), pl.col("pg_name").cast(pl.String).alias("pg"),
+                         pl.col("pg_ranks").cast(pl.String),
+                         *[(pl.col(c) if c in cols else pl.lit(-1, pl.Int64)).alias(c) for c in ("peer", "issue_ts")])
+    df = df.sort("ts").with_columns(
+        order=pl.int_range(pl.len()).over(["pg", "pg_ranks", pl.col("op").is_in(P2P)]).cast(pl.Int64),
+        p2p=pl.col("op").is_in(P2P))
+    sender = pl.when(pl.col("op") == "send").then(pl.lit(rank)).otherwise(pl.col("peer"))
+    receiver = pl.when(pl.col("op") == "send").then(pl.col("peer")).otherwise(pl.lit(rank))
+    pair_order = pl.int_range(pl.len()).over([sender, receiver]).cast(pl.Int64)
+    coll_seq = pl.when(pl.col("seq") >= 0).then(pl.col("seq")).otherwise(pl.col("order"))
+    dev = pl.col("dev_ts") >= 0
+    out = df.with_columns(
+        kind=pl.when(pl.col("p2p")).then(pl.lit("p2p")).otherwise(pl.lit("collective")),
+        seq=pl.when(pl.col("p2p")).then(pair_order).otherwise(coll_seq),
+        key=pl.when(pl.col("p2p") & (pl.col("peer") >= 0))
+        .then(pl.format("p2p:{}->{}#{}", sender, receiver, pair_order))
+        .when(pl.col("p2p")).then(pl.lit(None, pl.String))
+        .otherwise(pl.format("{}|{}#{}", pl.col("pg"), pl.col("pg_ranks"), coll_seq)),
+        end=pl.col("ts") + pl.col("dur"),
+        dev_end=pl.when(dev).then(pl.col("dev_ts") + pl.col("dev_dur")).otherwise(-1))
+    return out.select(CALL_COLUMNS)
+
+
+@dataclass
+class Calls:
+    """``calls`` as numpy columns (per-step slices without a DataFrame engine in the loop)."""
+
+    key: np.ndarray  # object: str or None
+    op: np.ndarray  # object
+    kind: np.ndarray  # object
+    ts: np.ndarray
+    end: np.ndarray
+    dev_ts: np.ndarray
+    dev_end: np.ndarray
+    issue_ts: np.ndarray
+    pg: np.ndarray  # object
+    seq: np.ndarray
+
+    @classmethod
+    def of(cls, df: pl.DataFrame) -> "Calls":
+        cols = {}
+        for f in fields(cls):
+            s = df[f.name]
+            cols[f.name] = np.asarray(s.to_list(), dtype=object) if s.dtype == pl.String else \
+                np.asarray(s.to_numpy(), dtype=np.int64)
+        return cls(**cols)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def take(self, sel: np.ndarray) -> "Calls":
+        return Calls(**{f.name: getattr(self, f.name)[sel] for f in fields(self)})
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [{"op": o, "kind": k, "pg": p, "seq": int(s)} for o, k, p, s in zip(self.op, self.kind, self.pg, self.seq)]
+
+
+def unmatched_p2p(calls_df: pl.DataFrame) -> int:
+    """Point-to-point calls that could not be keyed (no peer in the data)."""
+    return int(calls_df.filter(pl.col("kind") == "p2p")["key"].null_count())
+
+
+def instances(keys_by_rank: dict[int, list[Any]]) -> dict[Any, list[tuple[int, int]]]:
+    """key -> [(rank, index of the call on that rank)] over all ranks (keys seen once are kept:
+    a collective whose other members are not in this window has no edge to add)."""
+    out: dict[Any, list[tuple[int, int]]] = {}
+    for r, keys in keys_by_rank.items():
+        for i, k in enumerate(keys):
+            if k is not None:
+                out.setdefault(k, []).append((r, i))
+    return out
+
+
+def as_int(a: Any) -> np.ndarray:
+    return np.asarray(a, dtype=np.int64)
