@@ -137,6 +137,85 @@ VIEWS: dict[str, View] = {
                                           C("windows", "windows", "count"), C("n_steps", "steps", "count"),
                                           C("missing", "missing steps"), C("extra", "extra steps"),
                                           C("dropped", "dropped windows"))),)),
+    # GPU analyses at HTA's depth (analysis/gpu/, issue 26): rankscope's tables first, HTA's (µs) after
+    "kernel_breakdown": View("Kernel breakdown (classes, overlap, per kernel)", (
+        C("kernels", "kernels", "count"), C("names", "distinct kernels", "count")), (
+        TableView("kernel_overlap", "device time per rank by what ran at once", (
+            C("rank", "rank", "count"), C("kernels", "running"), C("time", "time", NS), C("pct", "share (%)", "float"))),
+        TableView("kernel_stats", "per rank and kernel", (
+            C("rank", "rank", "count"), C("class", "class"), C("name", "kernel"), C("count", "calls", "count"),
+            C("sum", "total", NS), C("min", "shortest", NS), C("max", "longest", NS), C("mean", "mean", NS),
+            C("std", "std", NS))),
+        TableView("hta_kernel_type", "as HTA's kernel breakdown (all ranks)", (
+            C("kernel_type", "kernel type"), C("sum", "time", "us"), C("percentage", "share (%)", "float"))),
+        TableView("hta_kernel_breakdown", "as HTA's kernel breakdown: top kernels per rank", (
+            C("rank", "rank", "count"), C("kernel_type", "kernel type"), C("name", "kernel"),
+            C("sum (us)", "total", "us"), C("mean (us)", "mean", "us"), C("max (us)", "longest", "us")))),
+        "needs GPU kernels in the traces (profile a CUDA or NPU job with device activities)", optional=True),
+    "gpu_idle": View("GPU idle time per stream (host wait, kernel wait, other)", (
+        C("idle_ns", "idle", NS), C("host_wait_ns", "waiting for the host", NS)), (
+        TableView("idle_time", "per rank and stream (gaps after the latest earlier end)", (
+            C("rank", "rank", "count"), C("stream", "stream", "count"), C("kernels", "kernels", "count"),
+            C("span", "span", NS), C("idle", "idle", NS), C("idle_pct", "idle (%)", "float"),
+            C("host_wait", "host wait", NS), C("kernel_wait", "kernel wait", NS), C("other", "other", NS))),
+        TableView("hta_idle_time", "as HTA's idle time breakdown", (
+            C("rank", "rank", "count"), C("stream", "stream", "count"), C("idle_category", "category"),
+            C("idle_time", "idle", "us"), C("idle_time_ratio", "share of the stream's idle", "float")))),
+        "needs GPU kernels in the traces", optional=True),
+    "launch_delay": View("Kernel launch delay and slow runtime calls", (
+        C("long_runtime_calls", "runtime calls over 50 µs", "count"), C("long_delays", "launch delays over 100 µs", "count")), (
+        TableView("launch_summary", "per rank (delay = kernel start − end of its launch call, ≥ 0)", (
+            C("rank", "rank", "count"), C("launches", "launches", "count"), C("short_kernels", "kernels shorter than their launch", "count"),
+            C("long_runtime", "calls over 50 µs", "count"), C("long_delay", "delays over 100 µs", "count"),
+            C("delay_p50", "median delay", NS), C("delay_p95", "p95 delay", NS), C("delay_max", "longest delay", NS),
+            C("runtime_max", "longest call", NS))),),
+        "needs kernel launches with their kernels (CUDA / ROCm traces)", optional=True),
+    "queue_length": View("Launch queue length per stream", (
+        C("max_queue_length", "longest queue", "count"), C("time_full_ns", "time with a full queue", NS)), (
+        TableView("queue_length_summary", "per rank and stream", (
+            C("rank", "rank", "count"), C("stream", "stream", "count"), C("max", "longest", "count"),
+            C("mean_time_weighted", "mean over time", "float"), C("time_at_max", "time at the longest", NS),
+            C("time_full", "time at the limit", NS), C("limit", "limit", "count"))),
+        TableView("hta_queue_length_summary", "as HTA's queue length summary (over its points)", (
+            C("rank", "rank", "count"), C("stream", "stream", "count"), C("count", "points", "count"),
+            C("mean", "mean", "float"), C("50%", "median", "float"), C("max", "max", "float")))),
+        "needs kernel launches with their kernels", optional=True),
+    "memory_bw": View("Memory copy / set bandwidth", (C("bytes", "bytes moved", "bytes"),), (
+        TableView("memory_bw", "per rank and copy kind (bandwidth = bytes / busy time)", (
+            C("rank", "rank", "count"), C("name", "kind"), C("ops", "operations", "count"),
+            C("bytes", "bytes", "bytes"), C("busy", "busy", NS), C("bandwidth_gbps", "bandwidth", "gbps"),
+            C("peak_gbps", "fastest", "gbps"))),
+        TableView("hta_memory_bw_summary", "as HTA's memory bandwidth summary", (
+            C("rank", "rank", "count"), C("name", "kind"), C("count", "points", "count"),
+            C("mean", "mean", "gbps"), C("max", "max", "gbps")))),
+        "needs memcpy / memset on the device", optional=True),
+    "annotations": View("User annotations (record_function) on GPU and CPU", tables=(
+        TableView("annotation_kernels", "per GPU annotation: its kernels", (
+            C("rank", "rank", "count"), C("name", "annotation"), C("instances", "instances", "count"),
+            C("time", "time", NS), C("kernels", "kernels", "count"), C("kernel_time", "kernel time", NS))),
+        TableView("hta_gpu_annotation_breakdown", "GPU annotations (as HTA)", (
+            C("rank", "rank", "count"), C("name", "annotation"), C("sum (us)", "total", "us"),
+            C("mean (us)", "mean", "us"), C("max (us)", "longest", "us"))),
+        TableView("hta_cpu_annotation_breakdown", "CPU annotations (as HTA)", (
+            C("rank", "rank", "count"), C("name", "annotation"), C("sum (us)", "total", "us"),
+            C("mean (us)", "mean", "us"), C("max (us)", "longest", "us")))),
+        empty="no user annotations: wrap code in torch.profiler.record_function", optional=True),
+    "aten_kernels": View("ATen operators and the kernels they launch", tables=(
+        TableView("aten_op_kernels", "per operator and kernel sequence (operator on the launch's thread)", (
+            C("rank", "rank", "count"), C("aten_op_name", "operator"), C("kernel_sequence", "kernels"),
+            C("occurrence_count", "calls", "count"), C("avg_aten_op_launch_delay", "operator to first launch", NS),
+            C("avg_runtime_delay", "launch to kernel", NS))),),
+        empty="needs aten:: operators launching kernels", optional=True),
+    "kernel_sequences": View("Frequent kernel sequences per operator", tables=(
+        TableView("kernel_sequences", "per operator and kernel sequence", (
+            C("rank", "rank", "count"), C("operator", "operator"), C("count", "calls", "count"),
+            C("kernel_time", "kernel time", NS), C("operator_time", "operator time", NS), C("pattern", "sequence"))),),
+        empty="no operator launched 3 or more kernels", optional=True),
+    "cupti_counters": View("CUPTI counters per kernel and operator", tables=(
+        TableView("kernel_flops", "per innermost operator (SASS instruction counters; an FMA counts 2)", (
+            C("rank", "rank", "count"), C("bottom_level_op", "operator"), C("kernels", "kernels", "count"),
+            C("flops", "floating-point operations", "count"))),),
+        empty="profile with torch.profiler's experimental_config (profiler_metrics) for CUPTI counters", optional=True),
 }
 
 
