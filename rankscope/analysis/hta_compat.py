@@ -2,7 +2,7 @@
 
 Pattern: the rank's events as Holistic Trace Analysis 0.5.0 loads them (``gpu/htaview.py``: kernels
 launched before the last ProfilerStep starts, HTA's µs rounding), then HTA's definitions on every
-event with a stream (hta/analyzers/breakdown_analysis.py:600-700, communication_analysis.py:18-80):
+event with a stream (hta/analyzers/breakdown_analysis.py:642-727, communication_analysis.py:24-90):
 
 - temporal breakdown: kernel time = last end − first start; idle = kernel time − union of all;
   compute = union of COMPUTATION kernels (by name, hta/utils/utils.py:109); non-compute = the rest;

@@ -5,7 +5,7 @@ Pattern: ``record_function`` spans appear twice in a trace, as ``user_annotation
 their durations (HTA's ``get_gpu_user_annotation_breakdown``, hta/analyzers/breakdown_analysis.py:346,
 top 1000 names or 80 % of the time, the rest "others"); each device kernel gets the innermost GPU
 annotation of its stream that overlaps it (``get_gpu_kernels_with_user_annotations``,
-breakdown_analysis.py:272-343: annotations taken longest first, a later one overwrites).
+breakdown_analysis.py:256-343: annotations taken longest first, a later one overwrites).
 
 Tables: ``hta_gpu_annotation_breakdown``, ``hta_cpu_annotation_breakdown`` (µs),
 ``hta_kernels_with_annotation`` (rank, correlation, i, user_annotation: HTA's shortened name, "" for

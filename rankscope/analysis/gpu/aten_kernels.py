@@ -73,7 +73,7 @@ def innermost(ts: np.ndarray, end: np.ndarray, q_ts: np.ndarray, q_end: np.ndarr
 def _hta_choice(a_ts: np.ndarray, a_end: np.ndarray, order: np.ndarray, l_ts: np.ndarray, l_end: np.ndarray,
                 j: np.ndarray, tie: np.ndarray) -> np.ndarray:
     """Operator (frame position) HTA picks: the containing one first in pandas' descending sort by start
-    (cuda_kernel_analysis.py:434-444); only ties need the sort, done on HTA's own candidate list."""
+    (cuda_kernel_analysis.py:433-443); only ties need the sort, done on HTA's own candidate list."""
     pick = np.where(j >= 0, order[np.maximum(j, 0)], -1)
     for i in np.flatnonzero(tie).tolist():  # launches whose innermost start is shared: few
         cand = np.flatnonzero((a_ts <= l_ts[i]) & (a_end >= l_end[i]))

@@ -6,10 +6,10 @@ are paired in start order (the profiler serializes kernels, no correlation is wr
 operator stack of a launch is the ``cpu_op`` events containing it on its thread, outermost first.
 
 - ``hta_cupti_counters``: HTA's ``get_cupti_counter_data_with_operators``
-  (hta/analyzers/cupti_counter_analysis.py:23-95): a rank whose range and launch counts differ is
+  (hta/analyzers/cupti_counter_analysis.py:26-95): a rank whose range and launch counts differ is
   left out; columns name, op_stack, top_level_op, bottom_level_op and one per counter;
 - ``kernel_flops`` (rankscope): per rank and innermost operator, kernels and floating-point operations
-  from the SASS instruction counters (an FMA counts 2, cupti_counter_analysis.py:14).
+  from the SASS instruction counters (an FMA counts 2, cupti_counter_analysis.py:13).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ waited for the host), else "kernel wait" when shorter than ``KERNEL_WAIT_NS``, e
   counts only when positive (overlapping kernels on one stream leave no idle time); the first
   kernel has no gap;
 - ``hta_idle_time`` / ``hta_idle_intervals``: HTA's ``get_idle_time_breakdown``
-  (hta/analyzers/breakdown_analysis.py:753-860): the gap is to the previous kernel's end in start
+  (hta/analyzers/breakdown_analysis.py:730-800: gap 754-756, host wait 769, kernel wait 777; 803-919): the gap is to the previous kernel's end in start
   order, negative gaps included (they land in kernel wait), the first kernel counts as an "other"
   gap of no length; kernels, memcpy and memset by category; ratios per stream; µs, rounded to 2.
 """

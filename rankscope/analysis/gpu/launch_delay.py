@@ -3,10 +3,10 @@ runtime call returned, and which runtime calls were slow.
 
 Pattern: each launch call joined to its device event by ``correlation``; launch delay = device start
 − end of the launch call, clipped at 0 (HTA's ``get_cuda_kernel_launch_stats``,
-hta/analyzers/cuda_kernel_analysis.py:531-637: cudaLaunchKernel / cudaLaunchKernelExC / MTIA
+hta/analyzers/cuda_kernel_analysis.py:537-637: cudaLaunchKernel / cudaLaunchKernelExC / MTIA
 runFunction and cudaMemcpyAsync / cudaMemsetAsync). Per rank, counts of short kernels (device time
 under the call's own time, call ≤ ``RUNTIME_CUTOFF_NS``), slow runtime calls (> ``RUNTIME_CUTOFF_NS``)
-and long delays (> ``LAUNCH_DELAY_CUTOFF_NS``), HTA's cutoffs (trace_analysis.py:324).
+and long delays (> ``LAUNCH_DELAY_CUTOFF_NS``), HTA's cutoffs (trace_analysis.py:327-328).
 
 Tables: ``hta_launch_stats`` (one row per launch, HTA's columns, µs) and ``launch_summary`` (ns).
 """

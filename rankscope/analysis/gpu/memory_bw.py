@@ -2,7 +2,7 @@
 
 Pattern: each memcpy / memset adds Kineto's "memory bandwidth (GB/s)" while it runs; the running sum
 per copy kind is the bandwidth in use (HTA's ``get_memory_bw_time_series``,
-hta/analyzers/trace_counters.py:242-300; kinds by name, utils.py:120; a 0 µs copy lasts 1 µs).
+hta/analyzers/trace_counters.py:259-325; kinds by name, utils.py:120; a 0 µs copy lasts 1 µs).
 
 - ``hta_memory_bw``: HTA's series (µs since the earliest event of all ranks, HTA's order of equal
   times); ``hta_memory_bw_summary``: HTA's describe() over the series' positive points;
@@ -40,7 +40,7 @@ def steps(c: pl.DataFrame, hta_order: bool) -> pl.DataFrame:
     rows = pl.concat([c.select("name", "ts", "pid", "memory_bw_gbps"),
                       c.select("name", (pl.col("ts") + pl.col("dur")).alias("ts"), "pid",
                                (-pl.col("memory_bw_gbps")).alias("memory_bw_gbps"))])
-    if hta_order:  # trace_counters.py:285: pandas' unstable sort of the concatenation
+    if hta_order:  # trace_counters.py:312: pandas' unstable sort of the concatenation
         rows = rows[hv.pd_argsort(rows["ts"].to_numpy())]
     else:  # ends before starts at equal times: back-to-back copies do not add up
         rows = rows.with_row_index("_o").sort("ts", "memory_bw_gbps", "_o").drop("_o")

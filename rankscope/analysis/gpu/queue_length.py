@@ -2,12 +2,12 @@
 time the queue was full.
 
 Pattern: +1 at each launch call's start, −1 at its device event's start (joined by correlation),
-running sum per stream in time order (HTA's definition, hta/analyzers/trace_counters.py:23-95).
+running sum per stream in time order (HTA's definition, hta/analyzers/trace_counters.py:19-95).
 
 - ``hta_queue_length``: HTA's time series (µs since the earliest event of all ranks, HTA's order of
   equal timestamps); ``hta_queue_length_summary``: HTA's describe() over its points (unweighted);
   ``hta_queue_full``: HTA's time at ≥ ``max_queue_length`` (one stream per rank, the last one found:
-  trace_counters.py:186-240);
+  trace_counters.py:195-257);
 - ``queue_length_summary`` (rankscope): per stream, the time-weighted mean (a value held for 1 s counts
   1000 times one held for 1 ms), the maximum, the time at it and the time at ≥ the limit
   (``$RANKSCOPE_MAX_QUEUE_LENGTH``, default 1024 as HTA: CUDA's launch queue).
@@ -50,7 +50,7 @@ def steps(v: hv.View, hta_order: bool) -> pl.DataFrame:
     down = k.filter(pl.col("correlation").is_in(rt["correlation"].implode()))
     rows = pl.concat([up.select("stream", "pid", "ts", pl.lit(1).alias("queue")),
                       down.select("stream", "pid", "ts", pl.lit(-1).alias("queue"))])
-    if hta_order:  # pandas' unstable sort_values(by="ts") of the concatenation (trace_counters.py:78)
+    if hta_order:  # pandas' unstable sort_values(by="ts") of the concatenation (trace_counters.py:80)
         rows = rows[hv.pd_argsort(rows["ts"].to_numpy())]
     else:  # launches before device starts at equal times
         rows = rows.with_row_index("_o").sort("ts", "queue", "_o", descending=[False, True, False]).drop("_o")
@@ -80,7 +80,7 @@ def _own(rank: int, s: pl.DataFrame, limit: int) -> list[dict[str, Any]]:
 
 
 def _hta_full(rank: int, s: pl.DataFrame, duration: int, limit: int) -> dict[str, Any] | None:
-    """trace_counters.py:186-240: per stream in order of appearance; a later stream replaces the row."""
+    """trace_counters.py:195-257: per stream in order of appearance; a later stream replaces the row."""
     row = None
     for stream in s["stream"].unique(maintain_order=True).to_list():
         g = s.filter(pl.col("stream") == stream)

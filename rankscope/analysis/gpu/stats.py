@@ -2,11 +2,11 @@
 
 - ``describe``: count, mean, std (ddof 1), min, 25%, 50%, 75%, max per group, quantiles interpolated
   linearly (pandas ``DataFrame.describe``);
-- ``top_n``: hta/analyzers/breakdown_analysis.py:585 ``_aggr_gpu_kernel_time``: sum / max / min / mean /
+- ``top_n``: hta/analyzers/breakdown_analysis.py:564-627 ``_aggr_gpu_kernel_time``: sum / max / min / mean /
   std per name, sorted by sum; with more than ``num`` names, those past the ``ratio`` quantile of the
   running sum or past the first ``num`` become "others", and then every row is re-aggregated over
   the per-name sums (a kept name's max = min = mean = its sum, std 0).
-- ``sweep``: time per combination of classes running at once (breakdown_analysis.py:513
+- ``sweep``: time per combination of classes running at once (breakdown_analysis.py:495-562
   ``_get_gpu_kernel_type_time``): merged intervals per class, a running bitmask, labels
   "A overlapping B" in class order.
 """
