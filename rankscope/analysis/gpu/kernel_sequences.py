@@ -26,6 +26,7 @@ from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
 MIN_PATTERN_LEN = 3
+HOST_CATS = ("cpu_op", "user_annotation", "python_function")
 
 
 def _cpu_threads(f: pl.DataFrame) -> pl.DataFrame:
@@ -58,7 +59,9 @@ def sequences(v: hv.View, min_stream: int) -> pl.DataFrame:
     """Per (operator name id, pattern): count, kernel time, operator time (ns)."""
     f = v.frame
     cpu = _cpu_threads(f)
-    roots = cpu.filter(pl.col("depth") == pl.col("depth").min().over("nid"))
+    host = [v.cat_id(c) for c in HOST_CATS]  # operators and annotations (runtime calls nest nothing)
+    roots = cpu.filter(pl.col("cid").is_in(host))
+    roots = roots.filter(pl.col("depth") == pl.col("depth").min().over("nid"))
     k = f.filter((pl.col("stream") >= min_stream) & (pl.col("index_correlation") > 0)).select(
         pl.col("idx").alias("k_idx"), pl.col("nid").alias("k_nid"), pl.col("ts").alias("k_ts"),
         pl.col("dur").alias("k_dur"), pl.col("index_correlation").alias("idx"))
