@@ -233,34 +233,30 @@ def test_truncated_slowest_rank_is_never_the_straggler(tmp_path, capsys):
     assert st["summary"]["verdict"] == "no straggler (damaged ranks 1 left out of the verdict)"
 
 
-def test_unreadable_rank_directory_is_one_line(tmp_path, capsys, monkeypatch):
-    """A rank directory that cannot be listed. As root, chmod does not stop reading, so the
-    PermissionError is simulated there (monkeypatched Path.iterdir: the only mock in this file, because
-    no real permission can stop root); as another user the real chmod 000 is used."""
+def test_unreadable_rank_directory_is_one_line():
+    """A rank directory that cannot be listed (chmod 000), read by a user the mode applies to: as root the
+    analysis runs as uid 65534 (tests/hostile.py run_batch, setpriv), never a simulated PermissionError."""
     import os
+    import tempfile
 
-    root = healthy_run(tmp_path / "run")
-    bad = root / "ranks" / "1"
-    if os.geteuid() == 0:
-        real = Path.iterdir
+    from tests.hostile import run_batch
 
-        def iterdir(self):  # type: ignore[no-untyped-def]
-            if self == bad:
-                raise PermissionError(13, "Permission denied", str(self))
-            return real(self)
-        monkeypatch.setattr(Path, "iterdir", iterdir)
-    else:
-        os.chmod(bad, 0)
+    base = Path(tempfile.mkdtemp(prefix="rs-unreadable-"))
+    os.chmod(base, 0o755)
+    root = healthy_run(base / "r" / "run")
+    os.chmod(root / "ranks" / "1", 0)
     try:
-        assert main(["analyze", str(root), "-j", "1", "--json"]) == 0
+        got = run_batch(base, ["r"], "1", {})["r"]
     finally:
-        os.chmod(bad, 0o755)
-    got = capsys.readouterr()
-    doc = json.loads(got.out)
+        os.chmod(root / "ranks" / "1", 0o755)
+        shutil.rmtree(base, ignore_errors=True)
+    assert got["rc"] == 0 and "Traceback" not in got["err"], got["err"]
+    doc = json.loads(got["out"])
     assert [r["rank"] for r in doc["run"]["ranks"]] == [0, 2]
     assert doc["coverage"]["missing"] == [{"rank": 1, "why": "directory unreadable (Permission denied)"}]
-    assert any("ranks/1: directory unreadable (Permission denied)" in ln for ln in got.err.splitlines())
-    assert "Traceback" not in got.err
+    assert [(i["kind"], i["rank"], i["file"]) for i in doc["run"]["issues"]] == [
+        ("directory_unreadable", 1, str(root / "ranks" / "1"))]
+    assert f"warning: {root / 'ranks' / '1'}: directory unreadable (Permission denied)" in got["err"].splitlines()
 
 
 def test_inspect_json_starts_with_coverage(tmp_path, capsys):
