@@ -63,7 +63,7 @@ VIEWS: dict[str, View] = {
     "links": View("Slow links and groups", (C("slow_groups", "slow groups", "count"),
                                             C("comm_stragglers", "ranks in every slow group", "ranks")),
                   (TableView("groups", "per process group and operation", (
-                      C("pg_ranks", "group (ranks)"), C("op", "operation"), C("bytes", "size", "bytes"),
+                      C("pg_ranks", "group (ranks)", "group"), C("op", "operation"), C("bytes", "size", "bytes"),
                       C("count", "calls", "count"), C("transfer_ns", "transfer (median)", NS),
                       C("skew_ns", "arrival skew (median)", NS))),)),
     "straggler": View("Straggler verdict", (C("time_lost_per_step_ns", "time lost per step", NS),),
@@ -80,7 +80,7 @@ VIEWS: dict[str, View] = {
             C("rank", "rank", "count"), C("median_arrival_lag", "median lag behind the first rank", NS),
             C("total_wait", "time others waited for it", NS))),
          TableView("instances", "per collective", (
-             C("op", "operation"), C("pg_ranks", "group (ranks)"), C("instance", "call", "count"),
+             C("op", "operation"), C("pg_ranks", "group (ranks)", "group"), C("instance", "call", "count"),
              C("bytes", "size", "bytes"), C("arrival_skew", "arrival skew", NS), C("last_rank", "last rank", "count"),
              C("max_wait", "longest wait", NS), C("transfer", "transfer", NS), C("busbw_gbps", "bus bandwidth", "gbps"))
          )), "no collectives in the traces"),
@@ -88,7 +88,7 @@ VIEWS: dict[str, View] = {
                                                  C("process_groups", "process groups", "count"),
                                                  C("note", "note")),
                         (TableView("process_groups", "process groups", (
-                            C("pg_name", "group"), C("pg_ranks", "ranks"), C("type", "type"), C("size", "size", "count"),
+                            C("pg_name", "group"), C("pg_ranks", "ranks", "group"), C("type", "type"), C("size", "size", "count"),
                             C("calls", "calls", "count"), C("desc", "description"))),),
                         "needs collective sizes: profile with record_shapes=True"),
     "opstats": View("Operators across ranks", (C("ranks", "ranks", "count"),), (
@@ -100,7 +100,12 @@ VIEWS: dict[str, View] = {
             C("name", "operator"), C("input_dims", "input shapes"), C("calls", "calls", "count"),
             C("median", "median rank", NS), C("max", "most", NS), C("max_rank", "rank with most", "count"))))),
     "kernels": View("Kernels", empty="needs GPU kernels in the traces (profile a CUDA or NPU job with device activities)"),
-    "memory": View("Memory", (C("peak_allocated", "peak allocated", "bytes"),),
+    "memory": View("Memory", (C("max_peak_allocated", "largest peak allocated", "bytes"),
+                              C("max_peak_rank", "on rank", "count")),
+                   (TableView("peaks", "per rank and device: the peak and the operator running at it", (
+                       C("rank", "rank", "count"), C("device", "device", "device"),
+                       C("peak_allocated", "peak allocated", "bytes"), C("peak_reserved", "peak reserved", "bytes"),
+                       C("operator_at_peak", "operator at the peak"))),),
                    empty="no memory events: profile with profile_memory=True"),
     "advice": View("Advice"),
     "ascend_cluster": View("Ascend cluster summary (msprof-analyze's cluster files)", (
@@ -219,6 +224,44 @@ VIEWS: dict[str, View] = {
 }
 
 
+D = "Δ "  # a change against the baseline; signed units ("ns+", ...) print their sign
+_STEP_DIFF = (C("wall", "step time", NS), C("wallBase", "baseline", NS), C("wallDiff", D + "step time", "ns+"),
+              C("computingDiff", D + "compute", "ns+"), C("comm_exposedDiff", D + "exposed communication", "ns+"),
+              C("data_waitDiff", D + "data wait", "ns+"), C("freeDiff", D + "idle", "ns+"))
+_NAME_DIFF = (C("mean", "time per step", "us"), C("meanBase", "baseline", "us"), C("meanDiff", D + "time", "us+"),
+              C("min", "least rank", "us"), C("max", "most rank", "us"), C("calls", "calls per step", "count"),
+              C("callsDiff", D + "calls", "count+"))
+# The diff view (``render.diff``): its tables in the order shown, a readable subset of each one's columns
+# (the rest stays in ``rankscope diff --json``).
+DIFF_TABLES: tuple[TableView, ...] = (
+    TableView("ranks", "per rank (medians over steps)", (C("rank", "rank", "count"),) + _STEP_DIFF),
+    TableView("own", "per rank, host speed taken out (this run − speed factor × baseline)", (
+        C("rank", "rank", "count"), C("own", "own time", NS), C("ownBase", "baseline", NS),
+        C("ownDiffNorm", D + "own time", "ns+"), C("computingDiffNorm", D + "compute", "ns+"),
+        C("data_waitDiffNorm", D + "data wait", "ns+"), C("freeDiffNorm", D + "idle", "ns+"))),
+    TableView("steps", "per rank and step (steps paired in order)", (
+        C("rank", "rank", "count"), C("step", "step", "count"), C("stepBase", "baseline step", "count"))
+        + _STEP_DIFF),
+    TableView("rank_operator_totals", "per rank and operator (per step; Δ with host speed taken out)", (
+        C("rank", "rank", "count"), C("name", "operator"), C("inputs", "usual inputs"),
+        C("inputsBase", "baseline inputs"), C("us", "time per step", "us"), C("usBase", "baseline", "us"),
+        C("usDiffNorm", D + "time", "us+"), C("calls", "calls per step", "count"),
+        C("callsBase", "baseline calls", "count"))),
+    TableView("rank_operators", "per rank, operator and input shapes (per step)", (
+        C("rank", "rank", "count"), C("name", "operator"), C("input_dims", "input shapes"),
+        C("us", "time per step", "us"), C("usBase", "baseline", "us"), C("usDiff", D + "time", "us+"),
+        C("usDiffNorm", D + "time, host speed taken out", "us+"), C("calls", "calls per step", "count"),
+        C("callsDiff", D + "calls", "count+"))),
+    TableView("operators", "operators (per step, mean over ranks)", (C("name", "operator"),) + _NAME_DIFF),
+    TableView("kernels", "kernels (per step, mean over ranks)", (C("name", "kernel"),) + _NAME_DIFF,
+              "no device kernels in either run (CPU-only traces)"),
+    TableView("collectives", "collectives (per rank over the capture)", (
+        C("op", "operation"), C("pg_ranks", "group (ranks)", "group"), C("calls", "calls", "count"),
+        C("callsDiff", D + "calls", "count+"), C("bytes", "size", "bytes"), C("bytesDiff", D + "size", "bytes+"),
+        C("time_us", "time", "us"), C("time_usBase", "baseline", "us"), C("time_usDiff", D + "time", "us+"))),
+)
+
+
 def _plain(key: str) -> str:
     return key.replace("_ns", "").replace("_", " ")
 
@@ -248,6 +291,15 @@ def ms(ns: float) -> str:
     return f"{ns / 1e3:,.0f} µs" if abs(ns) >= 1e3 or ns == 0 else f"{ns:,.0f} ns"
 
 
+def group_label(ranks: Any, width: int = 24) -> str:
+    """The ranks of a process group, short: "0-7", "0,2,4,6", "1,3,…,63 (32 ranks)"."""
+    from rankscope.intlist import format_int_list
+
+    items = sorted({int(r) for r in ranks})
+    text = format_int_list(items) if items else "none"
+    return text if len(text) <= width else f"{items[0]},{items[1]},…,{items[-1]} ({len(items)} ranks)"
+
+
 def human_bytes(n: float) -> str:
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(n) >= size:
@@ -256,9 +308,18 @@ def human_bytes(n: float) -> str:
 
 
 def cell(value: Any, unit: str) -> str:
-    """One value in its unit's human form ('' for missing)."""
+    """One value in its unit's human form ('' for missing); a unit ending in "+" is a change and prints
+    its sign ("+2.50 ms", "-1.2 MB")."""
     if value is None or value == "":
         return ""
+    if unit.endswith("+"):
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            return str(value)
+        text = cell(abs(v), unit[:-1])
+        return text if v == 0 or text.lstrip("0.,") in ("", " ms", " µs", " ns", " B") else \
+            ("+" if v > 0 else "-") + text
     try:
         if unit == NS:
             return ms(float(value))
@@ -274,8 +335,14 @@ def cell(value: Any, unit: str) -> str:
             return f"{int(value):,}" if float(value) == int(value) else f"{float(value):,.2f}"
         if unit == "float":
             return f"{float(value):,.2f}"
+        if unit == "device":
+            return "CPU" if int(value) < 0 else f"device {int(value)}"
     except (TypeError, ValueError):
         pass
+    if unit in ("ranks", "group") and isinstance(value, str) and value.replace(",", "").replace(" ", "").isdigit():
+        value = [int(x) for x in value.split(",") if x.strip()]  # "0,1,2,3" as written by the analyses
+    if unit == "group" and isinstance(value, (list, tuple)):
+        return group_label(value)
     if unit == "ranks" or isinstance(value, (list, tuple)):
         from rankscope.intlist import format_int_list
 
