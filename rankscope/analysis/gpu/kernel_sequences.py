@@ -1,8 +1,8 @@
 """Frequent kernel sequences: for each CPU operator name, the sequences of kernels its calls launched.
 
 Pattern: the calls of a name at the shallowest nesting depth where that name occurs are the roots;
-a kernel belongs to a root when its launch call is nested in it on the same thread (kernels by
-correlation, in device start order). Roots launching at least ``MIN_PATTERN_LEN`` kernels give a
+a kernel belongs to a root when its launch call is nested in it on the same thread, or is the root
+(a cudaGraphLaunch runs a whole graph) (kernels by correlation, in device start order). Roots launching at least ``MIN_PATTERN_LEN`` kernels give a
 pattern "operator|kernel|kernel|..."; per pattern: count, summed kernel time and operator time.
 Roots of one depth do not overlap on a thread, so each depth is one sorted search for all launches.
 
@@ -59,22 +59,25 @@ def sequences(v: hv.View, min_stream: int) -> pl.DataFrame:
     """Per (operator name id, pattern): count, kernel time, operator time (ns)."""
     f = v.frame
     cpu = _cpu_threads(f)
-    host = [v.cat_id(c) for c in HOST_CATS]  # operators and annotations (runtime calls nest nothing)
-    roots = cpu.filter(pl.col("cid").is_in(host))
-    roots = roots.filter(pl.col("depth") == pl.col("depth").min().over("nid"))
+    host = [v.cat_id(c) for c in HOST_CATS]  # operators and annotations nest; a runtime call (one
+    # cudaGraphLaunch runs a whole graph) owns the kernels it launched itself
+    roots = cpu.filter(pl.col("depth") == pl.col("depth").min().over("nid"))
     k = f.filter((pl.col("stream") >= min_stream) & (pl.col("index_correlation") > 0)).select(
         pl.col("idx").alias("k_idx"), pl.col("nid").alias("k_nid"), pl.col("ts").alias("k_ts"),
         pl.col("dur").alias("k_dur"), pl.col("index_correlation").alias("idx"))
     launches = cpu.select("idx", "thread", "ts", "end").join(k, on="idx")
-    pairs = _pairs(roots, launches).join(k.drop("idx"), on="k_idx")
-    pairs = v.with_names(pairs.rename({"k_nid": "nid"}), "kernel").sort("root", "k_ts", "k_idx")
-    per = pairs.group_by("root", maintain_order=True).agg(
-        pl.len().alias("n"), pl.col("kernel").str.join("|").alias("kernels"), pl.col("k_dur").sum().alias("gpu"))
-    per = per.filter(pl.col("n") >= MIN_PATTERN_LEN).join(
-        roots.select(pl.col("idx").alias("root"), "nid", "dur"), on="root")
-    per = v.with_names(per, "operator").with_columns(pattern=pl.col("operator") + "|" + pl.col("kernels"))
-    return per.group_by("operator", "pattern").agg(pl.len().alias("count"), pl.col("gpu").sum(),
-                                                   pl.col("dur").sum().alias("cpu"))
+    own = k.select(pl.col("idx").alias("root"), "k_idx").join(
+        roots.filter(~pl.col("cid").is_in(host)).select(pl.col("idx").alias("root")), on="root")
+    pairs = pl.concat([_pairs(roots.filter(pl.col("cid").is_in(host)), launches), own])
+    pairs = pairs.join(k.drop("idx"), on="k_idx")
+    pairs = pairs.filter(pl.len().over("root") >= MIN_PATTERN_LEN).sort("root", "k_ts", "k_idx")
+    # patterns as lists of name codes; names are joined only once per distinct pattern
+    per = pairs.group_by("root", maintain_order=True).agg(pl.col("k_nid").alias("seq"), pl.col("k_dur").sum().alias("gpu"))
+    per = per.join(roots.select(pl.col("idx").alias("root"), "nid", "dur"), on="root")
+    agg = per.group_by("nid", "seq").agg(pl.len().alias("count"), pl.col("gpu").sum(), pl.col("dur").sum().alias("cpu"))
+    names = pl.Series(v.names, dtype=pl.Utf8)
+    pattern = [v.names[n] + "|" + "|".join(names.gather(s).to_list()) for n, s in agg.select("nid", "seq").iter_rows()]
+    return v.with_names(agg, "operator").with_columns(pattern=pl.Series(pattern, dtype=pl.Utf8)).drop("nid", "seq")
 
 
 def rank_part(d: RankData) -> dict[str, Any] | None:
