@@ -68,6 +68,8 @@ BUILTIN: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...], bool]
      "frequent kernel sequences launched per operator (HTA parity)", ("kernels",), (), True),
     ("cupti_counters", "gpu.cupti_counters", "run_cupti_counters",
      "CUPTI range-profiler counters per kernel with its operator stack (HTA parity)", (), (), True),
+    ("critical_path", "deps.analysis", "run_critical_path",
+     "per step, the chain of dependencies across ranks that bounds it; what each rank costs (what-if)", (), (), True),
 )
 
 

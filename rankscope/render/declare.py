@@ -221,6 +221,21 @@ VIEWS: dict[str, View] = {
             C("rank", "rank", "count"), C("bottom_level_op", "operator"), C("kernels", "kernels", "count"),
             C("flops", "floating-point operations", "count"))),),
         empty="profile with torch.profiler's experimental_config (profiler_metrics) for CUPTI counters", optional=True),
+    "critical_path": View("Critical path across ranks (who waits for whom)", (
+        C("description", "the chain that bounds the step"), C("bounding_rank", "bounding rank", "count"),
+        C("cost_per_step_ns", "its cost per step", NS), C("bounding_steps", "steps it bounds"),
+        C("step_time_ns", "step time", NS), C("step_time_if_median_ns", "step time if it ran at the others' median", NS)), (
+        TableView("steps", "per step: the rank whose what-if shortens the path most", (
+            C("step", "step", "count"), C("step_ns", "step time", NS), C("path_ns", "critical path", NS),
+            C("bounding_rank", "bounding rank", "count"), C("cost_ns", "its cost", NS),
+            C("step_if_median_ns", "step at the others' median", NS), C("description", "chain"))),
+        TableView("what_if", "per rank and step: the step if the rank ran at the other ranks' median", (
+            C("step", "step", "count"), C("rank", "rank", "count"), C("step_ns", "step time", NS),
+            C("step_if_median_ns", "at the others' median", NS), C("saving_ns", "saving", NS))),
+        TableView("segments", "the path of each step", (
+            C("step", "step", "count"), C("rank", "rank", "count"), C("kind", "kind"), C("name", "what"),
+            C("context", "inside"), C("dur", "time", NS), C("group", "group"), C("seq", "call", "count")))),
+        "needs steps with events on at least one rank", optional=True),
 }
 
 

@@ -121,3 +121,20 @@ def instances(keys_by_rank: dict[int, list[Any]]) -> dict[Any, list[tuple[int, i
 
 def as_int(a: Any) -> np.ndarray:
     return np.asarray(a, dtype=np.int64)
+
+
+def joinable(keys: np.ndarray, rank: int, present: set[int]) -> np.ndarray:
+    """Calls that another rank of the run takes part in (a group member or the p2p peer is present);
+    a group whose members are unknown is joinable when the run has other ranks."""
+    others = present - {rank}
+    out = np.zeros(len(keys), bool)
+    for i, k in enumerate(keys.tolist()):  # one per call of the rank
+        if k is None or not others:
+            continue
+        if k.startswith("p2p:"):
+            a, b = k[4:].split("#")[0].split("->")
+            out[i] = bool({int(a), int(b)} & others)
+        else:
+            members = k.split("|", 1)[1].rsplit("#", 1)[0] if "|" in k else ""
+            out[i] = not members or any(int(m) in others for m in members.split(",") if m.lstrip("-").isdigit())
+    return out

@@ -82,8 +82,9 @@ def _windows(data: "RankData", ev: events.RankEvents) -> list[tuple[int, int, in
     return out
 
 
-def build_steps(data: "RankData", only: set[int] | None = None) -> tuple[list[StepBuild], int]:
-    """Every step of one rank (or those in ``only``), and its point-to-point calls without a peer."""
+def build_steps(data: "RankData", only: set[int] | None = None) -> tuple[list[StepBuild], int, events.RankEvents]:
+    """Every step of one rank (or those in ``only``), its point-to-point calls without a peer, and
+    its events."""
     ev = fix_nesting(events.from_table(data.events))
     frame = adapter.calls(data.table("collectives"), data.rank)
     calls = adapter.Calls.of(frame)
@@ -93,18 +94,18 @@ def build_steps(data: "RankData", only: set[int] | None = None) -> tuple[list[St
             continue
         sel = window(ev, t0, t1 - 1)
         c = calls.take((calls.ts >= t0) & (calls.ts < t1))
-        g, anc = timed.rank_graph(ev, sel, c)
+        g, anc = timed.rank_graph(ev, sel, c, adapter.joinable(c.key, data.rank, set(data.run.rank_ids)))
         ok = anc.arrival >= 0
         anc = timed.Anchors(anc.arrival[ok], anc.end[ok], [k for k, o in zip(anc.key, ok) if o], anc.info.take(ok))
         out.append(StepBuild(step, wall, g, anc, local.Local(g, anc.arrival, anc.end)))
-    return out, adapter.unmatched_p2p(frame)
+    return out, adapter.unmatched_p2p(frame), ev
 
 
 def rank_part(data: "RankData") -> RankPart:
     """The anchor matrices of one rank's steps (the per-rank pass)."""
     part = RankPart(data.rank)
     try:
-        builds, part.unmatched_p2p = build_steps(data)
+        builds, part.unmatched_p2p, ev = build_steps(data)
     except Exception as exc:  # noqa: BLE001 - one rank's odd data must not stop the others
         part.problem = f"rank {data.rank}: critical path not built ({type(exc).__name__}: {exc})"
         return part
@@ -116,6 +117,7 @@ def rank_part(data: "RankData") -> RankPart:
         sig = tuple((c["op"], c["kind"]) for c in info)
         part.steps.append(StepPart(b.step, b.wall, J.RankStep(data.rank, m.d, a.key, span, sig), m.sink_node, info,
                                    b.g.node_ts[a.end]))
+    _BUILT[(data.run.path, data.rank)] = (builds, ev)
     return part
 
 
@@ -136,14 +138,23 @@ def combine(run: "Run", parts: list[tuple[int, RankPart]], results: dict[str, An
     if not by_step:
         return Result("critical_path", skipped="no steps with events in any rank")
     rebuild = _Rebuilder(run)
-    per_step = [_one_step(step, sps, rebuild) for step, sps in sorted(by_step.items())]
+    try:
+        per_step = [_one_step(step, sps, rebuild) for step, sps in sorted(by_step.items())]
+    finally:
+        for r in run.rank_ids:
+            _BUILT.pop((run.path, r), None)
     problems = [p.problem for _, p in parts if p.problem]
     unmatched = sum(p.unmatched_p2p for _, p in parts)
     return assemble(per_step, problems, unmatched)
 
 
+# Step graphs built by rank_part in this process, for the path's expansion in combine (a rank_part run
+# elsewhere, on a pool or Dask, leaves nothing here: combine then rebuilds the ranks the paths cross).
+_BUILT: dict[tuple[str, int], tuple[list[StepBuild], events.RankEvents]] = {}
+
+
 class _Rebuilder:
-    """Full step graphs of the ranks the paths cross, built once per rank."""
+    """Full step graphs of the ranks the paths cross (kept from rank_part, else built once per rank)."""
 
     def __init__(self, run: "Run") -> None:
         self.run = run
@@ -154,14 +165,15 @@ class _Rebuilder:
             from rankscope.analysis.deps.cpu import parents_and_walk
             from rankscope.analysis.rankdata import RankData
 
-            data = RankData(self.run, rank)
-            builds, _ = build_steps(data)
-            ev = fix_nesting(events.from_table(data.events))
+            got = _BUILT.pop((self.run.path, rank), None)
+            builds, ev = got if got is not None else build_steps(RankData(self.run, rank))[::2]  # type: ignore[misc]
             members = np.flatnonzero((ev.stream == -1) & (ev.dur > 0))
-            parent = parents_and_walk(ev, members)[3]
-            self.cache[rank] = ({b.step: b for b in builds}, ev, parent)
-        steps, ev, parent = self.cache[rank]
-        return steps.get(step), ev, parent
+            ctx = chain.contexts(ev, parents_and_walk(ev, members)[3])
+            dev = (ev.stream >= 0) & (ev.partner >= 0)
+            ctx[dev] = ctx[ev.partner[dev]]  # device work under the annotation of its launch
+            self.cache[rank] = ({b.step: b for b in builds}, ev, ctx)
+        steps, ev, ctx = self.cache[rank]
+        return steps.get(step), ev, ctx
 
 
 @dataclass
@@ -197,13 +209,13 @@ def _expand(j: J.Joined, sps: list[StepPart], edges: list[int], step: int, rebui
         if kind in (J.XFER, J.OWN):
             out.append(_call_segment(sp, s, int(j.w[e]), unmatched=kind == J.OWN))
             continue
-        b, ev, parent = rebuild.get(sp.rs.rank, step)
+        b, ev, ctx = rebuild.get(sp.rs.rank, step)
         if b is None:
             continue
         k = len(sp.rs.keys)
         target = int(b.anchors.arrival[t]) if t < k else int(sp.sink[s])
         le = b.loc.local_path(s, target)
-        out.extend(chain.edge_segments(sp.rs.rank, b.g, ev, parent, le))
+        out.extend(chain.edge_segments(sp.rs.rank, b.g, ev, ctx, le))
     return out
 
 

@@ -161,7 +161,7 @@ def device_edges(ev: RankEvents, sel: np.ndarray, has_nodes: np.ndarray, zero_we
     # previous kernel on the same stream, in walk order
     order = np.lexsort((pos_of[k], ev.stream[k]))
     ko = k[order]
-    same = np.r_[False, ev.stream[ko][1:] == ev.stream[ko][:-1]]
+    same = np.r_[False, ev.stream[ko][1:] == ev.stream[ko][:-1]] if len(ko) else np.zeros(0, bool)
     prev = np.full(ev.n, -1, dtype=np.int64)
     prev[ko[same]] = ko[np.flatnonzero(same) - 1]
     p = prev[k]

@@ -55,24 +55,101 @@ class _Layout:
         is_link = np.zeros(len(g.src), bool)
         is_link[g.link[~start]] = True
         cross = np.flatnonzero(~is_link)
+        cross = cross[(where[g.src[cross]] >= 0) & (where[g.dst[cross]] >= 0)]
         xd = where[g.dst[cross]]
         o = np.argsort(xd, kind="stable")
         self.cross, xd = cross[o], xd[o]
         self.xs, self.xw = where[g.src[self.cross]], w[self.cross]
         self.x_first = np.flatnonzero(np.r_[True, xd[1:] != xd[:-1]]) if len(xd) else np.zeros(0, np.int64)
         self.x_targets = xd[self.x_first] if len(xd) else xd
+        self.t = g.node_ts[self.node]
 
     @property
     def n(self) -> int:
         return len(self.node)
 
 
-def _solve(lay: _Layout, seed: np.ndarray, max_rounds: int = 100_000) -> tuple[np.ndarray, int]:
-    """Distances (positions x columns) from the seeded positions of each column."""
-    c = lay.c
-    dist = np.full((lay.n, seed.shape[1]), NEG, np.int64)
+def _jacobi(c: np.ndarray, seg: np.ndarray, seg_first: np.ndarray, xs: np.ndarray, xw: np.ndarray,
+            x_first: np.ndarray, x_targets: np.ndarray, base: np.ndarray, max_rounds: int = 100_000) -> tuple[np.ndarray, int]:
+    """Chains ``c`` / ``seg`` with fixed inputs ``base`` (positions x columns) and cross edges among
+    the same positions, relaxed until stable."""
+    dist = np.full(base.shape, NEG, np.int64)
+    if not len(c):
+        return dist, 0
     for rounds in range(1, max_rounds + 1):
-        b = seed.copy()
+        b = base.copy()
+        if len(xs):
+            val = np.maximum(dist[xs] + xw[:, None], NEG)
+            b[x_targets] = np.maximum(b[x_targets], np.maximum.reduceat(val, x_first, axis=0))
+        x = np.maximum(b - c[:, None], NEG)
+        lo = np.minimum.reduceat(x, seg_first, axis=0)
+        span = np.maximum.reduceat(x, seg_first, axis=0) - lo + 1
+        off = (np.cumsum(span, axis=0) - span - lo)[seg]
+        new = np.maximum(c[:, None] + np.maximum.accumulate(x + off, axis=0) - off, NEG)
+        new[new < REACH] = NEG
+        if np.array_equal(new, dist):
+            return dist, rounds
+        dist = new
+    raise RuntimeError("local longest paths did not converge (the graph has a cycle)")
+
+
+WINDOW = 1024  # positions solved together; later ones wait for earlier ones (edges go forward in time)
+
+
+def _solve(lay: _Layout, seed: np.ndarray) -> tuple[np.ndarray, int]:
+    """Distances (positions x columns) from the seeded positions of each column.
+
+    Relaxation rounds grow with the alternations between chains (a compute stream waiting for a
+    communication stream and back, hundreds per step), so the positions are solved in windows of
+    time: each window starts from the final values of the earlier ones. A last round over all
+    positions catches the edges that go back in time (rounding), from those values as lower bounds."""
+    n = lay.n
+    if n <= 2 * WINDOW:
+        return _jacobi(lay.c, lay.seg, lay.seg_first, lay.xs, lay.xw, lay.x_first, lay.x_targets, seed)
+    win = np.empty(n, np.int64)
+    win[np.argsort(lay.t, kind="stable")] = np.arange(n) // WINDOW
+    prev = np.arange(n) - 1
+    prev[lay.seg_first] = -1
+    xt = np.repeat(lay.x_targets, np.diff(np.r_[lay.x_first, len(lay.xs)]))
+    dist = np.full(seed.shape, NEG, np.int64)
+    by_win = np.argsort(win, kind="stable")
+    bounds = np.searchsorted(win[by_win], np.arange(win.max() + 2))
+    e_order = np.argsort(win[xt], kind="stable")
+    e_bounds = np.searchsorted(win[xt][e_order], np.arange(win.max() + 2))
+    loc = np.full(n, -1, np.int64)
+    rounds = 0
+    for wi in range(int(win.max()) + 1):
+        idx = by_win[bounds[wi]:bounds[wi + 1]]
+        loc[idx] = np.arange(len(idx))
+        first = np.r_[True, prev[idx[1:]] != idx[:-1]]
+        seg = np.cumsum(first) - 1
+        sf = np.flatnonzero(first)
+        c = lay.c[idx] - lay.c[idx][sf][seg]
+        base = seed[idx].copy()
+        q = prev[idx[sf]]
+        has = q >= 0
+        base[sf[has]] = np.maximum(base[sf[has]], np.maximum(dist[q[has]] + (lay.c[idx[sf[has]]] - lay.c[q[has]])[:, None], NEG))
+        e = e_order[e_bounds[wi]:e_bounds[wi + 1]]
+        inside = win[lay.xs[e]] == wi
+        ext = e[~inside]
+        if len(ext):
+            np.maximum.at(base, loc[xt[ext]], np.maximum(dist[lay.xs[ext]] + lay.xw[ext][:, None], NEG))
+        e = e[inside]
+        e = e[np.argsort(loc[xt[e]], kind="stable")]
+        tl = loc[xt[e]]
+        x_first = np.flatnonzero(np.r_[True, tl[1:] != tl[:-1]]) if len(tl) else np.zeros(0, np.int64)
+        d, r = _jacobi(c, seg, sf, loc[lay.xs[e]], lay.xw[e], x_first, tl[x_first] if len(tl) else tl, base)
+        dist[idx] = d
+        rounds += r
+    return _settle(lay, seed, dist, rounds)
+
+
+def _settle(lay: _Layout, seed: np.ndarray, dist: np.ndarray, rounds: int) -> tuple[np.ndarray, int]:
+    """Full rounds from lower bounds ``dist`` until nothing changes (usually one)."""
+    c = lay.c
+    while True:
+        rounds += 1
+        b = np.maximum(seed, dist)
         if len(lay.xs):
             val = np.maximum(dist[lay.xs] + lay.xw[:, None], NEG)
             b[lay.x_targets] = np.maximum(b[lay.x_targets], np.maximum.reduceat(val, lay.x_first, axis=0))
@@ -85,7 +162,6 @@ def _solve(lay: _Layout, seed: np.ndarray, max_rounds: int = 100_000) -> tuple[n
         if np.array_equal(new, dist):
             return dist, rounds
         dist = new
-    raise RuntimeError("local longest paths did not converge (the graph has a cycle)")
 
 
 class Local:
@@ -161,25 +237,30 @@ class Local:
 
 
 def _backtrack(g: RankGraph, lay: _Layout, dist: np.ndarray, seeded: np.ndarray, target: int) -> list[int]:
-    """Follow, from ``target``, an in-edge that gives each node its distance (chain links first)."""
-    if not hasattr(lay, "into"):
-        into: dict[int, list[int]] = {}
-        for e in sorted(lay.cross.tolist(), key=lambda e: g.seq[e]):
-            into.setdefault(int(g.dst[e]), []).append(e)
+    """Follow, from ``target``, the in-edge that gives each node its distance (the chain link first,
+    else the first cross edge in insertion order); the choice is made for all nodes at once."""
+    if not hasattr(lay, "pred_link"):
         pos = np.empty(g.n, np.int64)
         pos[g.order] = np.arange(g.n)
-        lay.into, lay.pos = into, pos  # type: ignore[attr-defined]
-    into, pos = lay.into, lay.pos  # type: ignore[attr-defined]
+        o = np.lexsort((g.seq[lay.cross], g.dst[lay.cross]))
+        lay.pred_link, lay.x_sorted = g.link[pos], lay.cross[o]  # type: ignore[attr-defined]
+    link, xs = lay.pred_link, lay.x_sorted  # type: ignore[attr-defined]
+    pred = np.full(g.n, -1, np.int64)
+    ok = (link >= 0)
+    ok[ok] = (dist[g.src[link[ok]]] > REACH) & (dist[g.src[link[ok]]] + g.w[link[ok]] == dist[np.flatnonzero(ok)])
+    pred[ok] = link[ok]
+    tight = xs[(dist[g.src[xs]] > REACH) & (dist[g.src[xs]] + g.w[xs] == dist[g.dst[xs]])]
+    d = g.dst[tight]
+    first = np.r_[True, d[1:] != d[:-1]] if len(d) else np.zeros(0, bool)
+    free = pred[d[first]] < 0
+    pred[d[first][free]] = tight[first][free]
+    pred[seeded & (dist == 0)] = -1
     edges: list[int] = []
     v = target
-    for _ in range(g.n):
-        if seeded[v] and dist[v] == 0:
+    for _ in range(g.n):  # one step per node of the path
+        e = int(pred[v])
+        if e < 0:
             break
-        link = int(g.link[pos[v]])
-        cands = ([link] if link >= 0 else []) + into.get(v, [])
-        nxt = next((e for e in cands if dist[g.src[e]] > REACH and dist[g.src[e]] + g.w[e] == dist[v]), None)
-        if nxt is None:
-            break
-        edges.append(nxt)
-        v = int(g.src[nxt])
+        edges.append(e)
+        v = int(g.src[e])
     return edges[::-1]

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 MS = 1e6
 COMM = ("collective", "p2p")
+STEADY_SHARE = 0.005  # a bounding rank that costs 0.5 % of every step is said
 
 
 def coarse(segs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -74,27 +75,34 @@ def assemble(per_step: list["StepResult"], problems: list[str], unmatched_p2p: i
         rank, cost = _bounding(r)
         ch = coarse(r.segments)
         if_med = r.wall_ms - cost / MS
-        steps_rows.append({"step": r.step, "step_ms": r.wall_ms, "path_ms": r.path_ns / MS, "bounding_rank": rank,
-                           "cost_ms": cost / MS, "step_ms_if_median": if_med})
+        wall = int(round(r.wall_ms * MS))
+        steps_rows.append({"step": r.step, "step_ns": wall, "path_ns": r.path_ns, "bounding_rank": rank, "cost_ns": cost,
+                           "step_if_median_ns": wall - cost, "description": describe(rank, ch) if rank is not None else ""})
         for w in r.whatifs:
-            wi_rows.append({"step": r.step, "rank": w.rank, "step_ms": r.wall_ms,
-                            "step_ms_if_median": None if w.path_if_median_ns is None else r.wall_ms - w.saving_ns / MS,
-                            "saving_ms": w.saving_ns / MS})
+            wi_rows.append({"step": r.step, "rank": w.rank, "step_ns": wall,
+                            "step_if_median_ns": None if w.path_if_median_ns is None else wall - w.saving_ns,
+                            "saving_ns": w.saving_ns})
         seg_rows += [{"step": r.step, "i": i, **{k: s[k] for k in ("rank", "kind", "name", "context", "start", "end",
-                                                                  "dur", "group", "seq")}} for i, s in enumerate(r.segments)]
+                                                                  "dur", "group", "seq")},
+                      "top": "; ".join(f"{n} {d / MS:.3f} ms" for n, d in s.get("top", []))}
+                     for i, s in enumerate(r.segments)]
         wait_rows += [{"step": r.step, **w} for w in r.waits]
         per_step_out.append({"step": r.step, "step_ms": r.wall_ms, "path_ms": r.path_ns / MS, "bounding_rank": rank,
                              "cost_ms": cost / MS, "step_ms_if_median": if_med,
                              "chain": [{k: s[k] for k in ("rank", "kind", "name", "context", "start", "end", "group",
                                                            "seq")} for s in ch],
                              "description": describe(rank, ch) if rank is not None else ""})
-    wi = pl.DataFrame(wi_rows, schema={"step": pl.Int64, "rank": pl.Int64, "step_ms": pl.Float64,
-                                       "step_ms_if_median": pl.Float64, "saving_ms": pl.Float64})
+    wi = pl.DataFrame(wi_rows, schema={"step": pl.Int64, "rank": pl.Int64, "step_ns": pl.Int64,
+                                       "step_if_median_ns": pl.Int64, "saving_ns": pl.Int64})
     summary: dict[str, Any] = {"what_if": _what_if(wi), "per_step": per_step_out, "unmatched_p2p": unmatched_p2p,
                                "problems": problems}
     bound = _run_bounding(per_step_out, wi)
     summary["bounding"] = bound
-    findings = [_finding(bound)] if bound else []
+    if bound:  # the facts a view shows (ns)
+        summary.update(bounding_rank=bound["rank"], cost_per_step_ns=int(bound["cost_ms"] * MS),
+                       step_time_ns=int(bound["step_ms"] * MS), step_time_if_median_ns=int(bound["step_ms_if_median"] * MS),
+                       bounding_steps=f"{bound['steps']} of {bound['of_steps']}", description=bound["description"])
+    findings = [_finding(bound)] if bound and bound["steady"] else []
     if unmatched_p2p:
         findings.append(Finding(kind="critical_path_p2p", severity=Severity.WARNING,
                                 title=f"{unmatched_p2p} point-to-point calls have no peer in the data: they are not "
@@ -112,9 +120,9 @@ def _what_if(wi: pl.DataFrame) -> list[dict[str, Any]]:
     """Per rank, medians over steps: [{rank, step_ms, step_ms_if_median}]."""
     if wi.height == 0:
         return []
-    agg = wi.group_by("rank").agg(pl.col("step_ms").median(), pl.col("step_ms_if_median").median()).sort("rank")
-    return [{"rank": int(r["rank"]), "step_ms": round(float(r["step_ms"]), 3),
-             "step_ms_if_median": None if r["step_ms_if_median"] is None else round(float(r["step_ms_if_median"]), 3)}
+    agg = wi.group_by("rank").agg(pl.col("step_ns").median(), pl.col("step_if_median_ns").median()).sort("rank")
+    return [{"rank": int(r["rank"]), "step_ms": round(float(r["step_ns"]) / MS, 3),
+             "step_ms_if_median": None if r["step_if_median_ns"] is None else round(float(r["step_if_median_ns"]) / MS, 3)}
             for r in agg.to_dicts()]
 
 
@@ -126,14 +134,16 @@ def _run_bounding(per_step: list[dict[str, Any]], wi: pl.DataFrame) -> dict[str,
     vals, counts = np.unique(ranks, return_counts=True)
     rank = int(vals[np.argmax(counts)])
     mine = wi.filter(pl.col("rank") == rank)
-    cost = float(mine["saving_ms"].median()) if mine.height else 0.0
+    cost = float(mine["saving_ns"].median()) / MS if mine.height else 0.0
     steps = [s for s in per_step if s["bounding_rank"] == rank]
     rep = sorted(steps, key=lambda s: s["cost_ms"])[len(steps) // 2]
     step_ms = float(np.median([s["step_ms"] for s in per_step]))
+    share = cost / step_ms if step_ms > 0 else 0.0
+    # steady: it bounds most steps, at a cost above the rounding of a step (said whatever the straggler bar)
+    steady = len(steps) >= max(2, (len(per_step) + 1) // 2) and share >= STEADY_SHARE
     return {"rank": rank, "cost_ms": round(cost, 3), "steps": len(steps), "of_steps": len(per_step),
-            "step_ms": round(step_ms, 3), "step_ms_if_median": round(step_ms - cost, 3),
-            "share": round(cost / step_ms, 4) if step_ms > 0 else None, "step": rep["step"], "chain": rep["chain"],
-            "description": rep["description"]}
+            "step_ms": round(step_ms, 3), "step_ms_if_median": round(step_ms - cost, 3), "share": round(share, 4),
+            "steady": steady, "step": rep["step"], "chain": rep["chain"], "description": rep["description"]}
 
 
 def _finding(b: dict[str, Any]) -> Finding:

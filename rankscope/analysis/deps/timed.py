@@ -114,23 +114,26 @@ def issuers(ev: RankEvents, sel: np.ndarray, arr: np.ndarray, calls: Calls, exec
     return out
 
 
-def rank_graph(ev: RankEvents, sel: np.ndarray, calls: Calls) -> tuple[RankGraph, Anchors]:
-    """The time-faithful graph of one rank in a window, and its calls' anchors."""
+def rank_graph(ev: RankEvents, sel: np.ndarray, calls: Calls, joinable: np.ndarray | None = None) -> tuple[RankGraph, Anchors]:
+    """The time-faithful graph of one rank in a window, and its calls' anchors. Only ``joinable``
+    calls (another member is in the run) are cut and anchored; the others keep their own span."""
     # annotations are nodes too: the step's own start (ProfilerStep#N), data loading, framework spans
     g = build(ev, sel, extra_nodes=comm_spans(ev) | ((ev.stream == -1) & (ev.kind == K.ANNOTATION)))
     execs = executor_threads(ev, sel)
     arr_ev, end_ev = locate(ev, sel, calls)
     iss = issuers(ev, sel, arr_ev, calls, execs)
-    has = arr_ev >= 0
-    arr_n = np.where(has, g.node(np.maximum(arr_ev, 0), True), -1)
-    end_n = np.where(has, g.node(np.maximum(end_ev, 0), False), -1)
+    found = arr_ev >= 0
+    arr_n = np.where(found, g.node(np.maximum(arr_ev, 0), True), -1)
+    end_n = np.where(found, g.node(np.maximum(end_ev, 0), False), -1)
+    has = found & (np.ones(len(found), bool) if joinable is None else joinable)
     b = _Builder(g, ev)
     b.own_gaps(execs)
     b.cut(arr_n[has], end_n[has])
-    b.issue(iss[has & (iss >= 0)], arr_n[has & (iss >= 0)])
+    b.issue(iss[found & (iss >= 0)], arr_n[found & (iss >= 0)])
     b.blocking_syncs()
-    b.wakes(end_n[has & np.isin(ev.tid[np.maximum(end_ev, 0)], execs) & (ev.stream[np.maximum(end_ev, 0)] < 0)], execs)
+    b.wakes(end_n[found & np.isin(ev.tid[np.maximum(end_ev, 0)], execs) & (ev.stream[np.maximum(end_ev, 0)] < 0)], execs)
     b.stream_waits()
+    arr_n, end_n = np.where(has, arr_n, -1), np.where(has, end_n, -1)
     return b.done(), Anchors(arr_n, end_n, [k if h else None for k, h in zip(calls.key.tolist(), has)], calls)
 
 
