@@ -54,7 +54,7 @@ td,th{border-bottom:1px solid #eceef2;padding:4px 10px;text-align:right}th{backg
 td:first-child,th:first-child{text-align:left}.muted{color:#6b7280;font-size:12px}
 tr.hot td{background:#fdecea}.sev-critical{color:#b3261e;font-weight:600}.sev-warning{color:#b36b00}
 .scroll{max-height:520px;overflow:auto}code{font-size:12px;word-break:break-all}
-table{max-width:100%}td{overflow-wrap:anywhere}td[data-v]{white-space:nowrap}.rs-fig{width:100%}
+table{max-width:100%}td{overflow-wrap:anywhere}td[data-v]{white-space:nowrap}td.t,th.t{text-align:left}.rs-fig{width:100%}
 table.facts td{text-align:left;border:0;padding:1px 10px 1px 0}
 """
 
@@ -102,12 +102,14 @@ def table_html(rows: list[dict[str, Any]], cols: list[str] | None = None, *, hot
     """A sortable table of at most ``limit`` rows; rows whose index is in ``hot`` are highlighted.
     ``sort_keys`` (per row, per column) are the raw numbers a column sorts by when its text has units."""
     cols = cols or (list(rows[0]) if rows else [])
-    head = "".join(f"<th>{esc(c)}</th>" for c in cols)
+    # words (names, shapes, groups) read from the left; numbers with units line up on the right
+    text = {c for c in cols if sort_keys and not any(c in k for k in sort_keys)}
+    head = "".join(f'<th{" class=t" if c in text else ""}>{esc(c)}</th>' for c in cols)
 
     def td(i: int, c: str, v: Any) -> str:
         k = sort_keys[i].get(c) if sort_keys else None
         attr = f' data-v="{k!r}"' if isinstance(k, (int, float)) and not isinstance(k, bool) else ""
-        return f"<td{attr}>{esc(fmt(v))}</td>"
+        return f'<td{attr}{" class=t" if c in text else ""}>{esc(fmt(v))}</td>'
 
     body = "".join(
         f'<tr{" class=hot" if hot and i in hot else ""}>' + "".join(td(i, c, r.get(c)) for c in cols)
