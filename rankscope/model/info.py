@@ -84,7 +84,7 @@ class Problem(str):
     """One line said about the input, carrying what it is about as fields.
 
     ``kind`` (a ``Kind`` value), ``file`` (the file or directory, "" for none), ``rank`` (None until
-    known) and ``count`` (events, fields or entries repaired or dropped; 1 for a whole file). A ``str``
+    known) and ``n`` (events, fields or entries repaired or dropped; 1 for a whole file). A ``str``
     (the line itself), so every reader of a ``problems`` list keeps working while tests and tools
     match the fields, never the wording. The fields survive pickling (pool workers, Dask) and
     ``record`` / ``from_record`` (the JSON cache, ``--json``).
@@ -97,27 +97,27 @@ class Problem(str):
     kind: str
     file: str
     rank: int | None
-    count: int
+    n: int  # the count ("count" in ``record``; the name ``count`` is str.count)
 
     def __new__(cls, text: str, kind: Kind | str, file: str = "", rank: int | None = None,
                 count: int = 1) -> "Problem":
         self = super().__new__(cls, text)
-        self.kind, self.file, self.rank, self.count = Kind(kind).value, str(file), rank, int(count)
+        self.kind, self.file, self.rank, self.n = Kind(kind).value, str(file), rank, int(count)
         return self
 
     def __reduce__(self) -> tuple[type, tuple[str, str, str, int | None, int]]:
-        return (Problem, (str(self), self.kind, self.file, self.rank, self.count))
+        return (Problem, (str(self), self.kind, self.file, self.rank, self.n))
 
     def at_rank(self, rank: int) -> "Problem":
         """The line said of ``rank`` ("rank N: ..."), with ``rank`` set."""
-        return Problem(f"rank {rank}: {self}", self.kind, self.file, rank, self.count)
+        return Problem(f"rank {rank}: {self}", self.kind, self.file, rank, self.n)
 
     def with_rank(self, rank: int | None) -> "Problem":
         """The same line, known to be about ``rank``."""
-        return Problem(str(self), self.kind, self.file, rank, self.count)
+        return Problem(str(self), self.kind, self.file, rank, self.n)
 
     def record(self) -> dict[str, Any]:
-        return {"kind": self.kind, "rank": self.rank, "file": self.file, "count": self.count, "line": str(self)}
+        return {"kind": self.kind, "rank": self.rank, "file": self.file, "count": self.n, "line": str(self)}
 
     @classmethod
     def from_record(cls, d: dict[str, Any]) -> "Problem":
@@ -144,7 +144,7 @@ def os_problem(path: str, exc: OSError) -> tuple[Kind, str]:
 def prefixed(where: str, p: str) -> str:
     """``p`` said of ``where`` ("where: p"), keeping its fields; the file is ``where`` unless set."""
     if isinstance(p, Problem):
-        return Problem(f"{where}: {p}", p.kind, p.file or where, p.rank, p.count)
+        return Problem(f"{where}: {p}", p.kind, p.file or where, p.rank, p.n)
     return f"{where}: {p}"
 
 

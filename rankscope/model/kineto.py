@@ -397,7 +397,7 @@ def decode(path: str | Path) -> RawTrace:
     except OSError as exc:
         raise os_error(p, exc) from exc
     problems = list(src.problems)
-    bom = []
+    bom: list[str] = []
     if data[:3] == BOM:  # a UTF-8 byte order mark (Windows editors): not JSON; skipped, and said
         data = data[3:]
         bom = [bom_skipped()]
@@ -409,7 +409,7 @@ def decode(path: str | Path) -> RawTrace:
         else:
             trace = Trace(distributedInfo=doc.distributedInfo, baseTimeNanoseconds=doc.baseTimeNanoseconds,
                           deviceProperties=doc.deviceProperties)
-            empty = [] if doc.traceEvents else [no_events()]
+            empty: list[str] = [] if doc.traceEvents else [no_events()]
             return DecodedTrace(p, trace, bom + empty, False, len(data), source=src, events=doc.traceEvents)
     got = decode_bytes(p, data, problems)
     got.problems[:0] = bom

@@ -253,7 +253,8 @@ def _clean(v: Any, spec: Any, at: str, bad: list[str]) -> tuple[bool, Any]:
 def _list(v: Any, spec: ListOf, at: str, bad: list[str]) -> tuple[bool, Any]:
     if not isinstance(v, list):
         return _wrong(v, at, bad)
-    out, mine = [], []
+    out: list[Any] = []
+    mine: list[str] = []
     for i, x in enumerate(v):
         ok, got = _clean(x, spec.item, f"{at}[{i}]", mine)
         if ok:
