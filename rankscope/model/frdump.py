@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import ast
 import bisect
+import contextlib
+import functools
+import gc
+import itertools
 import io
 import json
 import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from rankscope.errors import TraceError
 
@@ -31,17 +35,15 @@ zlib_error = __import__("zlib").error
 Shape = tuple[tuple[int, ...], ...]
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False, slots=True)
 class FrEntry:
-    """One collective or p2p op as a rank's recorder saw it."""
+    """One collective or p2p op as a rank's recorder saw it (compared by identity: two entries are two ops)."""
 
     rank: int
     pg: str  # process group name (torch's pg name, "0" for the default group)
     pg_desc: str
     seq: int  # collective_seq_id (p2p: p2p_seq_id) within the group
     op: str  # all_reduce, all_gather, broadcast, send, recv, ... (normalized)
-    sizes: str  # input sizes as the dump wrote them, e.g. "[[1000]]"
-    dtypes: str
     state: str  # scheduled / started / completed
     p2p: bool
     timed: bool = True  # False: the timed engine counted it without timing it (sampling); its state says nothing
@@ -54,8 +56,24 @@ class FrEntry:
     record_id: int = -1  # the entry's number in the rank's ring (every op of every group)
     created_ns: int = 0  # wall clock
     timeout_ms: int = 0
-    frames: tuple[str, ...] = ()  # the Python stack that issued it, innermost first: "file:line func"
+    raw_frames: Any = None  # the dump's frames, as written; read them with ``frames``
     step: int | None = None  # the training step it was issued in, where the recorder knows
+    kind: int = -1  # one number per distinct (name, sizes, dtypes): equal entries agree across ranks
+
+    @property
+    def frames(self) -> tuple[str, ...]:
+        """The Python stack that issued it, innermost first: "file:line func" (formatted when asked: most
+        entries' stacks are never shown)."""
+        return _frames(self.raw_frames) if self.raw_frames else ()
+
+    @property
+    def sizes(self) -> str:
+        """Input sizes as the dump writes them: ``[[1000]]``."""
+        return str([list(t) for t in self.in_sizes])
+
+    @property
+    def dtypes(self) -> str:
+        return str(list(self.in_dtypes))
 
 
 @dataclass
@@ -78,13 +96,6 @@ class _PlainData(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refused to load {module}.{name}: a Flight Recorder dump holds plain data")
 
 
-def _op(name: str) -> str:
-    from rankscope.model.comms import normalize_op  # gloo:all_reduce, nccl:all_reduce -> all_reduce
-
-    got = normalize_op(name)
-    return got if got != "other" else name.split(":", 1)[-1]
-
-
 def _load(path: str | Path) -> dict[str, Any]:
     from rankscope.store import source
 
@@ -102,7 +113,8 @@ def _load(path: str | Path) -> dict[str, Any]:
                 raise TraceError(str(path), f"larger than {MAX_DUMP >> 20} MiB inflated: not read")
         if len(raw) > MAX_DUMP:
             raise TraceError(str(path), f"larger than {MAX_DUMP >> 20} MiB: not read")
-        doc = json.loads(raw) if raw[:1] in (b"{", b"[") else _PlainData(io.BytesIO(raw)).load()
+        with no_gc():
+            doc = json.loads(raw) if raw[:1] in (b"{", b"[") else _PlainData(io.BytesIO(raw)).load()
     except (ValueError, pickle.UnpicklingError, EOFError, RecursionError, zlib_error) as exc:
         raise TraceError(str(path), f"not a Flight Recorder dump ({str(exc)[:100]})") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
@@ -122,10 +134,25 @@ def read(path: str | Path) -> FrDump:
     return from_doc(_load(path), int(m.group(1)), str(path))
 
 
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """The cyclic garbage collector off while many small objects are made (entries, calls): they hold no
+    cycles, and each collection would walk every entry made so far (5x the time on 128k entries). torch's
+    own loader does the same (``read_dir``: ``gc.disable()``)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def from_doc(doc: dict[str, Any], rank: int, path: str = "") -> FrDump:
     """A loaded dump (the dict torch writes) as an ``FrDump`` of ``rank``."""
     marks = _step_marks(doc.get("rankscope_steps"))
-    out = [e for e in (_entry(x, rank, marks) for x in doc["entries"] if isinstance(x, dict)) if e is not None]
+    with no_gc():
+        out = [e for e in (_entry(x, rank, marks) for x in doc["entries"] if isinstance(x, dict)) if e is not None]
     status = doc.get("pg_status")
     got = doc.get("rankscope")
     extra: dict[str, Any] = got if isinstance(got, dict) else {}
@@ -142,25 +169,43 @@ def _entry(e: dict[str, Any], rank: int, marks: list[tuple[int, int]]) -> FrEntr
     seq = _int(e.get("p2p_seq_id" if p2p else "collective_seq_id"))
     if seq is None:
         return None
-    full = str(e.get("profiling_name", ""))
-    pm = _PEER.search(full) if p2p else None
-    name = full.split(":", 1)[-1].split(" ")[0]
-    op = name if pm else _op(full)  # "gloo:send 0->1" -> "send"
-    peer = None
-    if pm:
-        peer = int(pm.group(2))  # "send a->b": b; "recv b<-a": a
+    name, op, peer = _names(str(e.get("profiling_name", "")), p2p)
     created = _int(e.get("time_created_ns")) or 0
     rid = _int(e.get("record_id"))
     step = _int(e.get("step"))
     if step is None and marks:
         i = bisect.bisect_right([t for _, t in marks], created) - 1
         step = marks[i][0] if i >= 0 else None
-    return FrEntry(rank, str(pg[0]), str(pg[1]) if len(pg) > 1 else "", seq, op,
-                   str(e.get("input_sizes")), str(e.get("input_dtypes")), str(e.get("state", "")), p2p,
-                   e.get("timed") is not False, peer, name, _shape(e.get("input_sizes")),
-                   _shape(e.get("output_sizes")), _dtypes(e.get("input_dtypes")), _dtypes(e.get("output_dtypes")),
-                   rid if rid is not None else -1, created,
-                   _int(e.get("timeout_ms")) or 0, _frames(e.get("frames")), step)
+    frames = e.get("frames")
+    ins, outs = _shape(e.get("input_sizes")), _shape(e.get("output_sizes"))
+    dins, douts = _dtypes(e.get("input_dtypes")), _dtypes(e.get("output_dtypes"))
+    fp = (name, ins, outs, dins, douts)
+    kind = _KIND.get(fp)
+    if kind is None:
+        if len(_KIND) > 1 << 20:  # a long-lived process (the web UI): forget, never reuse a number
+            _KIND.clear()
+        kind = _KIND[fp] = next(_NEXT)
+    return FrEntry(rank, str(pg[0]), str(pg[1]) if len(pg) > 1 else "", seq, op, str(e.get("state", "")), p2p,
+                   e.get("timed") is not False, peer, name, ins, outs, dins, douts, rid if rid is not None else -1,
+                   created, _int(e.get("timeout_ms")) or 0, frames or None, step, kind)
+
+
+_KIND: dict[tuple[object, ...], int] = {}  # (name, sizes, dtypes) -> its number, for every dump read
+_NEXT = itertools.count()
+
+
+@functools.lru_cache(maxsize=8192)
+def _names(full: str, p2p: bool) -> tuple[str, str, int | None]:
+    """(the recorder's op name, the normalized op, the peer in the group) of a profiling name: one parse per
+    distinct name, not per entry."""
+    pm = _PEER.search(full) if p2p else None
+    name = full.split(":", 1)[-1].split(" ")[0]
+    if pm:
+        return name, name, int(pm.group(2))  # "send a->b": b; "recv b<-a": a
+    from rankscope.model.comms import normalize_op  # gloo:all_reduce, nccl:all_reduce -> all_reduce
+
+    got = normalize_op(full)
+    return name, got if got != "other" else name, None
 
 
 def _int(x: Any) -> int | None:
@@ -177,7 +222,10 @@ def _int(x: Any) -> int | None:
 def _shape(x: Any) -> Shape:
     if not isinstance(x, (list, tuple)):
         return ()
-    return tuple(tuple(int(d) for d in t if isinstance(d, int)) if isinstance(t, (list, tuple)) else () for t in x)
+    try:
+        return tuple(tuple(t) for t in x)  # lists of ints as torch writes them
+    except TypeError:
+        return tuple(tuple(t) if isinstance(t, (list, tuple)) else () for t in x)
 
 
 def _dtypes(x: Any) -> tuple[str, ...]:

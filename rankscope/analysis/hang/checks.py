@@ -98,6 +98,9 @@ def call_mismatch(a: Call, b: Call) -> str | None:
 def disagreement(calls: dict[int, Call], n: int | None, complete: bool) -> Disagreement | None:
     """The ranks whose call at one sequence number does not fit; ``complete``: every member issued it (the
     all_to_all totals are checked only then)."""
+    first = next(iter(calls.values()))
+    if all(c.fingerprint == first.fingerprint for c in calls.values()):  # the common case: one call everywhere
+        return _alike(first, calls, n, complete)
     sigs = {r: signature(c) for r, c in sorted(calls.items())}
     count = Counter(sigs.values())
     bad = {r: s for r, c in sorted(calls.items()) if (s := next((x for e in c.entries if (x := syntax(e, n))), None))}
@@ -115,6 +118,19 @@ def disagreement(calls: dict[int, Call], n: int | None, complete: bool) -> Disag
         tout = sum(math.prod(_first(c.head.out_sizes)) for c in calls.values())
         if tin != tout:
             return _made("size", "totals", ref, calls, sorted(calls), {"input_numel": tin, "output_numel": tout})
+    return None
+
+
+def _alike(c: Call, calls: dict[int, Call], n: int | None, complete: bool) -> Disagreement | None:
+    """Every rank issued the same call: it must fit itself; an all_to_all's totals must agree."""
+    bad = next((x for e in c.entries if (x := syntax(e, n))), None)
+    if bad is not None:
+        return _made(bad[0], "syntax", c, calls, sorted(calls), {"rule": bad[1]})
+    if complete and name(c.head) in A2A and len(c.entries) == 1:
+        per = math.prod(_first(c.head.in_sizes)) * len(calls)
+        out = math.prod(_first(c.head.out_sizes)) * len(calls)
+        if per != out:
+            return _made("size", "totals", c, calls, sorted(calls), {"input_numel": per, "output_numel": out})
     return None
 
 

@@ -27,11 +27,16 @@ from collections import Counter
 from rankscope.analysis.hang import checks, consistency, p2p, rootcause, shapes, words
 from rankscope.analysis.hang.findings import HANG_KINDS, Problem, Verdict, Where
 from rankscope.analysis.hang.matching import Call, Group, arrange
-from rankscope.model.frdump import FrDump, FrEntry
+from rankscope.model.frdump import FrDump, FrEntry, no_gc
 
 
 def diagnose(dumps: list[FrDump], world_size: int | None = None) -> Verdict:
     """The cross-rank verdict (see the module docstring)."""
+    with no_gc():
+        return _diagnose(dumps, world_size)
+
+
+def _diagnose(dumps: list[FrDump], world_size: int | None) -> Verdict:
     dumped = {d.rank: d for d in dumps}
     groups = arrange(dumps, world_size)
     members = {r for g in groups if g.known for r in g.members}
@@ -59,7 +64,7 @@ def _collectives(g: Group, dumped: dict[int, FrDump], no_dump: list[int]) -> lis
     keys = sorted({k for r in calls for k in calls[r] if k[0] >= floor})
     silent = sorted(set(g.members) & g.unknown) if g.known else sorted((set(g.members) & g.unknown) | set(no_dump))
     size = len(g.members) if g.known else None
-    for k in keys:
+    for k in _suspects(calls, recorded, keys, size):
         have = {r: calls[r][k] for r in sorted(calls) if k in calls[r]}
         missing = [r for r in recorded if k not in calls.get(r, {})]
         d = checks.disagreement(have, size, complete=not missing and not silent)
@@ -79,6 +84,30 @@ def _collectives(g: Group, dumped: dict[int, FrDump], no_dump: list[int]) -> lis
     return [Problem("behind", g.key, g.desc, lag["seq"], shapes.op_name(call), lag["behind"], started,
                     {**lag, "call": shapes.call(call)},
                     entries={r: calls[r][call.key].head for r in lag["ahead"]})]
+
+
+def _suspects(calls: dict[int, dict[tuple[int, int], Call]], recorded: list[int], keys: list[tuple[int, int]],
+              size: int | None) -> list[tuple[int, int]]:
+    """The calls that may hold a problem, in order: some member lacks it, ranks' calls differ, or the call
+    may not fit itself (each distinct call checked once) or is an all_to_all (totals). Set operations and one
+    pass over the calls; the rules themselves run only on these."""
+    every = set(keys)
+    sus: set[tuple[int, int]] = set()
+    for r in recorded:
+        sus |= every - calls.get(r, {}).keys()
+    ref: dict[tuple[int, int], object] = {}
+    sample: dict[object, Call] = {}
+    for cs in calls.values():
+        for k, c in cs.items():
+            f = c.fingerprint
+            if ref.setdefault(k, f) != f:
+                sus.add(k)
+            sample.setdefault(f, c)
+    odd = {f for f, c in sample.items() if any(checks.syntax(e, size) or checks.name(e) in checks.A2A
+                                               for e in c.entries)}
+    if odd:
+        sus |= {k for cs in calls.values() for k, c in cs.items() if c.fingerprint in odd}
+    return sorted(sus & every)
 
 
 def _pending(c: Call, d: FrDump | None) -> bool:

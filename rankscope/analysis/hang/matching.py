@@ -23,7 +23,7 @@ from rankscope.model.frdump import FrDump, FrEntry
 END_MARKERS = frozenset({"coalesced", "ALLGATHER_coalesced", "REDUCE_SCATTER_coalesced"})
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False, slots=True)
 class Call:
     """One collective call of one rank in one group: one entry, or a coalesced block."""
 
@@ -39,6 +39,14 @@ class Call:
     @property
     def key(self) -> tuple[int, int]:
         return (self.seq, self.part)
+
+    @property
+    def fingerprint(self) -> object:
+        """What must agree across ranks (op, sizes, dtypes of each entry), as one hashable value."""
+        es = self.entries
+        if all(e.kind >= 0 for e in es):
+            return es[0].kind if len(es) == 1 else tuple(e.kind for e in es)
+        return tuple((e.name or e.op, e.in_sizes, e.out_sizes, e.in_dtypes, e.out_dtypes) for e in es)
 
 
 @dataclass
@@ -64,13 +72,16 @@ def arrange(dumps: list[FrDump], world_size: int | None = None) -> list[Group]:
         for name, (_, ranks) in d.groups.items():
             views[name].add(ranks)
     groups: dict[str, Group] = {}
-    entries: dict[str, dict[int, list[FrEntry]]] = defaultdict(lambda: defaultdict(list))
+    entries: dict[str, dict[int, list[FrEntry]]] = defaultdict(dict)
     for d in dumps:
+        by_pg: dict[str, list[FrEntry]] = defaultdict(list)
         for e in d.entries:
-            key, members, desc = _identity(e, d, views)
+            by_pg[e.pg].append(e)
+        for pg, es in by_pg.items():
+            key, members, desc = _identity(pg, d, views)
             if key not in groups:
-                groups[key] = Group(key, e.pg, desc or e.pg_desc, members or (), members is not None)
-            entries[key][d.rank].append(e)
+                groups[key] = Group(key, pg, desc or es[0].pg_desc, members or (), members is not None)
+            entries[key][d.rank] = es
     for d in dumps:  # members that recorded nothing in a group they belong to
         for name, (desc, ranks) in d.groups.items():
             key = name if len(views[name]) == 1 else f"{name}:{format_int_list(ranks)}"
@@ -82,17 +93,17 @@ def arrange(dumps: list[FrDump], world_size: int | None = None) -> list[Group]:
     return [groups[k] for k in sorted(groups, key=_natural)]
 
 
-def _identity(e: FrEntry, d: FrDump, views: dict[str, set[tuple[int, ...]]]) -> tuple[str, tuple[int, ...] | None, str]:
-    """(group key, members or None when unknown, description from pg_config) of an entry on its rank."""
-    seen = views.get(e.pg, set())
+def _identity(pg: str, d: FrDump, views: dict[str, set[tuple[int, ...]]]) -> tuple[str, tuple[int, ...] | None, str]:
+    """(group key, members or None when unknown, description from pg_config) of a group name on a rank."""
+    seen = views.get(pg, set())
     ranks: tuple[int, ...]
-    if e.pg in d.groups:
-        desc, ranks = d.groups[e.pg]
+    if pg in d.groups:
+        desc, ranks = d.groups[pg]
     elif len(seen) == 1:
         desc, ranks = "", next(iter(seen))
     else:
-        return e.pg, None, ""
-    return (e.pg if len(seen) <= 1 else f"{e.pg}:{format_int_list(ranks)}"), ranks, desc
+        return pg, None, ""
+    return (pg if len(seen) <= 1 else f"{pg}:{format_int_list(ranks)}"), ranks, desc
 
 
 def _fill(g: Group, per_rank: dict[int, list[FrEntry]], dumped: dict[int, FrDump], world_size: int | None) -> None:
@@ -115,30 +126,32 @@ def _fill(g: Group, per_rank: dict[int, list[FrEntry]], dumped: dict[int, FrDump
 def _blocks(es: list[FrEntry]) -> list[list[FrEntry]]:
     """Consecutive entries sharing a sequence number; an end marker closes a block."""
     out: list[list[FrEntry]] = []
+    last: list[FrEntry] = []
     for e in es:
-        if out and out[-1][0].seq == e.seq and out[-1][-1].name not in END_MARKERS:
-            out[-1].append(e)
+        if last and last[0].seq == e.seq and last[-1].name not in END_MARKERS:
+            last.append(e)
         else:
-            out.append([e])
+            last = [e]
+            out.append(last)
     return out
 
 
 def _split_where_others_end(blocks: dict[int, list[list[FrEntry]]]) -> dict[int, list[Call]]:
     """Blocks as calls; a block another rank's shorter block (not closed by an end marker) is the start of
     is split after that start."""
+    longer = {b[0].seq for bs in blocks.values() for b in bs if len(b) > 1}  # only these can be split
     shortest: dict[int, list[FrEntry]] = {}
     for bs in blocks.values():
         for b in bs:
-            s = shortest.get(b[0].seq)
-            if s is None or len(b) < len(s):
+            if b[0].seq in longer and (b[0].seq not in shortest or len(b) < len(shortest[b[0].seq])):
                 shortest[b[0].seq] = b
     out: dict[int, list[Call]] = {}
     for r, bs in blocks.items():
         calls: list[Call] = []
         for b in bs:
-            s = shortest[b[0].seq]
-            n = len(s)
-            if n < len(b) and s[-1].name not in END_MARKERS and [e.name for e in b[:n]] == [e.name for e in s]:
+            s = shortest.get(b[0].seq)
+            n = len(s) if s else 0
+            if s and n < len(b) and s[-1].name not in END_MARKERS and [e.name for e in b[:n]] == [e.name for e in s]:
                 calls += [Call(r, b[0].seq, 0, tuple(b[:n])), Call(r, b[0].seq, 1, tuple(b[n:]))]
             else:
                 calls.append(Call(r, b[0].seq, 0, tuple(b)))
