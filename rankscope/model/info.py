@@ -74,6 +74,7 @@ class Kind(str, Enum):
     BAD_STEP = "bad_step_number"
     BAD_COLLECTIVE_ARGS = "bad_collective_args"
     BAD_FIELD = "bad_field"  # a value of the wrong type or out of bounds (trace header, side files)
+    BAD_TABLE = "unreadable_table"  # a CSV / summary file that could not be read (Ascend's outputs)
     IDENTITY = "identity_conflict"  # rank / run id disagreements, duplicates, ranks of another run
     RANK_UNKNOWN = "rank_unknown"
     STRAY = "not_a_rank_directory"

@@ -225,7 +225,8 @@ def _read_ascend(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | Trac
     from rankscope.model import ascend
 
     d = Path(task.root or task.files[0])
-    rank, source, dist = ascend.identity(d)
+    said: list[str] = []
+    rank, source, dist = ascend.identity(d, said)
     meta = {**(task.meta or {}), **({"distributed_args": dist} if dist else {}), "ascend_export": ascend.export_form(d)}
     info = RankInfo(rank=-1 if rank is None else rank, files=list(task.files), meta=meta,
                     rank_source=source, world_size=dist.get("world_size"), backend=dist.get("backend") or "hccl",
@@ -233,8 +234,9 @@ def _read_ascend(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | Trac
     try:
         tabs, problems, partial = ascend.read(d)
     except TraceError as err:
+        err.rank = rank  # known from profiler_info: the rank is named missing with this reason
         return err
-    info.problems += problems
+    info.problems += said + problems
     info.partial = partial
     return info, [tabs]
 

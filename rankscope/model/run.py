@@ -206,20 +206,26 @@ def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_mis
         else _map(found.tasks, jobs, progress)
     for task, res in zip(found.tasks, results):
         if isinstance(res, TraceError):
-            problems.append(Problem(str(res), res.kind, res.path, task.rank_hint))
+            problems.append(Problem(str(res), res.kind, res.path, _rank_of(task, res)))
             failed.append((task, res))
         else:
             infos.append(res)
     run = _assemble(p, infos, problems, found.manifest)
     for task, err in failed:  # an unreadable rank whose number is known is missing *for a reason*
-        if task.rank_hint is not None and task.rank_hint not in run.ranks:
-            run.absent.setdefault(task.rank_hint, err.problem)
-            if task.rank_hint not in run.missing and (run.world_size is None or task.rank_hint < run.world_size):
-                run.missing = sorted(run.missing + [task.rank_hint])
+        r = _rank_of(task, err)
+        if r is not None and r not in run.ranks:
+            run.absent.setdefault(r, err.problem)
+            if r not in run.missing and (run.world_size is None or r < run.world_size):
+                run.missing = sorted(run.missing + [r])
     for r, why in found.absent.items():
         run.absent.setdefault(r, why)
     _check(run, strict)
     return run
+
+
+def _rank_of(task: RankTask, err: TraceError) -> int | None:
+    """The rank an unreadable task was for: discovery's hint, else what its reader learned first."""
+    return task.rank_hint if task.rank_hint is not None else err.rank
 
 
 def _assemble(p: Path | str, infos: list[RankInfo], problems: list[str], manifest: dict[str, Any]) -> Run:
