@@ -21,6 +21,7 @@ import polars as pl
 
 from rankscope.analysis.base import Result
 from rankscope.analysis.gpu import htaview as hv
+from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.gpu.stats import top_n
 from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
@@ -80,6 +81,7 @@ def _own(rank: int, k: pl.DataFrame, a: pl.DataFrame) -> pl.DataFrame:
         pl.col("kernels").fill_null(0), pl.col("kernel_time").fill_null(0), rank=pl.lit(rank))
 
 
+@guarded
 def rank_part(d: RankData) -> dict[str, Any] | None:
     v = hv.view(d)
     gpu, cpu = _breakdown(v, "gpu_user_annotation", d.rank), _breakdown(v, "user_annotation", d.rank)
@@ -109,9 +111,10 @@ def _hta_breakdown(frames: list[pl.DataFrame]) -> pl.DataFrame:
 
 
 def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:
+    parts, problems = split(parts)
     got = [p for _, p in parts if p is not None]
     if not got:
-        return Result("annotations", skipped="no user annotations (record_function) in any rank")
+        return with_problems(problems, Result("annotations", skipped="no user annotations (record_function) in any rank"))
     tables = {"hta_gpu_annotation_breakdown": _hta_breakdown([p["gpu"] for p in got if p["gpu"] is not None]),
               "hta_cpu_annotation_breakdown": _hta_breakdown([p["cpu"] for p in got if p["cpu"] is not None])}
     kern = [p["kernels"] for p in got if p["kernels"] is not None]
@@ -119,4 +122,4 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
         tables["hta_kernels_with_annotation"] = pl.concat(kern)
         tables["annotation_kernels"] = pl.concat([p["own"] for p in got if p["own"] is not None]).select(
             "rank", "name", "instances", "time", "kernels", "kernel_time").sort("rank", "time", descending=[False, True])
-    return Result("annotations", tables=tables)
+    return with_problems(problems, Result("annotations", tables=tables))

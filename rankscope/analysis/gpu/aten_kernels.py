@@ -24,6 +24,7 @@ import polars as pl
 
 from rankscope.analysis.base import Result
 from rankscope.analysis.gpu import htaview as hv
+from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
@@ -97,6 +98,8 @@ def _rows(v: hv.View, same_thread: bool) -> pl.DataFrame:
         q = np.flatnonzero(l_tid == t) if t is not None else np.arange(lau.height)
         ops = np.flatnonzero(a_tid == t) if t is not None else np.arange(aten.height)
         o = ops[np.argsort(a_ts[ops], kind="stable")]
+        if not len(o) or not len(q):
+            continue
         j, tie = innermost(a_ts[o], a_end[o], l_ts[q], l_end[q])
         pick[q] = _hta_choice(a_ts, a_end, o, l_ts[q], l_end[q], j, tie & (t is None)) if t is None else \
             np.where(j >= 0, o[np.maximum(j, 0)], -1)
@@ -118,6 +121,7 @@ def _grouped(v: hv.View, rows: pl.DataFrame) -> pl.DataFrame:
         pl.len().alias("occurrence_count"), pl.col("aten_op_delay").sum(), pl.col("runtime_delay").sum())
 
 
+@guarded
 def rank_part(d: RankData) -> dict[str, Any] | None:
     v = hv.view(d)
     hta = _grouped(v, _rows(v, same_thread=False))
@@ -139,9 +143,11 @@ def _means(t: pl.DataFrame, scale: float, digits: int | None) -> pl.DataFrame:
 
 
 def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:
+    parts, problems = split(parts)
     got = [(r, p) for r, p in sorted(parts, key=lambda x: x[0]) if p is not None]
     if not got:
-        return Result("aten_kernels", skipped="no kernel launched inside an aten:: operator in any rank")
+        return with_problems(problems, Result(
+            "aten_kernels", skipped="no kernel launched inside an aten:: operator in any rank"))
     hta, acc = [], None
     for r, p in got:  # cumulative over ranks, as HTA 0.5.0 (see the module docstring)
         acc = p["hta"] if acc is None else pl.concat([acc, p["hta"]]).group_by(
@@ -150,5 +156,5 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
     own = _means(pl.concat([p["own"] for _, p in got]), 1.0, None).sort(
         ["rank", "occurrence_count"], descending=[False, True])
     cols = ["rank", "aten_op_name", "kernel_sequence", "occurrence_count", "avg_aten_op_launch_delay", "avg_runtime_delay"]
-    return Result("aten_kernels", tables={"aten_op_kernels": own.select(cols),
-                                          "hta_aten_op_kernels": pl.concat(hta).select(cols)})
+    return with_problems(problems, Result("aten_kernels", tables={"aten_op_kernels": own.select(cols),
+                                          "hta_aten_op_kernels": pl.concat(hta).select(cols)}))

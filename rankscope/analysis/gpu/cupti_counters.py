@@ -21,6 +21,7 @@ import polars as pl
 
 from rankscope.analysis.base import Result
 from rankscope.analysis.gpu import htaview as hv
+from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
@@ -42,6 +43,7 @@ def _stacks(ops: pl.DataFrame, launches: pl.DataFrame) -> list[list[int]]:
     return out
 
 
+@guarded
 def rank_part(d: RankData) -> dict[str, Any] | None:
     v = hv.view(d)
     rid = v.cat_id(RANGE)
@@ -74,16 +76,18 @@ def run_cupti_counters(run: Run, results: dict[str, Any]) -> Result:
 
 
 def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:
+    parts, problems = split(parts)
     got = [p for _, p in parts if p is not None]
     rows = [x for p in got for x in p.get("rows", [])]
     problems = [p["problem"] for p in got if "problem" in p]
     if not rows:
-        return Result("cupti_counters", skipped="; ".join(problems) or "no CUPTI range-profiler counters "
-                      "(profile with torch.profiler's experimental_config profiler_metrics)")
+        return with_problems(problems, Result("cupti_counters", skipped="; ".join(problems) or
+                                              "no CUPTI range-profiler counters "
+                      "(profile with torch.profiler's experimental_config profiler_metrics)"))
     t = pl.DataFrame(rows, infer_schema_length=None)
     counters = [c for c in t.columns if c in FLOPS]
     flops = sum((pl.col(c).fill_null(0) * w for c, w in FLOPS.items() if c in counters), pl.lit(0))
     own = t.with_columns(flops=flops).group_by("rank", "bottom_level_op").agg(
         pl.len().alias("kernels"), pl.col("flops").sum()).sort(["rank", "flops"], descending=[False, True])
-    return Result("cupti_counters", tables={"hta_cupti_counters": t, "kernel_flops": own},
-                  summary={"problems": problems} if problems else {})
+    return with_problems(problems, Result("cupti_counters", tables={"hta_cupti_counters": t, "kernel_flops": own},
+                  summary={"problems": problems} if problems else {}))

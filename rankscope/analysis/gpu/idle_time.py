@@ -8,7 +8,8 @@ waited for the host), else "kernel wait" when shorter than ``KERNEL_WAIT_NS``, e
   counts only when positive (overlapping kernels on one stream leave no idle time); the first
   kernel has no gap;
 - ``hta_idle_time`` / ``hta_idle_intervals``: HTA's ``get_idle_time_breakdown``
-  (hta/analyzers/breakdown_analysis.py:730-800: gap 754-756, host wait 769, kernel wait 777; 803-919): the gap is to the previous kernel's end in start
+  (hta/analyzers/breakdown_analysis.py:730-800: gap 754-756, host wait 769, kernel wait 777; 803-919):
+  the gap is to the previous kernel's end in start
   order, negative gaps included (they land in kernel wait), the first kernel counts as an "other"
   gap of no length; kernels, memcpy and memset by category; ratios per stream; µs, rounded to 2.
 """
@@ -22,6 +23,7 @@ import polars as pl
 from rankscope.analysis.base import Result
 from rankscope.analysis.classify import DEVICE_KINDS
 from rankscope.analysis.gpu import htaview as hv
+from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.gpu.stats import describe
 from rankscope.analysis.kernels import _launch_ts
 from rankscope.analysis.rankdata import RankData
@@ -90,6 +92,7 @@ def _own_part(d: RankData) -> list[dict[str, Any]]:
     return out
 
 
+@guarded
 def rank_part(d: RankData) -> dict[str, Any] | None:
     if not d.kind_in(DEVICE_KINDS).any():
         return None
@@ -102,9 +105,10 @@ def run_gpu_idle(run: Run, results: dict[str, Any]) -> Result:
 
 
 def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:
+    parts, problems = split(parts)
     got = [p for _, p in parts if p is not None]
     if not got:
-        return Result("gpu_idle", skipped="no GPU kernels in any rank (CPU-only trace)")
+        return with_problems(problems, Result("gpu_idle", skipped="no GPU kernels in any rank (CPU-only trace)"))
     own = pl.DataFrame([x for p in got for x in p["own"]])
     own = own.with_columns(idle_pct=100.0 * pl.col("idle") / pl.col("span").clip(1))
     hta = pl.DataFrame([x for p in got for x in p["hta"]],
@@ -114,5 +118,6 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
     if stats.height:
         stats = stats.select("rank", "stream", "idle_category", *[c for c in stats.columns if c not in (
             "rank", "stream", "idle_category")]).with_columns(pl.col(pl.Float64).round(2))
-    return Result("gpu_idle", tables={"idle_time": own, "hta_idle_time": hta, "hta_idle_intervals": stats},
-                  summary={"idle_ns": int(own["idle"].sum()), "host_wait_ns": int(own["host_wait"].sum())})
+    tables = {"idle_time": own, "hta_idle_time": hta, "hta_idle_intervals": stats}
+    return with_problems(problems, Result("gpu_idle", tables=tables,
+                  summary={"idle_ns": int(own["idle"].sum()), "host_wait_ns": int(own["host_wait"].sum())}))

@@ -20,6 +20,7 @@ import polars as pl
 from rankscope.analysis.base import Result
 from rankscope.analysis.classify import DEVICE_KINDS
 from rankscope.analysis.gpu import htaview as hv
+from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.gpu.stats import sweep, top_n
 from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
@@ -53,11 +54,14 @@ def _own_part(d: RankData) -> dict[str, Any] | None:
     stats = df.group_by("class", "nid").agg(
         pl.len().alias("count"), pl.col("dur").sum().alias("sum"), pl.col("dur").min().alias("min"),
         pl.col("dur").max().alias("max"), pl.col("dur").cast(pl.Float64).mean().alias("mean"),
-        pl.col("dur").cast(pl.Float64).std(ddof=1).fill_null(0.0).alias("std")).with_columns(rank=pl.lit(d.rank), name=pl.lit(pl.Series(names, dtype=pl.Utf8)).gather(pl.col("nid"))).drop("nid")
+        pl.col("dur").cast(pl.Float64).std(ddof=1).fill_null(0.0).alias("std"))
+    stats = stats.with_columns(rank=pl.lit(d.rank), name=pl.lit(pl.Series(names, dtype=pl.Utf8)).gather(pl.col("nid")))
+    stats = stats.drop("nid")
     over = sweep([(c, ts[cls == c], (ts + dur)[cls == c]) for c in CLASSES])
     return {"stats": stats, "overlap": over}
 
 
+@guarded
 def rank_part(d: RankData) -> dict[str, Any] | None:
     own = _own_part(d)
     if own is None:
@@ -88,9 +92,10 @@ def _hta_kernels(parts: list[dict[str, Any]]) -> pl.DataFrame:
 
 
 def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:
+    parts, problems = split(parts)
     got = [(r, p) for r, p in parts if p is not None]
     if not got:
-        return Result("kernel_breakdown", skipped="no GPU kernels in any rank (CPU-only trace)")
+        return with_problems(problems, Result("kernel_breakdown", skipped="no GPU kernels in any rank (CPU-only trace)"))
     stats = pl.concat([p["stats"] for _, p in got]).select(
         "rank", "class", "name", "count", "sum", "min", "max", "mean", "std").sort(
         ["rank", "sum"], descending=[False, True])
@@ -101,5 +106,5 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
     hp = [p for _, p in got]
     tables = {"kernel_stats": stats, "kernel_overlap": ov, "hta_kernel_type": _hta_types(hp),
               "hta_kernel_breakdown": _hta_kernels(hp)}
-    return Result("kernel_breakdown", tables=tables,
-                  summary={"kernels": int(stats["count"].sum()), "names": stats["name"].n_unique()})
+    return with_problems(problems, Result("kernel_breakdown", tables=tables,
+                  summary={"kernels": int(stats["count"].sum()), "names": stats["name"].n_unique()}))

@@ -2,7 +2,8 @@
 
 Pattern: the calls of a name at the shallowest nesting depth where that name occurs are the roots;
 a kernel belongs to a root when its launch call is nested in it on the same thread, or is the root
-(a cudaGraphLaunch runs a whole graph) (kernels by correlation, in device start order). Roots launching at least ``MIN_PATTERN_LEN`` kernels give a
+(a cudaGraphLaunch runs a whole graph) (kernels by correlation, in device start order). Roots
+launching at least ``MIN_PATTERN_LEN`` kernels give a
 pattern "operator|kernel|kernel|..."; per pattern: count, summed kernel time and operator time.
 Roots of one depth do not overlap on a thread, so each depth is one sorted search for all launches.
 
@@ -22,6 +23,7 @@ import polars as pl
 
 from rankscope.analysis.base import Result
 from rankscope.analysis.gpu import htaview as hv
+from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
@@ -80,6 +82,7 @@ def sequences(v: hv.View, min_stream: int) -> pl.DataFrame:
     return v.with_names(agg, "operator").with_columns(pattern=pl.Series(pattern, dtype=pl.Utf8)).drop("nid", "seq")
 
 
+@guarded
 def rank_part(d: RankData) -> dict[str, Any] | None:
     v = hv.view(d)
     hta, own = sequences(v, 1), sequences(v, 0)
@@ -93,14 +96,16 @@ def run_kernel_sequences(run: Run, results: dict[str, Any]) -> Result:
 
 
 def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:
+    parts, problems = split(parts)
     got = [p for _, p in parts if p is not None]
     if not got:
-        return Result("kernel_sequences", skipped=f"no operator launched {MIN_PATTERN_LEN} or more kernels in any rank")
+        why = f"no operator launched {MIN_PATTERN_LEN} or more kernels in any rank"
+        return with_problems(problems, Result("kernel_sequences", skipped=why))
     hta = pl.concat([p["hta"] for p in got]).select(
         "rank", "operator", "pattern", "count", hv.to_us(pl.col("gpu")).alias("GPU kernel duration (us)"),
         hv.to_us(pl.col("cpu")).alias("CPU op duration (us)"))
     own = pl.concat([p["own"] for p in got]).select(
         "rank", "operator", "pattern", "count", pl.col("gpu").alias("kernel_time"), pl.col("cpu").alias("operator_time"))
-    return Result("kernel_sequences", tables={
+    return with_problems(problems, Result("kernel_sequences", tables={
         "kernel_sequences": own.sort(["rank", "count", "kernel_time"], descending=[False, True, True]),
-        "hta_kernel_sequences": hta.sort(["rank", "operator", "count"], descending=[False, False, True])})
+        "hta_kernel_sequences": hta.sort(["rank", "operator", "count"], descending=[False, False, True])}))

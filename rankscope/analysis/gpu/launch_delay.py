@@ -19,6 +19,7 @@ import polars as pl
 
 from rankscope.analysis.base import Result
 from rankscope.analysis.gpu import htaview as hv
+from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
@@ -55,6 +56,7 @@ def _summary(rank: int, j: pl.DataFrame) -> dict[str, Any]:
             "delay_p50": pct(50), "delay_p95": pct(95), "delay_max": int(delay.max()) if len(delay) else 0}
 
 
+@guarded
 def rank_part(d: RankData) -> dict[str, Any] | None:
     j = launches(hv.view(d))
     if not j.height:
@@ -69,10 +71,13 @@ def run_launch_delay(run: Run, results: dict[str, Any]) -> Result:
 
 
 def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:
+    parts, problems = split(parts)
     got = [p for _, p in parts if p is not None]
     if not got:
-        return Result("launch_delay", skipped="no kernel launches with their device events in any rank")
+        why = "no kernel launches with their device events in any rank"
+        return with_problems(problems, Result("launch_delay", skipped=why))
     summ = pl.DataFrame([p["summary"] for p in got])
-    return Result("launch_delay", tables={"launch_summary": summ, "hta_launch_stats": pl.concat([p["hta"] for p in got])},
+    tables = {"launch_summary": summ, "hta_launch_stats": pl.concat([p["hta"] for p in got])}
+    return with_problems(problems, Result("launch_delay", tables=tables,
                   summary={"long_runtime_calls": int(summ["long_runtime"].sum()),
-                           "long_delays": int(summ["long_delay"].sum())})
+                           "long_delays": int(summ["long_delay"].sum())}))

@@ -19,6 +19,7 @@ import polars as pl
 
 from rankscope.analysis.base import Result
 from rankscope.analysis.gpu import htaview as hv
+from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.gpu.stats import describe
 from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
@@ -72,10 +73,11 @@ def _own(d: RankData, c: pl.DataFrame) -> list[dict[str, Any]]:
         nbytes = int(g["bytes"].clip(0).sum())
         out.append({"rank": d.rank, "name": name, "ops": g.height, "bytes": nbytes, "busy": busy,
                     "bandwidth_gbps": nbytes / busy if busy else 0.0,
-                    "peak_gbps": float(g["memory_bw_gbps"].max())})
+                    "peak_gbps": float(g["memory_bw_gbps"].to_numpy().max())})
     return out
 
 
+@guarded
 def rank_part(d: RankData) -> dict[str, Any] | None:
     v = hv.view(d)
     c = copies(v)
@@ -91,13 +93,15 @@ def run_memory_bw(run: Run, results: dict[str, Any]) -> Result:
 
 
 def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:
+    parts, problems = split(parts)
     got = [p for _, p in parts if p is not None]
     if not got:
-        return Result("memory_bw", skipped="no memcpy / memset on the device in any rank")
+        return with_problems(problems, Result("memory_bw", skipped="no memcpy / memset on the device in any rank"))
     tmin = min(p["tmin"] for p in got)
     ser = pl.concat([p["hta"] for p in got]).select("rank", "name", hv.to_us(pl.col("ts") - tmin).alias("ts"),
                                                    "memory_bw_gbps")
     summ = describe(ser.filter(pl.col("memory_bw_gbps") > 0), ["rank", "name"], "memory_bw_gbps")
     own = pl.DataFrame([x for p in got for x in p["own"]])
-    return Result("memory_bw", tables={"memory_bw": own, "hta_memory_bw": ser, "hta_memory_bw_summary": summ},
-                  summary={"bytes": int(own["bytes"].sum())})
+    tables = {"memory_bw": own, "hta_memory_bw": ser, "hta_memory_bw_summary": summ}
+    return with_problems(problems, Result("memory_bw", tables=tables,
+                  summary={"bytes": int(own["bytes"].sum())}))

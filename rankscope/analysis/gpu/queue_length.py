@@ -23,6 +23,7 @@ import polars as pl
 
 from rankscope.analysis.base import Result
 from rankscope.analysis.gpu import htaview as hv
+from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.gpu.stats import describe
 from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
@@ -94,6 +95,7 @@ def _hta_full(rank: int, s: pl.DataFrame, duration: int, limit: int) -> dict[str
     return row
 
 
+@guarded
 def rank_part(d: RankData) -> dict[str, Any] | None:
     v = hv.view(d)
     f = v.frame
@@ -102,7 +104,8 @@ def rank_part(d: RankData) -> dict[str, Any] | None:
         return None
     limit = max_queue_length()
     own = steps(v, hta_order=False)
-    duration = int(f["ts"].max() - f["ts"].min())
+    ts = f["ts"].to_numpy()
+    duration = int(ts.max() - ts.min())
     hta = hta.select("stream", pl.col("ts") + v.tmin, "queue_length").with_columns(rank=pl.lit(d.rank))
     return {"tmin": v.tmin, "hta": hta,
             "own": _own(d.rank, own, limit), "full": _hta_full(d.rank, hta, duration, limit)}
@@ -113,9 +116,11 @@ def run_queue_length(run: Run, results: dict[str, Any]) -> Result:
 
 
 def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:
+    parts, problems = split(parts)
     got = [p for _, p in parts if p is not None]
     if not got:
-        return Result("queue_length", skipped="no kernel launches with their device events in any rank")
+        why = "no kernel launches with their device events in any rank"
+        return with_problems(problems, Result("queue_length", skipped=why))
     tmin = min(p["tmin"] for p in got)  # HTA aligns every rank to the earliest event (trace.py:696)
     ser = pl.concat([p["hta"] for p in got]).select(
         "rank", pl.col("stream").cast(pl.Int64), hv.to_us(pl.col("ts") - tmin).alias("ts"), "queue_length")
@@ -124,6 +129,6 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
     full_t = pl.DataFrame(full, schema={"rank": pl.Int64, "stream": pl.Int64, "duration_at_max_queue_length": pl.Float64,
                                         "relative_duration_at_max_queue_length": pl.Float64})
     own = pl.DataFrame([x for p in got for x in p["own"]])
-    return Result("queue_length", tables={"queue_length_summary": own, "hta_queue_length": ser,
+    return with_problems(problems, Result("queue_length", tables={"queue_length_summary": own, "hta_queue_length": ser,
                                           "hta_queue_length_summary": summ, "hta_queue_full": full_t},
-                  summary={"max_queue_length": int(own["max"].max()), "time_full_ns": int(own["time_full"].sum())})
+                  summary={"max_queue_length": int(own["max"].to_numpy().max()), "time_full_ns": int(own["time_full"].sum())}))
