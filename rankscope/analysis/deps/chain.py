@@ -86,7 +86,7 @@ def edge_segments(rank: int, g: RankGraph, ev: RankEvents, ctx: np.ndarray, edge
                          + np.where(ev.kind[safe] == int(K.CPU_OP), ev.dims_idx[safe], 0), -1)
     by_name = _sums(run, label_key, w)
     by_kind = _sums(run, kind.astype(np.int64), w)
-    rep = {}  # label key -> an event carrying it
+    rep: dict[int, int] = {}  # label key -> an event carrying it
     for k_, who_ in zip(label_key.tolist(), who.tolist()):
         rep.setdefault(k_, who_)
     out = []

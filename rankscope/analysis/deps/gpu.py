@@ -235,7 +235,9 @@ def _kernel_syncs(ev: RankEvents, walk: np.ndarray, pos_of: np.ndarray, has_node
             continue
         s, d = int(ev.partner[pl]), int(ev.partner[dl])
         if has_nodes[s]:  # a source out of the window is dropped (HTA: kernel_sync_end is None)
-            dest.append(d), src.append(s), at.append(int(pos_of[row]))
+            dest.append(d)
+            src.append(s)
+            at.append(int(pos_of[row]))
     return _KernelSyncs(np.array(dest, np.int64), np.array(src, np.int64), np.array(at, np.int64), pos_of)
 
 
@@ -253,7 +255,7 @@ def _sync_edges(ev: RankEvents, walk: np.ndarray, pos_of: np.ndarray, k: np.ndar
     out.add(last[ok], False, ev.partner[st[ok]], False, E.SYNC, True, pos_of[st[ok]] * 8)
     ctx = rows[ev.sync[rows] == Sync.CONTEXT]
     if len(ctx):
-        first_pos = {}
+        first_pos: dict[int, int] = {}
         for s, p in zip(ev.stream[k].tolist(), pos_of[k].tolist()):
             first_pos.setdefault(s, p)
         for j, s in enumerate(sorted(first_pos, key=first_pos.__getitem__)):  # HTA: dict insertion order

@@ -56,45 +56,53 @@ def anchor_ids(k: int) -> tuple[int, np.ndarray, np.ndarray, int]:
     return 0, 1 + np.arange(k), 1 + k + np.arange(k), 1 + 2 * k
 
 
+class _Edges:
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]] = []
+
+    def add(self, src: np.ndarray, dst: np.ndarray, w: np.ndarray, kind: int, ref: np.ndarray) -> None:
+        self.parts.append((np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(w, np.int64), kind,
+                           np.asarray(ref, np.int64).reshape(-1, 3)))
+
+    def cat(self, i: int) -> np.ndarray:
+        if not self.parts:
+            return np.zeros((0, 3) if i == 4 else 0, np.int64)
+        if i == 3:
+            return np.concatenate([np.full(len(p[0]), p[3], np.int8) for p in self.parts])
+        return np.concatenate([p[i] for p in self.parts])
+
+
 def join(ranks: list[RankStep]) -> Joined:
     """The anchor DAG of one step over the given ranks."""
-    base, nb = [], 0
-    for r in ranks:
-        base.append(nb)
-        nb += 2 + 2 * len(r.keys)
-    src, dst, w, kind, ref = [], [], [], [], []
+    base = np.cumsum([0] + [2 + 2 * len(r.keys) for r in ranks])
+    nb = int(base[-1])
+    ed = _Edges()
     members: dict = {}
     for ri, r in enumerate(ranks):
         k = len(r.keys)
         start, arr, end, sink = anchor_ids(k)
-        rows = np.r_[start, end] + base[ri]
-        cols = np.r_[arr, sink] + base[ri]
         s, t = np.nonzero(r.d > NEG)
-        src.append(rows[s]), dst.append(cols[t]), w.append(r.d[s, t]), kind.append(np.full(len(s), LOCAL))
-        ref.append(np.stack([np.full(len(s), ri), s, t], axis=1))
+        ed.add(np.r_[start, end][s] + base[ri], np.r_[arr, sink][t] + base[ri], r.d[s, t], LOCAL,
+               np.stack([np.full(len(s), ri), s, t], axis=1))
         for i, key in enumerate(r.keys):
-            members.setdefault(key, []).append((ri, i)) if key is not None else None
-        own = [i for i, key in enumerate(r.keys) if key is None]
-        if own:
-            o = np.array(own)
-            src.append(arr[o] + base[ri]), dst.append(end[o] + base[ri]), w.append(np.maximum(r.span[o], 0))
-            kind.append(np.full(len(o), OWN)), ref.append(np.stack([np.full(len(o), ri), o, -np.ones(len(o), int)], 1))
+            if key is not None:
+                members.setdefault(key, []).append((ri, i))
+        own = np.array([i for i, key in enumerate(r.keys) if key is None], np.int64)
+        if len(own):  # a call no other rank meets here: its own span
+            ed.add(arr[own] + base[ri], end[own] + base[ri], np.maximum(r.span[own], 0), OWN,
+                   np.stack([np.full(len(own), ri), own, -np.ones(len(own), np.int64)], axis=1))
     x_keys = list(members)
     for xi, key in enumerate(x_keys):
         mem = members[key]
         x = nb + xi
-        t = max(0, min(int(ranks[ri].span[i]) for ri, i in mem))
-        k_of = [len(ranks[ri].keys) for ri, _ in mem]
+        t_ = max(0, min(int(ranks[ri].span[i]) for ri, i in mem))  # the member that did not wait
         a = np.array([base[ri] + 1 + i for ri, i in mem])
-        e = np.array([base[ri] + 1 + k + i for (ri, i), k in zip(mem, k_of)])
-        src.append(a), dst.append(np.full(len(a), x)), w.append(np.zeros(len(a), np.int64)), kind.append(np.full(len(a), WAIT))
-        src.append(np.full(len(e), x)), dst.append(e), w.append(np.full(len(e), t)), kind.append(np.full(len(e), XFER))
-        r_ = np.array([[ri, i, -1] for ri, i in mem])
-        ref.append(r_), ref.append(r_)
-    cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
-    j = Joined(nb + len(x_keys), cat(src, np.int64), cat(dst, np.int64), cat(w, np.int64), cat(kind, np.int8),
-               np.concatenate(ref).astype(np.int64) if ref else np.zeros((0, 3), np.int64), x_keys, nb,
-               np.array(base, np.int64), ranks)
+        e = np.array([base[ri] + 1 + len(ranks[ri].keys) + i for ri, i in mem])
+        ref = np.array([[ri, i, -1] for ri, i in mem])
+        ed.add(a, np.full(len(a), x), np.zeros(len(a)), WAIT, ref)
+        ed.add(np.full(len(e), x), e, np.full(len(e), t_), XFER, ref)
+    j = Joined(nb + len(x_keys), ed.cat(0), ed.cat(1), ed.cat(2), ed.cat(3), ed.cat(4), x_keys, nb,
+               base[:-1].astype(np.int64), ranks)
     _levels(j)
     return j
 

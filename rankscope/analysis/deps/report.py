@@ -134,7 +134,8 @@ def _run_bounding(per_step: list[dict[str, Any]], wi: pl.DataFrame) -> dict[str,
     vals, counts = np.unique(ranks, return_counts=True)
     rank = int(vals[np.argmax(counts)])
     mine = wi.filter(pl.col("rank") == rank)
-    cost = float(mine["saving_ns"].median()) / MS if mine.height else 0.0
+    med = mine["saving_ns"].median() if mine.height else None
+    cost = float(med) / MS if isinstance(med, (int, float)) else 0.0
     steps = [s for s in per_step if s["bounding_rank"] == rank]
     rep = sorted(steps, key=lambda s: s["cost_ms"])[len(steps) // 2]
     step_ms = float(np.median([s["step_ms"] for s in per_step]))
