@@ -284,3 +284,15 @@ def test_calls_are_written_as_people_read_them() -> None:
     r[1].coll("0", 1, "all_reduce", [[100]], dtype="Int")
     v = diagnose([x.dump() for x in r])
     assert "[[" not in v.headline and "'Float'" not in v.headline, v.headline
+
+
+def test_a_thread_stack_is_read_in_either_order() -> None:
+    from rankscope.analysis.hang.words import thread_frame
+
+    outer_first = ["/usr/lib/python3.11/runpy.py:198 _run_module_as_main", "/job/train.py:30 <module>",
+                   "/job/train.py:19 main"]
+    assert thread_frame({"MainThread": outer_first}) == "train.py:19 main"
+    assert thread_frame({"MainThread": outer_first[::-1]}) == "train.py:19 main"
+    # torch's own frames are skipped: the user's line that called into it is named
+    assert thread_frame({"MainThread": ["/x/site-packages/torch/distributed/distributed_c10d.py:3145 broadcast",
+                                        "/job/train.py:19 main", "/job/train.py:30 <module>"]}) == "train.py:19 main"

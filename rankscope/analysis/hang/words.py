@@ -40,14 +40,17 @@ def _waited(p: Problem) -> str:
 
 def thread_frame(stacks: dict[str, list[str]]) -> str:
     """The innermost user frame of the main thread (else the first thread) of rankscope's thread stacks.
-    A stack's order is read from where ``<module>`` / ``_bootstrap`` (the outermost frame) is."""
+    A stack's order is read from where its outermost frame (``<module>``, ``_bootstrap``, runpy's) is."""
     if not stacks:
         return ""
     name = "MainThread" if "MainThread" in stacks else next(iter(stacks))
     frames = list(stacks[name])
-    if frames and any(x in frames[0] for x in ("<module>", "_bootstrap")):
+    if len(frames) > 1 and any(x in frames[0] for x in _OUTERMOST) and not any(x in frames[-1] for x in _OUTERMOST):
         frames.reverse()
     return shapes.frame(tuple(frames))
+
+
+_OUTERMOST = ("<module>", "_bootstrap", "_run_module_as_main", "_run_code")
 
 
 def whereabouts(w: Where | None) -> str:
