@@ -137,6 +137,19 @@ class Int:
 
 
 @dataclass(frozen=True)
+class Ranges:
+    """Members written as ranges, "0-3,7" (``info.compact_groups``)."""
+
+    def ok(self, v: Any) -> bool:
+        from rankscope.intlist import parse_int_list
+
+        try:
+            return isinstance(v, str) and all(0 <= r < MAX_WORLD for r in parse_int_list(v))
+        except ValueError:
+            return False
+
+
+@dataclass(frozen=True)
 class Opt:
     """``spec`` or null."""
 
@@ -173,7 +186,7 @@ class OneOf:
 STEP = Int(0, I64)
 NS = Int(0, I64)
 WALL_NS = Int(0, MAX_EPOCH_NS)
-GROUPS = ListOf(Obj({"name": str, "desc": str, "ranks": OneOf((ListOf(Int(0, MAX_WORLD - 1)), str))}))
+GROUPS = ListOf(Obj({"name": str, "desc": str, "ranks": OneOf((ListOf(Int(0, MAX_WORLD - 1)), Ranges()))}))
 WINDOW = Obj({
     "index": Int(0, I64), "steps": ListOf(STEP), "file": str, "collectives_file": str, "closed_by": str,
     "start_wall_ns": WALL_NS, "end_wall_ns": WALL_NS,
@@ -228,7 +241,7 @@ def _clean(v: Any, spec: Any, at: str, bad: list[str]) -> tuple[bool, Any]:
             if ok and not trial:
                 return True, got
         return _wrong(v, at, bad)
-    if isinstance(spec, Int):
+    if isinstance(spec, (Int, Ranges)):
         return (True, v) if spec.ok(v) else _wrong(v, at, bad)
     if isinstance(spec, type):
         return (True, v) if isinstance(v, spec) and not isinstance(v, bool) else _wrong(v, at, bad)

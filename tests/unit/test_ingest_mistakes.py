@@ -295,3 +295,58 @@ def test_diff_names_missing_ranks_of_either_run_and_strict(tmp_path, capsys):
     assert main(["diff", str(a), str(b), "-j", "1"]) == 0
     assert capsys.readouterr().out.startswith("baseline: missing rank 2 (empty file)")
     assert main(["diff", str(a), str(b), "-j", "1", "--strict"]) == 1
+
+
+_WRONG = [5, 1.5, "x", True, -1, 2**70, [1], ["x"], [[1]], [{"a": 1}], {}, {"a": 1}]
+_META_PATHS = ["format", "run_id", "local_rank", "world_size", "host", "pid", "device", "backend", "process_groups",
+               "process_groups.0", "process_groups.0.ranks", "layout", "versions", "clock", "clock.anchors",
+               "clock.anchors.0.wall_ns", "clock.offset_to_rank0_ns", "clock.offset_error_ns", "windows", "windows.0",
+               "windows.0.index", "windows.0.steps", "windows.0.steps.0", "windows.0.file", "windows.0.sched",
+               "windows.0.sched.step", "windows.0.sched.cpu_ns", "windows.0.sched.runq_wait_ns", "metadata",
+               "metadata.device_memory_bytes", "idle", "idle.since_step", "idle.closed_windows", "rpc_files"]
+
+
+def _at(doc, path):  # type: ignore[no-untyped-def]
+    *head, last = path.split(".")
+    for k in head:
+        doc = doc[int(k)] if k.isdigit() else doc[k]
+    return doc, int(last) if last.isdigit() else last
+
+
+def test_every_meta_field_of_the_wrong_type_is_said_and_never_reaches_an_analysis(tmp_path):
+    """Issue 23's traceback ('int' object is not iterable): every meta.json field (docs/contract.md), set to
+    values of every JSON type. The check (model/sanity.py clean against META) says each value of another
+    type than the documented one, with a count, and the analyses that read meta.json (captured windows,
+    CPU wait, device memory, pipeline stages) run on what is left without raising; cleaning twice says
+    nothing more."""
+    import copy
+
+    from rankscope.analysis import advice, breakdown, capture, cpu
+    from rankscope.model import sanity
+    from rankscope.model.run import load_run
+    from tests.hostile import meta_doc
+
+    run = load_run(healthy_run(tmp_path / "run"), jobs=1)
+    base = meta_doc(1)
+    base["windows"][0]["sched"] = {"source": "schedstat", "step": [1, 2, 3, 4], "cpu_ns": [5, 5, 5, 5],
+                                   "runq_wait_ns": [0, 1, None, 0]}
+    base["layout"], base["idle"], base["metadata"] = {"pp": 1}, {"since_step": 3, "closed_windows": [0]}, {
+        "device_memory_bytes": 1 << 30}
+    base["rpc_files"] = ["rpc.0000.json.gz"]
+    assert sanity.clean(base, sanity.META, "m", []) is base  # the documented shape passes untouched
+    tried = 0
+    for path in _META_PATHS:
+        for value in _WRONG:
+            meta = copy.deepcopy(base)
+            parent, key = _at(meta, path)
+            documented = parent[key]
+            parent[key] = value
+            problems: list[str] = []
+            clean = sanity.clean(meta, sanity.META, "ranks/1/meta.json", problems)
+            wrong_type = type(value) is not type(documented)
+            assert not wrong_type or (len(problems) == 1 and problems[0].n >= 1), (path, value, problems)
+            assert sanity.clean(clean, sanity.META, "again", []) is clean, (path, value)
+            run.ranks[1].meta = clean
+            capture.collect(run), cpu.sched_frame(run), advice._device_totals(run), breakdown.stage_groups(run)
+            tried += wrong_type
+    assert tried > 300
