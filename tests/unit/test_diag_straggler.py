@@ -142,12 +142,16 @@ def test_sched_sampler_reads_this_threads_cpu_time_and_wait():
     from rankscope.collect.sched import SchedSampler
 
     s = SchedSampler()
+    t0 = time.thread_time_ns()
     a = s.sample()
-    end = time.perf_counter() + 0.05
-    while time.perf_counter() < end:
+    # spin until this thread has had 50 ms of CPU (not 50 ms of wall time: a loaded host gives less); a hang bound
+    deadline = time.monotonic() + 120
+    while time.thread_time_ns() - t0 < 50_000_000 and time.monotonic() < deadline:
         pass
-    cpu, wait = s.delta(a, s.sample())
-    assert 0.02e9 < cpu < 0.2e9  # ~50 ms of spinning is CPU time (less if the host preempted us)
+    b = s.sample()
+    ref = time.thread_time_ns() - t0  # the kernel's count of this thread's CPU time, around both samples
+    cpu, wait = s.delta(a, b)
+    assert ref >= 50_000_000 and 0.9 * ref - 5_000_000 < cpu <= ref + 1_000_000, (cpu, ref)
     assert (wait is None) == (s.source != "schedstat")
     assert wait is None or wait >= 0
 
