@@ -309,7 +309,7 @@ def run_all(tmp: Path) -> list[dict[str, Any]]:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for row in run_all(Path(tmp)):
-            same = row["torch"] == row["ours"]
+            same = row["torch_ok"] and row["torch"] == row["ours"]
             torch_said = row["torch"] if row["torch_ok"] else f"stopped: {row['torch_error'][:60]}"
             print(f"{'=' if same else '≠'} {row['case']:42} torch {torch_said}  ours {row['ours']}")
 
