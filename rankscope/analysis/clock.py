@@ -324,7 +324,8 @@ def run_clock(run: Run, results: dict[str, Result]) -> Result:
         "enabled": al.enabled, "ref": al.ref, "offsets_ns": {str(r): v for r, v in al.offset_ns.items()},
         "max_abs_offset_ns": max_abs, "max_residual_ns": max(al.residual_ns.values(), default=0),
         "drift_applied_ppm": {str(r): round(v, 3) for r, v in al.applied_drift_ppm.items()},
-        "t_ref_ns": al.t_ref_ns, "source": {str(r): s for r, s in al.source.items()}}
+        "t_ref_ns": al.t_ref_ns, "source": {str(r): s for r, s in al.source.items()},
+        "rejected_estimates": {str(r): v for r, v in al.rejected.items()}}
     if al.note:
         summary["note"] = al.note
     return Result("clock", tables={"offsets": al.to_frame().to_arrow()}, findings=findings(al), summary=summary)
@@ -336,17 +337,18 @@ def findings(al: ClockAlignment) -> list[Finding]:
     out: list[Finding] = []
     if not al.enabled:
         return out
-    if al.rejected:
-        worst = max(al.rejected, key=lambda r: abs(al.rejected[r]["estimate_ns"] - al.rejected[r]["anchor_ns"]))
+    far = {r: v for r, v in al.rejected.items() if abs(v["estimate_ns"] - v["anchor_ns"]) > clock_bounds.WARN_REJECTED_NS}
+    if far:
+        worst = max(far, key=lambda r: abs(far[r]["estimate_ns"] - far[r]["anchor_ns"]))
         w = al.rejected[worst]
         out.append(Finding(
-            kind="clock_estimate_rejected", severity=Severity.WARNING, ranks=tuple(sorted(al.rejected)),
+            kind="clock_estimate_rejected", severity=Severity.WARNING, ranks=tuple(sorted(far)),
             title=f"the collectives put rank {worst}'s clock {(w['estimate_ns'] - w['anchor_ns']) / 1e6:+.3f} ms off "
                   f"its clock anchors (error ±{max(w['error_ns'], 0) / 1e3:.0f} µs), "
                   + (f"but it shares rank {al.ref}'s host and clock" if w["same_host"] else
                      "and the order of events does not require it")
                   + ": the anchors are kept; collectives or point-to-point pairs matched wrongly are the likely cause",
-            evidence={"ranks": {str(r): v for r, v in al.rejected.items()}}))
+            evidence={"ranks": {str(r): v for r, v in far.items()}}))
     if al.contradicted:
         worst = max(al.contradicted, key=lambda r: abs(al.contradicted[r]["offset_ns"] - al.contradicted[r]["anchor_ns"]))
         c = al.contradicted[worst]
@@ -370,9 +372,11 @@ def findings(al: ClockAlignment) -> list[Finding]:
             title=f"a clock drift of {al.implausible_drift_ppm[worst]:,.0f} ppm on rank {worst} was not applied: no clock "
                   f"drifts that much (over {clock_bounds.MAX_DRIFT_PPM:,.0f} ppm) or it shares its host's clock",
             evidence={"drift_ppm": {str(r): round(v, 1) for r, v in al.implausible_drift_ppm.items()}}))
-    max_abs = max((abs(v) for v in al.offset_ns.values()), default=0)
+    # ranks on the reference's host share its clock: their offsets are the anchors' error, not a difference
+    other = {r: v for r, v in al.offset_ns.items() if not al.source.get(r, "").startswith("anchors (same host)")}
+    max_abs = max((abs(v) for v in other.values()), default=0)
     if max_abs > 1_000_000 and not (al.contradicted or al.weak):
-        worst = max(al.offset_ns, key=lambda r: abs(al.offset_ns[r]))
+        worst = max(other, key=lambda r: abs(other[r]))
         out.append(Finding(
             kind="clock_skew", severity=Severity.INFO, ranks=(worst,),
             title=f"host clocks differ by up to {max_abs / 1e6:.1f} ms (rank {worst}, {al.source.get(worst, '')}); "

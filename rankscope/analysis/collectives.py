@@ -1,8 +1,11 @@
 """Collectives matched across ranks: who arrived late, who waited, what moved at what bandwidth.
 
 Pattern: the same collective call appears once on every rank of its process group. Calls are
-matched by (process group, sequence number) when the trace carries ``seq`` (record_param_comms
-on NCCL), else by their order within the process group on each rank. Per matched instance:
+matched by (process group, sequence number) when the trace or the recorder gives them (record_param_comms
+on NCCL; on gloo the recorder's window files, ``model/comm_seq``), else by their order within the process
+group on each rank. Never matched here: send / receive (paired per sender and receiver in
+``p2p_pairs``), and calls whose group the trace does not name while the ranks are in sub-groups
+(``UNKNOWN_PG``: said by ``unattributed_finding``, with what to turn on). Per matched instance:
 
 - arrival skew = latest start − earliest start over the participating ranks;
 - wait of a rank = its duration − the minimum duration over the group (time spent waiting for
@@ -11,13 +14,13 @@ on NCCL), else by their order within the process group on each rank. Per matched
   (all_reduce 2(n−1)/n; all_gather, reduce_scatter, all_to_all (n−1)/n; others 1).
 
 Times are the device kernel span when the rank has one, else the host span. Counts that differ
-across ranks are reported as findings, never fatal. Only the small ``collectives`` table of each
-rank is read (no events).
+across ranks are reported as findings, never fatal (with sequence numbers, only inside the range every
+member's window holds). Only the small ``collectives`` table of each rank is read (no events).
 
 Example::
 
     inst = match_collectives(run)                 # one row per (instance, rank)
-    res = run_collectives(run, {})                # Result with tables["instances"]
+    res = run_collectives(run, {})                # Result with tables["instances"], ["p2p"]
 """
 from __future__ import annotations
 
@@ -167,7 +170,7 @@ def instances(per_rank: pl.DataFrame) -> pl.DataFrame:
             .sort(["start", "pg_name"]))
 
 
-def mismatches(per_rank: pl.DataFrame, present: list[int]) -> list[Finding]:
+def mismatches(per_rank: pl.DataFrame, present: list[int], unattributed: set[int] | None = None) -> list[Finding]:
     """Process groups whose ranks recorded different numbers of calls. Where calls carry sequence
     numbers, only those between the last first and the first last of the members count: a window that
     starts or ends in the middle of a collective cuts it on some ranks only, which is no mismatch."""
@@ -184,7 +187,7 @@ def mismatches(per_rank: pl.DataFrame, present: list[int]) -> list[Finding]:
     for (pg, ranks), g in counts.group_by(["pg_name", "pg_ranks"], maintain_order=True):
         members = [int(x) for x in str(ranks).split(",") if x] if ranks else []
         seen = dict(zip(g["rank"].to_list(), g["n"].to_list()))
-        expect = [r for r in members if r in present] or list(seen)
+        expect = [r for r in members if r in present and r not in (unattributed or ())] or list(seen)
         full = {r: int(seen.get(r, 0)) for r in expect}
         if len(set(full.values())) > 1:
             top = max(full.values())
@@ -229,11 +232,12 @@ def run_collectives(run: Run, results: dict[str, Any]) -> Result:
 
     p2p = p2p_pairs(run, offsets)
     why = unattributed_finding(run)
+    lost = set(why.evidence["calls_per_rank"]) if why is not None else set()
     if matched.height == 0 and p2p.height == 0 and why is None:
         return Result("collectives", skipped="no collective calls in any rank")
     pr = per_rank_times(matched)
     inst = instances(pr)
-    findings = mismatches(pr, run.rank_ids) + ([why] if why is not None else [])
+    findings = mismatches(pr, run.rank_ids, lost) + ([why] if why is not None else [])
     mixed = inst.filter(pl.col("ops") > 1)
     if mixed.height:
         findings.append(Finding(kind="collective_op_mismatch", severity=Severity.WARNING,

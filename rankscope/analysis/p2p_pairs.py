@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 MAX_SHIFT = 2
-TOLERANCE_NS = 50_000  # a receive may appear to end this much before its send started (clock error)
+TOLERANCE_NS = 50_000  # a receive may appear to end this much before its send started, plus the clocks' error
 COLUMNS = ["sender", "receiver", "k", "bytes", "recv_bytes", "send_start", "send_end", "recv_start", "recv_end",
            "paired"]
 
@@ -71,22 +71,23 @@ def _calls(run: Run, offsets: Mapping[int, int] | None) -> pl.DataFrame:
     return pl.concat(parts).sort("rank", "start")
 
 
-def _agree(a: Sequence[tuple[int, int, int]], b: Sequence[tuple[int, int, int]], shift: int, causal: bool) -> int:
-    """How many pairs agree when b is shifted by ``shift`` against a (items: bytes, start, end)."""
+def _agree(a: Sequence[tuple[int, int, int]], b: Sequence[tuple[int, int, int]], shift: int, tol: int | None) -> int:
+    """How many pairs agree when b is shifted by ``shift`` against a (items: bytes, start, end); ``tol``:
+    how early a receive may seem to end before its send started (None: times not compared)."""
     n = 0
     for k in range(len(a)):
         j = k + shift
-        if 0 <= j < len(b) and a[k][0] == b[j][0] and (not causal or b[j][2] + TOLERANCE_NS >= a[k][1]):
+        if 0 <= j < len(b) and a[k][0] == b[j][0] and (tol is None or b[j][2] + tol >= a[k][1]):
             n += 1
     return n
 
 
 def _aligned(a: list[T], b: list[T], key: Sequence[tuple[int, int, int]], kb: Sequence[tuple[int, int, int]],
-             causal: bool) -> tuple[list[T | None], list[T | None]]:
+             tol: int | None) -> tuple[list[T | None], list[T | None]]:
     """The two lists with up to MAX_SHIFT leading items of one side unpaired, where that pairs strictly more."""
-    best, score = 0, _agree(key, kb, 0, causal)
+    best, score = 0, _agree(key, kb, 0, tol)
     for s in [x for d in range(1, MAX_SHIFT + 1) for x in (d, -d)]:
-        got = _agree(key, kb, s, causal)
+        got = _agree(key, kb, s, tol)
         if got > score:
             best, score = s, got
     if best > 0:  # receives b[0:best] have no send in the window
@@ -109,9 +110,11 @@ def p2p_pairs(run: Run, offsets: Mapping[int, int] | None = None) -> pl.DataFram
     for rank, op, peer, nbytes, start, end in calls.select("rank", "op", "peer", "bytes", "start", "end").iter_rows():
         side = sends if op == "send" else recvs
         side.setdefault((rank, peer) if op == "send" else (peer, rank), []).append((nbytes, start, end))
-    causal = offsets is not None
+    # times are compared only on aligned clocks, as loosely as the clocks are known (anchors' error bounds)
+    err = max((abs(i.clock_error_ns or 0) for i in run.ranks.values()), default=0)
+    tol = TOLERANCE_NS + 2 * err if offsets is not None else None
     for pair in set(sends) & set(recvs):
-        sends[pair], recvs[pair] = _aligned(sends[pair], recvs[pair], sends[pair], recvs[pair], causal)  # type: ignore[assignment]
+        sends[pair], recvs[pair] = _aligned(sends[pair], recvs[pair], sends[pair], recvs[pair], tol)  # type: ignore[assignment]
     rows = []
     gone = (-1, -1, -1)
     for src, dst, _, s, r in pair_in_order(sends, recvs):

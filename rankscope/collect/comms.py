@@ -83,10 +83,26 @@ def recording() -> bool:
 
 
 def ring_sized() -> bool:
-    """Whether Flight Recorder records (its ring sized by TORCH_FR_BUFFER_SIZE when the group was made)."""
+    """Whether Flight Recorder records: its ring is sized by TORCH_FR_BUFFER_SIZE when the first collective
+    is recorded (``import rankscope`` sets 2000 where nothing set it); with the variable unset, torch's own
+    default decides (2000 in torch 2.13, 0 in older ones), read from a dump: a ring that exists lists the
+    process groups."""
+    raw = os.environ.get("TORCH_FR_BUFFER_SIZE", os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE"))
+    if raw is not None:
+        try:
+            return int(raw or 0) > 0
+        except ValueError:
+            return False
     try:
-        return int(os.environ.get("TORCH_FR_BUFFER_SIZE", "0") or 0) > 0
-    except ValueError:
+        import json
+
+        import torch._C._distributed_c10d as c10d
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            return False
+        return bool(json.loads(c10d._dump_fr_trace_json(False, True)).get("pg_config"))  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - an older torch without the JSON dump: no ring known
         return False
 
 

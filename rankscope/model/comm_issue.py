@@ -129,18 +129,24 @@ def _row_elems(shape: Any) -> int | None:
     return math.prod(shape[1:]) if len(shape) > 1 else 1
 
 
-def splits(name: str, a: Any, width: int) -> tuple[list[int], list[int]]:
+EVEN = "="  # split_out of an all_to_all whose split sizes were empty (even), until the group's size is known
+
+
+def splits(name: str, a: Any, width: int) -> tuple[list[int], list[int]] | str:
     """Bytes sent to and received from each member of the group by one all_to_all call (group order);
-    ([], []) when the call was an even split or the trace does not say."""
+    ``EVEN`` when the call gave no split sizes (an even split); ([], []) when the trace does not say."""
     if a is None or width <= 0:
         return [], []
+    ci = concrete(a)
+    if name.startswith("c10d::alltoall_base") and len(ci) > 4 and ci[3] == "[]" and ci[4] == "[]":
+        return EVEN
     if a.in_split is not None or a.out_split is not None:  # record_param_comms (NCCL)
         ins, outs = int_list(a.in_split) or [], int_list(a.out_split) or []
         n_in, n_out = _int(a.in_nelems), _int(a.out_nelems)
         row_in = n_in // sum(ins) if ins and n_in is not None and sum(ins) else 0
         row_out = n_out // sum(outs) if outs and n_out is not None and sum(outs) else 0
         return [s * row_in * width for s in ins] if row_in else [], [s * row_out * width for s in outs] if row_out else []
-    ci, dims = concrete(a), _dims(a)
+    dims = _dims(a)
     if name.startswith("c10d::alltoall_base") and len(ci) > 4 and len(dims) > 1:
         outs, ins = int_list(ci[3]) or [], int_list(ci[4]) or []
         ro, ri = _row_elems(dims[0]), _row_elems(dims[1])
@@ -154,21 +160,45 @@ def splits(name: str, a: Any, width: int) -> tuple[list[int], list[int]]:
     return [], []
 
 
-def fifo_links(call_ts: np.ndarray, call_key: Sequence[str], issue_ts: np.ndarray,
-               issue_key: Sequence[str]) -> np.ndarray:
-    """For each call, the index of the issue op it came from (-1: none): per key, the k-th call takes the
-    k-th issue op that started before it (a queue: gloo runs a group's collectives in issue order)."""
+def tensor_sizes(a: Any) -> frozenset[int]:
+    """Element counts of the tensors among an op's arguments ("Input Dims": shapes, or lists of shapes)."""
+    out = set()
+    for d in _dims(a):
+        if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
+            out.add(math.prod(d))
+        elif isinstance(d, list) and d and isinstance(d[0], list) and all(isinstance(x, int) for x in d[0]):
+            out.add(math.prod(d[0]))
+    return frozenset(out)
+
+
+LOOKAHEAD = 64  # issue ops a call may skip to find one of its size (another group's calls queued first)
+
+
+def fifo_links(call_ts: np.ndarray, call_key: Sequence[str], issue_ts: np.ndarray, issue_key: Sequence[str],
+               call_n: Sequence[int] | None = None, issue_n: Sequence[frozenset[int]] | None = None) -> np.ndarray:
+    """For each call, the index of the issue op it came from (-1: none): per key, the oldest unused issue op
+    that started before it and has a tensor of the call's size (gloo runs each group's collectives in issue
+    order, on the group's own threads: groups interleave, so a call skips other groups' issue ops whose
+    sizes differ; ``call_n`` -1 / empty ``issue_n``: size unknown, any fits)."""
     out = np.full(len(call_ts), -1, dtype=np.int64)
     issues: dict[str, list[int]] = {}
     for j in np.argsort(issue_ts, kind="stable").tolist():
         issues.setdefault(issue_key[j], []).append(j)
-    pos: dict[str, int] = {}
+    used: set[int] = set()
     for i in np.argsort(call_ts, kind="stable").tolist():
-        q = issues.get(call_key[i])
-        p = pos.get(call_key[i], 0)
-        if q is not None and p < len(q) and issue_ts[q[p]] <= call_ts[i]:
-            out[i] = q[p]
-            pos[call_key[i]] = p + 1
+        n = call_n[i] if call_n is not None else -1
+        tried = 0
+        for j in issues.get(call_key[i], ()):
+            if j in used:
+                continue
+            if issue_ts[j] > call_ts[i] or tried >= LOOKAHEAD:
+                break
+            tried += 1
+            sizes = issue_n[j] if issue_n is not None else frozenset()
+            if n < 0 or not sizes or n in sizes:
+                out[i] = j
+                used.add(j)
+                break
     return out
 
 

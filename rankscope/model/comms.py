@@ -111,8 +111,9 @@ def _gloo_rows(calls: np.ndarray, others: np.ndarray, names: Any, xs: Mapping[in
             ts[calls[p2p]], tid[calls[p2p]], [o for o, p in zip(c_op, p2p) if p], ts[issue],
             ts[issue] + dur[issue], tid[issue], i_op)
         fam = [comm_issue.family(o) for o in i_op]
+        n = [_nelems(xs.get(i))[0] for i, p in zip(calls.tolist(), p2p) if not p]
         link[~p2p] = comm_issue.fifo_links(ts[calls[~p2p]], [comm_issue.family(o) for o, p in zip(c_op, p2p) if not p],
-                                           ts[issue], fam)
+                                           ts[issue], fam, n, [comm_issue.tensor_sizes(xs.get(j)) for j in issue.tolist()])
     rows = []
     for k, i in enumerate(calls.tolist()):
         row = _row(i, str(names[i]), xs.get(i), int(ts[i]), int(dur[i]), default_pg)
@@ -136,8 +137,11 @@ def _p2p_and_splits(row: dict[str, Any], name: str, a: Args | None) -> None:
         width = schema.DTYPE_BYTES.get(str(row["dtype"]).lower(), 0)
         if not width and a is not None:
             width = schema.DTYPE_BYTES.get(_nelems(a)[1].lower(), 0)
-        out, into = comm_issue.splits(name, a, width)
-        row["split_out"], row["split_in"] = comm_issue.as_text(out), comm_issue.as_text(into)
+        got = comm_issue.splits(name, a, width)
+        if isinstance(got, str):
+            row["split_out"] = row["split_in"] = got
+        else:
+            row["split_out"], row["split_in"] = comm_issue.as_text(got[0]), comm_issue.as_text(got[1])
 
 
 class _LazyNames:
@@ -276,7 +280,25 @@ def collectives(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace) 
             table, matched = comm_seq.assign(table, doc)
             known |= matched
     groups = _my_groups(raw)
-    return _unknown_groups(_global_peers(table, known, groups), known, groups).sort_by("ts")
+    return _unknown_groups(_global_peers(_even_splits(table), known, groups), known, groups).sort_by("ts")
+
+
+def _even_splits(table: pa.Table) -> pa.Table:
+    """An all_to_all called without split sizes moves bytes / n to and from each of the n members."""
+    split = table.column("split_out").to_pylist()
+    todo = [i for i, v in enumerate(split) if v == comm_issue.EVEN]
+    if not todo:
+        return table
+    n, b_in, b_out = (table.column(c).to_numpy() for c in ("group_size", "bytes_in", "bytes_out"))
+    into = table.column("split_in").to_pylist()
+    for i in todo:
+        ok = n[i] > 0 and b_in[i] >= 0 and b_in[i] % n[i] == 0
+        split[i] = comm_issue.as_text([int(b_in[i] // n[i])] * int(n[i])) if ok else ""
+        ok = n[i] > 0 and b_out[i] >= 0 and b_out[i] % n[i] == 0
+        into[i] = comm_issue.as_text([int(b_out[i] // n[i])] * int(n[i])) if ok else ""
+    for c, v in (("split_out", split), ("split_in", into)):
+        table = table.set_column(table.schema.get_field_index(c), table.schema.field(c), pa.array(v).dictionary_encode())
+    return table
 
 
 def _my_groups(raw: RawTrace) -> list[list[int]]:

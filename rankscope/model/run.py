@@ -269,7 +269,29 @@ def _assemble(p: Path | str, infos: list[RankInfo], problems: list[str], manifes
         problems += [at_rank(x, info.rank) for x in info.problems]
     name = p.name if isinstance(p, Path) else p.rstrip("/").rsplit("/", 1)[-1]
     return Run(path=str(p), run_id=expected_id or name, ranks=ranks, world_size=world,
-               missing=missing, problems=problems, manifest=manifest)
+               missing=missing, problems=problems, manifest=all_groups(manifest, ranks))
+
+
+def all_groups(manifest: dict[str, Any], ranks: dict[int, RankInfo]) -> dict[str, Any]:
+    """run.json with the process groups of every rank: rank 0 writes it knowing only the groups it is in
+    (torch tells a rank nothing of a group it is not in), every rank's trace and meta.json lists its own.
+    Groups are keyed by name and members; a new dict (the manifest read from disk is not changed)."""
+    from rankscope.model.info import compact_groups
+
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    own = manifest.get("process_groups") if isinstance(manifest.get("process_groups"), list) else []
+    for g in compact_groups(own) + [g for r in sorted(ranks) for g in ranks[r].process_groups or []]:
+        name = str(g.get("name", g.get("pg_name", "")))
+        key = (name, str(g.get("ranks", "")))
+        if key not in seen:
+            seen[key] = {"name": name, "desc": str(g.get("desc", g.get("pg_desc", ""))), "ranks": g.get("ranks", "")}
+    if not seen:
+        return manifest
+    return {**manifest, "process_groups": sorted(seen.values(), key=lambda g: (_num(g["name"]), g["name"]))}
+
+
+def _num(name: str) -> int:
+    return int(name) if name.isdigit() else 1 << 62
 
 
 def _check(run: Run, strict: bool) -> None:

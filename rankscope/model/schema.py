@@ -120,6 +120,9 @@ DTYPE_BYTES: dict[str, int] = {
     "float": 4, "float32": 4, "float64": 8, "double": 8, "half": 2, "float16": 2, "bfloat16": 2,
     "int": 4, "int32": 4, "int64": 8, "long": 8, "int8": 1, "uint8": 1, "byte": 1, "char": 1,
     "bool": 1, "short": 2, "int16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "complexfloat": 8,
+    # as torch's profiler writes "Input type" (C++ type names, lower-cased here)
+    "long int": 8, "short int": 2, "signed char": 1, "unsigned char": 1, "c10::half": 2, "c10::bfloat16": 2,
+    "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
 }
 
 

@@ -170,3 +170,57 @@ def test_run_edges_gives_instances_and_pairs_on_one_clock(tmp_path):
     assert c["rank"].to_list() == [0, 1, 2, 3] and c["complete"].all() and c["op"].unique().to_list() == ["all_reduce"]
     assert (c["end"] - c["start"] == 500_000).all()
     assert set(e.p2p.columns) >= {"sender", "receiver", "k", "send_start", "recv_end"}
+
+
+def test_run_json_keeps_every_ranks_groups(tmp_path):
+    """A rank knows only the groups it is in (pg_config); rank 0 writes run.json. The run read back lists
+    the groups of every rank."""
+    mesh = [[0, 1, 2, 3], [0, 2], [1, 3], [0, 1], [2, 3]]
+    for r in range(4):
+        (tmp_path / "ranks" / str(r)).mkdir(parents=True)
+        _write(tmp_path / "ranks" / str(r) / "rank.pt.trace.json", r, [], mesh)
+    (tmp_path / "run.json").write_text(json.dumps({"run_id": tmp_path.name, "world_size": 4, "process_groups": [
+        {"name": "0", "desc": "default_pg", "ranks": [0, 1, 2, 3]}, {"name": "1", "ranks": [0, 2]},
+        {"name": "3", "ranks": [0, 1]}]}))
+    run = load_run(tmp_path, jobs=1)
+    assert [(g["name"], g["ranks"]) for g in run.manifest["process_groups"]] == [
+        ("0", "0-3"), ("1", "0,2"), ("2", "1,3"), ("3", "0-1"), ("4", "2-3")]
+
+
+def test_import_rankscope_sizes_the_flight_recorder_ring_unless_told_not_to():
+    import os
+    import subprocess
+    import sys
+
+    probe = "import rankscope, os; print(os.environ.get('TORCH_FR_BUFFER_SIZE'))"
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")}
+
+    def out(**extra: str) -> str:
+        return subprocess.run([sys.executable, "-c", probe], env={**env, **extra}, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    assert out() == "2000"
+    assert out(RANKSCOPE_FLIGHT_RECORDER="0") == "None"
+    assert out(TORCH_FR_BUFFER_SIZE="0") == "0"  # the job's own setting wins
+
+
+def test_nccl_record_param_comms_gives_peer_and_split_sizes(tmp_path):
+    """NCCL traces nest c10d::X > record_param_comms > nccl:X on the calling thread; record_param_comms
+    carries "Dst Rank" / "Src Rank" for p2p and "In split size" / "Out split size" for all_to_all (key names
+    as torch 2.13's libtorch writes them; values as in HTA's nccl_parser_config trace: lists as strings)."""
+    def call(op: str, t: float, **meta: Any) -> list[dict[str, Any]]:
+        c10d = {"send": "c10d::send", "recv": "c10d::recv_", "all_to_all": "c10d::alltoall_base_"}[op]
+        return [x(c10d, t, 50), x("record_param_comms", t + 1, 40, **{"Collective name": op, "dtype": "Float",
+                                                                      "Process Group Name": "0",
+                                                                      "Process Group Ranks": "[0, 1, 2]", **meta}),
+                x(f"nccl:{op}", t + 2, 30, "user_annotation")]
+    ev = call("send", 1_000, **{"Dst Rank": 2, "In msg nelems": 256, "Out msg nelems": 256})
+    ev += call("recv", 2_000, **{"Src Rank": 1, "In msg nelems": 256, "Out msg nelems": 256})
+    ev += call("all_to_all", 3_000, **{"In msg nelems": 48, "Out msg nelems": 64, "In split size": "[1, 3, 2]",
+                                        "Out split size": "[2, 4, 2]"})
+    doc = {"traceEvents": ev, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 3}}
+    (tmp_path / "r0.json").write_text(json.dumps(doc))
+    t = pl.from_arrow(load_run(tmp_path, jobs=1).table(0, "collectives")).sort("ts")
+    assert t["op"].cast(pl.Utf8).to_list() == ["send", "recv", "all_to_all"]
+    assert t["peer"].to_list() == [2, 1, -1]
+    # 48 elements in 6 rows: 8 floats (32 bytes) a row sent; 64 in 8 rows received
+    assert t["split_out"].cast(pl.Utf8).to_list()[2] == "32,96,64" and t["split_in"].cast(pl.Utf8).to_list()[2] == "64,128,64"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from rankscope.analysis.hang import shapes
+from rankscope.analysis.p2p_pairs import pair_in_order
 from rankscope.analysis.hang.findings import Problem
 from rankscope.analysis.hang.matching import Group
 from rankscope.model.frdump import FrEntry
@@ -43,21 +44,23 @@ def _buffer(e: FrEntry) -> tuple[tuple[int, ...], ...]:
     return e.out_sizes or e.in_sizes
 
 
+def _differ(s: FrEntry, r: FrEntry) -> bool:
+    return s.in_sizes != _buffer(r) or (s.in_sizes == () and (s.sizes, s.dtypes) != (r.sizes, r.dtypes))
+
+
 def _first_problem(g: Group, src: int, dst: int, a: list[FrEntry], b: list[FrEntry]) -> Problem | None:
+    """The first k (the pairing of ``p2p_pairs.pair_in_order``, shared with the trace's pairs) whose send
+    and receive differ in size, else the first send or receive without its other side."""
     base = {"src": src, "dst": dst, "sent": len(a), "received": len(b)}
-    bad = next((k for k in range(min(len(a), len(b))) if a[k].in_sizes != _buffer(b[k])
-                or (a[k].in_sizes == () and (a[k].sizes, a[k].dtypes) != (b[k].sizes, b[k].dtypes))), None)
-    if bad is not None:
-        s, r = a[bad], b[bad]
-        return Problem("p2p_mismatch", g.key, g.desc, s.seq, "send/recv", [src, dst], [src, dst],
-                       {**base, "n": bad + 1, "expected": f"{s.sizes} {s.dtypes}", "got": f"{r.sizes} {r.dtypes}",
-                        "sent_call": shapes.entry(s), "received_call": shapes.entry(r)}, created_ns=s.created_ns)
-    if len(a) > len(b):
-        s = a[len(b)]
-        return Problem("unmatched_send", g.key, g.desc, s.seq, "send", [dst], [src],
-                       {**base, "n": len(b) + 1, "call": shapes.entry(s)}, created_ns=s.created_ns)
-    if len(b) > len(a):
-        r = b[len(a)]
-        return Problem("unmatched_recv", g.key, g.desc, r.seq, "recv", [src], [dst],
-                       {**base, "n": len(a) + 1, "call": shapes.entry(r)}, created_ns=r.created_ns)
+    for _, _, k, s, r in pair_in_order({(src, dst): a}, {(src, dst): b}):
+        if s is not None and r is not None and _differ(s, r):
+            return Problem("p2p_mismatch", g.key, g.desc, s.seq, "send/recv", [src, dst], [src, dst],
+                           {**base, "n": k + 1, "expected": f"{s.sizes} {s.dtypes}", "got": f"{r.sizes} {r.dtypes}",
+                            "sent_call": shapes.entry(s), "received_call": shapes.entry(r)}, created_ns=s.created_ns)
+        if r is None and s is not None:
+            return Problem("unmatched_send", g.key, g.desc, s.seq, "send", [dst], [src],
+                           {**base, "n": k + 1, "call": shapes.entry(s)}, created_ns=s.created_ns)
+        if s is None and r is not None:
+            return Problem("unmatched_recv", g.key, g.desc, r.seq, "recv", [src], [dst],
+                           {**base, "n": k + 1, "call": shapes.entry(r)}, created_ns=r.created_ns)
     return None
