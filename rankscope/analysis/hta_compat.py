@@ -7,7 +7,7 @@ event with a stream (hta/analyzers/breakdown_analysis.py:642-727, communication_
 - temporal breakdown: kernel time = last end − first start; idle = kernel time − union of all;
   compute = union of COMPUTATION kernels (by name, hta/utils/utils.py:109); non-compute = the rest;
 - comm–comp overlap = |union(COMMUNICATION) ∩ union(COMPUTATION)| / |union(COMMUNICATION)|
-  (NaN without communication kernels, as HTA).
+  (HTA's table: NaN without communication kernels, as HTA divides by zero; rankscope's: 0).
 
 Tables ``hta_temporal_breakdown`` and ``hta_comm_comp_overlap`` carry HTA's columns (µs, percent
 rounded to 2 places); ``hta_temporal`` and ``comm_comp_overlap`` the same numbers in ns. Checked value
@@ -48,7 +48,7 @@ def _overlap(rank: int, k: pl.DataFrame) -> dict[str, Any]:
     comp = k.filter(pl.col("kernel_type") == hv.COMPUTATION)
     t = sweep([("m", comm["ts"].to_numpy(), comm["end"].to_numpy()), ("c", comp["ts"].to_numpy(), comp["end"].to_numpy())])
     both, comm_t = t.get("m overlapping c", 0), t.get("m", 0) + t.get("m overlapping c", 0)
-    pct = 100.0 * both / comm_t if comm_t else float("nan")
+    pct = 100.0 * both / comm_t if comm_t else 0.0
     return {"rank": rank, "comm_time": comm_t, "overlapped": both, "overlap_pct": pct}
 
 
@@ -89,7 +89,9 @@ def _hta_tables(temp: list[dict[str, Any]], ov: list[dict[str, Any]]) -> dict[st
                      "idle_time_pctg": float(np.round(100 * t["idle"] / tot, 2)),
                      "compute_time_pctg": float(np.round(100 * t["compute"] / tot, 2)),
                      "non_compute_time_pctg": float(np.round(100 * t["non_compute"] / tot, 2))})
-    over = [{"rank": o["rank"], "comp_comm_overlap_pctg": float(np.round(o["overlap_pct"], 2))} for o in ov]
+    # HTA divides by the communication time even when there is none: NaN (communication_analysis.py:73-75)
+    over = [{"rank": o["rank"], "comp_comm_overlap_pctg": float(np.round(o["overlap_pct"], 2)) if o["comm_time"]
+             else float("nan")} for o in ov]
     return {"hta_temporal_breakdown": pa.Table.from_pylist(rows), "hta_comm_comp_overlap": pa.Table.from_pylist(over)}
 
 

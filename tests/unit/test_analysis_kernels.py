@@ -20,7 +20,7 @@ def test_launch_stats_and_idle_breakdown(tmp_path):
     write_trace(tmp_path / "r0.json", _launches(), rank=0, world=1)
     res = run_all(load_run(tmp_path, jobs=1), names=["opstats", "kernels"])["kernels"]
     (ls,) = res.tables["launch_stats"].to_pylist()
-    # delays from the end of each 2 µs launch (HTA's definition, cuda_kernel_analysis.py:611): 3, 3, 16, 74 µs
+    # delays from the end of each 2 µs launch (HTA's definition, cuda_kernel_analysis.py:616-621): 3, 3, 16, 74 µs
     assert ls["kernels"] == 4 and ls["linked"] == 4 and ls["launch_delay_max"] == 74_000
     assert ls["launch_delay_p50"] == pytest.approx(9_500) and ls["short_kernels"] == 0
     assert ls["long_runtime"] == 0 and ls["long_delays"] == 0
