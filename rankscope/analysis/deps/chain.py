@@ -47,13 +47,14 @@ def label(ev: RankEvents, i: int) -> str:
 
 
 def contexts(ev: RankEvents, parent: np.ndarray) -> np.ndarray:
-    """Per event: its innermost enclosing annotation that is not a step or a communication span
-    (-1: none), by pointer jumping over the call-stack parents (one vector step per level)."""
+    """Per event: its innermost enclosing annotation (itself, for such an annotation) that is not a
+    step or a communication span (-1: none), by pointer jumping over the call-stack parents."""
     ok = np.isin(ev.kind, _ANNOT) & ~ev.is_comm
     ok &= ~ev.name_has(("profilerstep#",))
     cur = parent.copy()
     out = np.full(ev.n, -1, np.int64)
-    todo = np.flatnonzero(cur >= 0)
+    out[ok] = np.flatnonzero(ok)  # an annotation is its own context (time inside it, between its operators)
+    todo = np.flatnonzero((cur >= 0) & ~ok)
     for _ in range(256):
         if not len(todo):
             break

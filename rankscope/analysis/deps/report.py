@@ -63,7 +63,8 @@ def describe(rank: int, chain: list[dict[str, Any]]) -> str:
         return f"rank {rank}"
     i = max(own, key=lambda k: chain[k]["dur"])
     s = chain[i]
-    what = f"{s['context']} ({s['name']})" if s["context"] and s["name"] else (s["name"] or s["context"] or s["kind"])
+    both = s["context"] and s["name"] and s["context"] != s["name"]
+    what = f"{s['context']} ({s['name']})" if both else (s["name"] or s["context"] or s["kind"])
     nxt = next((c for c in chain[i + 1:] if c["kind"] in COMM), None)
     tail = f" then {nxt['name']} #{nxt['seq']} of group {nxt['group']}" if nxt else ""
     return f"rank {rank}'s {what}{tail}"
