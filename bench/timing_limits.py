@@ -11,7 +11,8 @@ alternates between repeats (interleaved); medians over the repeats.
 | trigger_adopt_2rank | test_collect_trigger_gather::test_trigger_two_ranks_through_c10d_store | < 1.5 s |
 | trigger_start_2rank - step | the same test (request -> first recorded step, less one step) | < 2.5 s |
 | watchdog_dumps | test_comms_recorder::test_watchdog_dumps_every_waiting_rank_... (watchdog 1.5 s) | < 15 s |
-| report_open_64 / report_open_1024 | test_browser_report::test_large_report_is_small_and_opens_fast | < 3 s / < 5 s |
+
+The browser test's report open times (< 3 s / < 5 s) are measured by bench/report_open.py.
 
     .venv/bin/python bench/timing_limits.py --repeats 3            # appends a section to bench/RESULTS.md
     .venv/bin/python bench/timing_limits.py --only trigger_1proc,watchdog --repeats 2 --no-write
@@ -30,13 +31,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 LIMITS = {"trigger_adopt_1proc": 2.0, "trigger_adopt_2rank": 1.5, "trigger_start_2rank - step": 2.5,
-          "watchdog_dumps": 15.0, "report_open_64": 3.0, "report_open_1024": 5.0}
+          "watchdog_dumps": 15.0}
 
 ONE_PROC = """
 import json, sys, time, torch
@@ -110,41 +111,6 @@ def watchdog(work: Path) -> dict[str, float]:
         kill_tree(proc)
 
 
-class Reports:
-    """Reports at 64 and 1,024 synthetic ranks (made once), opened in headless Chromium as the browser test did."""
-
-    SIZES = {64: (10, 60), 1024: (3, 12)}  # ranks: (steps, ops per step), as in the test
-
-    def __init__(self, work: Path, sizes: list[int]) -> None:
-        from rankscope.analysis.registry import run_all
-        from rankscope.model.run import load_run
-        from rankscope.render.html import render
-        from rankscope.synth import generate
-
-        self.paths = {}
-        for n in sizes:
-            steps, ops = self.SIZES[n]
-            run = load_run(generate(work / f"s{n}", ranks=n, steps=steps, ops_per_step=ops, seed=5), jobs=2)
-            self.paths[n] = render(run, run_all(run), work / f"r{n}.html")
-
-    def measure(self, work: Path) -> dict[str, float]:
-        from playwright.sync_api import sync_playwright
-
-        out = {}
-        with sync_playwright() as p:
-            b = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
-            for n, path in self.paths.items():
-                page = b.new_page(viewport={"width": 1300, "height": 900})
-                t0 = time.perf_counter()
-                page.goto(path.as_uri())
-                page.wait_for_selector("#breakdown-chart .main-svg", timeout=300_000)
-                page.wait_for_selector("#cluster-chart .main-svg", timeout=300_000)
-                out[f"report_open_{n}"] = time.perf_counter() - t0
-                page.close()
-            b.close()
-        return out
-
-
 def busy(on: bool) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 if on else 0)]
 
@@ -158,9 +124,8 @@ def stop(procs: list[subprocess.Popen]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", default="trigger_1proc,trigger_2rank,watchdog,report",
-                    help="comma-separated: trigger_1proc, trigger_2rank, watchdog, report")
-    ap.add_argument("--report-ranks", default="64,1024", help="report sizes to open (64, 1024)")
+    ap.add_argument("--only", default="trigger_1proc,trigger_2rank,watchdog",
+                    help="comma-separated: trigger_1proc, trigger_2rank, watchdog")
     ap.add_argument("--no-write", action="store_true", help="print only; do not append to bench/RESULTS.md")
     args = ap.parse_args()
     names = args.only.split(",")
@@ -169,8 +134,6 @@ def main() -> None:
         measures: dict[str, Callable[[Path], dict[str, float]]] = {
             k: v for k, v in (("trigger_1proc", trigger_1proc), ("trigger_2rank", trigger_2rank),
                               ("watchdog", watchdog)) if k in names}
-        if "report" in names:
-            measures["report"] = Reports(work / "reports", [int(n) for n in args.report_ranks.split(",")]).measure
         got: dict[str, dict[str, list[float]]] = {"idle": {}, "busy": {}}
         loads: dict[str, list[float]] = {"idle": [], "busy": []}
         for r in range(args.repeats):
