@@ -145,6 +145,14 @@ def pg_map(run: Run, pr: pl.DataFrame) -> pl.DataFrame:
         .sort("pg_name"))
 
 
+def _share(m: pl.DataFrame) -> float:
+    """The share of the matrix's bytes that is exact (not modelled)."""
+    if m.height == 0:
+        return 0.0
+    total = float(m["bytes"].sum())
+    return float(m.filter(pl.col("exact"))["bytes"].sum()) / total if total > 0 else 0.0
+
+
 def run_comm_matrix(run: Run, results: dict[str, Any]) -> Result:
     """Registered analysis ``comm_matrix`` (after ``collectives``)."""
     co = results["collectives"]
@@ -159,8 +167,7 @@ def run_comm_matrix(run: Run, results: dict[str, Any]) -> Result:
         tables["matrix"] = m.to_arrow()
         tables["by_op"] = by_op(m).to_arrow()
     summary = {"pairs": m.height, "process_groups": pgs.height,
-               "exact_bytes_share": float(m.filter(pl.col("exact"))["bytes"].sum() / max(m["bytes"].sum(), 1.0))
-               if m.height else 0.0,
+               "exact_bytes_share": _share(m),
                "note": "point-to-point and all_to_all with split sizes exact; other collectives: bus bytes split "
                        "evenly over peers"}
     return Result("comm_matrix", tables=tables, summary=summary)

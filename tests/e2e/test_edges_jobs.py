@@ -168,7 +168,10 @@ def test_2d_groups_in_run_json_and_collectives_matched_in_their_groups(tp_fsdp):
     assert inst.height and set(inst["matched_by"]) == {"seq"}
     assert {tuple(int(x) for x in g.split(",")) for g in inst["pg_ranks"]} == truth - {(0, 1, 2, 3)}
     assert (inst["n_ranks"] == 2).all()  # every call found on both members of its group
-    assert _kinds(res)["collectives"] == [] and _kinds(res)["links"] == []
+    assert _kinds(res)["collectives"] == []  # no "fewer collectives", no "different ops"
+    for f in res["links"].findings:  # a slow group may show on a busy host; never a ratio over nothing
+        ev = f.evidence
+        assert ev["peers_median_ns"] >= 1_000 and ev["ratio"] == pytest.approx(ev["transfer_ns"] / ev["peers_median_ns"])
     pairs = {(s, d) for s, d in pl.from_arrow(res["comm_matrix"].tables["matrix"]).select("src", "dst").iter_rows()}
     assert (0, 3) not in pairs and (3, 0) not in pairs and (1, 2) not in pairs and (0, 1) in pairs and (0, 2) in pairs
     ev = pl.from_arrow(run.table(0, "events", columns=["name", "is_comm"])).with_columns(pl.col("name").cast(pl.Utf8))
