@@ -96,22 +96,21 @@ def rank_color(rank: int) -> str:
     return RANK_COLORS[int(rank) % len(RANK_COLORS)]
 
 
-def heatmap_figure(matrix: list[list[float | None]], starts: list[int], labels: list[str], title: str,
-                   unit: str, axis: str = "rank") -> Any:
-    """A rank × rank heatmap (bytes, time or bandwidth between ranks). Cells are placed at the first rank of
-    their block (``starts``) on numeric axes, so ticks thin out by themselves at any number of ranks;
-    ``labels`` name the ranks of each cell on hover. ``None`` cells (a rank with itself) stay blank, so the
-    colour scale spans the pairs only."""
+def heatmap_figure(matrix: list[list[float | None]], starts: list[int], title: str, unit: str,
+                   width: int = 1) -> Any:
+    """A rank × rank heatmap (bytes, time or bandwidth between ranks). Cells sit at the first rank of their
+    block of ``width`` ranks (``starts``) on numeric axes, so ticks thin out by themselves at any number of
+    ranks. ``None`` cells (a rank with itself) stay blank, so the colour scale spans the pairs only."""
     import plotly.graph_objects as go
 
-    text = [[f"from {a} to {b}" for b in labels] for a in labels]
-    fig = go.Figure(go.Heatmap(z=matrix, x=starts, y=starts, text=text, colorscale="Viridis",
+    who = "rank %{y} to rank %{x}" if width == 1 else f"ranks %{{y}}+ to ranks %{{x}}+ (blocks of {width})"
+    fig = go.Figure(go.Heatmap(z=matrix, x=starts, y=starts, colorscale="Viridis",
                                colorbar=dict(title=unit, thickness=14), xgap=1 if len(starts) <= 32 else 0,
                                ygap=1 if len(starts) <= 32 else 0,
-                               hovertemplate="%{text}: %{z:,.4g} " + unit + "<extra></extra>"))
+                               hovertemplate="from " + who + ": %{z:,.4g} " + unit + "<extra></extra>"))
     fig.update_layout(title=dict(text=title, x=0, xanchor="left"), height=420, margin=dict(l=60, r=20, t=40, b=50),
-                      xaxis=dict(title=f"to {axis}", tickformat="d", zeroline=False, showgrid=False),
-                      yaxis=dict(title=f"from {axis}", tickformat="d", autorange="reversed", zeroline=False,
+                      xaxis=dict(title="to rank", tickformat="d", zeroline=False, showgrid=False),
+                      yaxis=dict(title="from rank", tickformat="d", autorange="reversed", zeroline=False,
                                  showgrid=False), plot_bgcolor="#ffffff")
     return fig
 

@@ -192,8 +192,6 @@ def _heatmaps(name: str, tname: str, t: object) -> list[str]:
     byt, tim = _pick(sums, ("bytes",)), _pick(sums, ("time_ns", "time", "dur"))
     if byt and tim:
         z["bandwidth (GB/s)"] = [[b / t if t else 0.0 for b, t in zip(rb, rt)] for rb, rt in zip(z[byt], z[tim])]
-    labels = ([str(r) for r in ranks] if width == 1 else
-              [f"{ranks[i * width]}-{ranks[min(len(ranks), (i + 1) * width) - 1]}" for i in range(n)])
     starts = [ranks[i * width] for i in range(n)]
     out = []
     for i, (m, zz) in enumerate(z.items()):
@@ -214,7 +212,7 @@ def _heatmaps(name: str, tname: str, t: object) -> list[str]:
                        "matrix is drawn)</p>")
             continue
         zz = [[None if v is None else float(f"{v / scale:.4g}") for v in row] for row in pairs]
-        out.append(charts.figure_div(charts.heatmap_figure(zz, starts, labels, title, unit), f"heat-{tname}-{i}"))
+        out.append(charts.figure_div(charts.heatmap_figure(zz, starts, title, unit, width), f"heat-{tname}-{i}"))
     return out
 
 
