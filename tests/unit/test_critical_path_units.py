@@ -179,3 +179,25 @@ def test_keys_and_joinable_calls():
     assert keys == ["0|0,1#0", "p2p:0->1#0", "0|0,1#1"] and df["kind"].to_list() == ["collective", "p2p", "collective"]
     assert adapter.joinable(np.array(keys, object), 0, {0, 1}).tolist() == [True, True, True]
     assert adapter.joinable(np.array(keys, object), 0, {0}).tolist() == [False, False, False]
+
+
+def test_banded_anchor_matrix_equals_the_full_one_within_its_band(monkeypatch):
+    """Many calls per step: each source solved for the next 2 * BAND arrivals only, the step's end
+    from a backward pass; inside the band the values are the full solve's."""
+    rng = np.random.default_rng(11)
+    g0 = random_chains(4, chains=3, length=120, cross=150)
+    calls = np.sort(rng.choice(g0.n, 24, replace=False))
+    arrival, end = calls[0::2], calls[1::2]
+    g = cut(g0, end)
+    full = local.Local(g, arrival, end).matrix().d
+    monkeypatch.setattr(local, "BAND", 2)
+    loc = local.Local(g, arrival, end)
+    banded = loc.matrix().d
+    k = len(arrival)
+    assert np.array_equal(banded[:, k], full[:, k])  # to the step's end: exact
+    for r in range(k + 1):
+        for c in range(k):
+            if c - (r // 2 * 2 - 1) < 4 and c >= r // 2 * 2 - 1:  # inside this row's band
+                assert banded[r, c] == full[r, c], (r, c)
+            else:
+                assert banded[r, c] in (full[r, c], local.NEG)

@@ -14,6 +14,7 @@ step_ms_if_median}], medians over steps), ``bounding`` and ``per_step`` (the cha
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -94,16 +95,30 @@ def build_steps(data: "RankData", only: set[int] | None = None) -> tuple[list[St
             continue
         sel = window(ev, t0, t1 - 1)
         c = calls.take((calls.ts >= t0) & (calls.ts < t1))
-        g, anc = timed.rank_graph(ev, sel, c, adapter.joinable(c.key, data.rank, set(data.run.rank_ids)))
+        g, anc = timed.rank_graph(ev, sel, c, adapter.joinable(c.key, data.rank, _present(data.run)))
         ok = anc.arrival >= 0
         anc = timed.Anchors(anc.arrival[ok], anc.end[ok], [k for k, o in zip(anc.key, ok) if o], anc.info.take(ok))
         out.append(StepBuild(step, wall, g, anc, local.Local(g, anc.arrival, anc.end)))
     return out, adapter.unmatched_p2p(frame), ev
 
 
+def _present(run: "Run") -> set[int]:
+    """The ranks of the run; a per-rank task on Dask sees its own rank only (``Run.only``): then the
+    world, whose members may be in the run."""
+    ids = set(run.rank_ids)
+    return ids if len(ids) > 1 else set(range(run.world_size or 1)) | ids
+
+
+def _single(run: "Run") -> bool:
+    """A run of one rank (not a Dask task of a larger run: those are sent only for runs of several)."""
+    return len(run.rank_ids) < 2 and not os.environ.get("RANKSCOPE_DASK")
+
+
 def rank_part(data: "RankData") -> RankPart:
     """The anchor matrices of one rank's steps (the per-rank pass)."""
     part = RankPart(data.rank)
+    if _single(data.run):  # nothing to join: combine says so, and no graph is built for nothing
+        return part
     try:
         builds, part.unmatched_p2p, ev = build_steps(data)
     except Exception as exc:  # noqa: BLE001 - one rank's odd data must not stop the others
@@ -135,6 +150,9 @@ def combine(run: "Run", parts: list[tuple[int, RankPart]], results: dict[str, An
     for _, p in parts:
         for sp in p.steps:
             by_step.setdefault(sp.step, []).append(sp)
+    if _single(run):
+        return Result("critical_path", skipped="one rank in the run: the critical path across ranks needs two "
+                                                "(one rank's path, HTA 0.5.0's rules: rankscope.analysis.deps.graph / path)")
     if not by_step:
         return Result("critical_path", skipped="no steps with events in any rank")
     rebuild = _Rebuilder(run)
@@ -213,7 +231,7 @@ def _expand(j: J.Joined, sps: list[StepPart], edges: list[int], step: int, rebui
         if b is None:
             continue
         k = len(sp.rs.keys)
-        target = int(b.anchors.arrival[t]) if t < k else int(sp.sink[s])
+        target = int(b.anchors.arrival[t]) if t < k else int(sp.sink[s]) if sp.sink[s] >= 0 else b.loc.farthest(s)
         le = b.loc.local_path(s, target)
         out.extend(chain.edge_segments(sp.rs.rank, b.g, ev, ctx, le))
     return out

@@ -49,6 +49,7 @@ class Joined:
     ranks: list[RankStep]
     level_order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     level_bounds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    group_first: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def anchor_ids(k: int) -> tuple[int, np.ndarray, np.ndarray, int]:
@@ -119,21 +120,30 @@ def _levels(j: Joined) -> None:
         level = new
     else:
         raise RuntimeError("the joined step graph has a cycle")
-    o = np.argsort(level[j.dst], kind="stable")
+    o = np.lexsort((j.dst, level[j.dst]))  # by level, then by target within a level
     j.level_order = o
-    lv = level[j.dst][o]
+    lv, d = level[j.dst][o], j.dst[o]
     j.level_bounds = np.r_[0, np.flatnonzero(lv[1:] != lv[:-1]) + 1, len(o)]
+    j.group_first = np.flatnonzero(np.r_[True, (lv[1:] != lv[:-1]) | (d[1:] != d[:-1])])
 
 
 def longest(j: Joined, w: np.ndarray | None = None) -> tuple[np.ndarray, int]:
-    """Distances into every anchor (sources at 0) and the path's end anchor."""
+    """Distances into every anchor (sources at 0) and the path's end anchor. ``w`` may hold several
+    weight sets as columns (edges x sets): then distances are (anchors x sets), all solved at once."""
     w = j.w if w is None else w
-    dist = np.zeros(j.n, np.int64)
-    o, b = j.level_order, j.level_bounds
-    for lo, hi in zip(b[:-1].tolist(), b[1:].tolist()):  # one relaxation per level
-        e = o[lo:hi]
-        np.maximum.at(dist, j.dst[e], dist[j.src[e]] + w[e])
-    return dist, int(np.argmax(dist)) if j.n else -1
+    dist = np.zeros((j.n,) + w.shape[1:], np.int64)
+    o, b, gf = j.level_order, j.level_bounds, j.group_first
+    src, dst = j.src[o], j.dst[o]
+    wo = w[o]
+    g_lo = np.searchsorted(gf, b[:-1])
+    g_hi = np.searchsorted(gf, b[1:])
+    for lo, hi, a, z in zip(b[:-1].tolist(), b[1:].tolist(), g_lo.tolist(), g_hi.tolist()):  # one step per level
+        val = dist[src[lo:hi]] + wo[lo:hi]
+        firsts = gf[a:z]
+        best = np.maximum.reduceat(val, firsts - lo, axis=0)
+        t = dst[firsts]
+        dist[t] = np.maximum(dist[t], best)
+    return dist, int(np.argmax(dist if dist.ndim == 1 else dist[:, 0])) if j.n else -1
 
 
 def path_edges(j: Joined, dist: np.ndarray, end: int, w: np.ndarray | None = None) -> list[int]:

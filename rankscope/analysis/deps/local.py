@@ -22,6 +22,8 @@ from rankscope.analysis.deps.graph import RankGraph
 
 NEG = -(1 << 44)  # unreachable (about 5 hours below any real path)
 REACH = NEG // 2
+BAND = 24  # sources per band when a step has many calls (each reaches the next 2 * BAND arrivals)
+MARGIN_NS = 10_000  # a band's time window is widened by this (edges back in time: rounding)
 
 
 @dataclass
@@ -197,14 +199,20 @@ class Local:
         return keep
 
     def matrix(self) -> AnchorMatrix:
-        """Longest local paths from every source to every target (contracted chains)."""
+        """Longest local paths from every source to every target (contracted chains). With many calls
+        per step (more than ``2 * BAND``) the sources are solved in bands: each source's paths to the
+        next ``2 * BAND`` arrivals, within their time window (a path to a later arrival passes, in
+        practice, through the end of a call in between); the step's end from each source comes from
+        one backward pass."""
+        k = len(self.arrival)
+        if k + 1 > 2 * BAND:
+            return self._banded()
         lay = _Layout(self.g, self.g.w, self._keep())
         cols = [self.sources] + [np.array([e]) for e in self.end.tolist()]
         seed = np.full((lay.n, len(cols)), NEG, np.int64)
         for j, nodes in enumerate(cols):
             seed[lay.where[nodes], j] = 0
         dist, self.rounds = _solve(lay, seed)
-        k = len(self.arrival)
         d = np.full((k + 1, k + 1), NEG, np.int64)
         if k:
             d[:, :k] = dist[lay.where[self.arrival]].T
@@ -215,9 +223,50 @@ class Local:
             sink = np.zeros(k + 1, np.int64)
         return AnchorMatrix(d, sink)
 
-    def local_path(self, source: int, target: int) -> list[int]:
-        """Edge ids of the longest local path from source row ``source`` (0 = START, i+1 = end of
-        call i) to node ``target``; [] when unreachable or the same node."""
+    def _banded(self) -> AnchorMatrix:
+        g, k = self.g, len(self.arrival)
+        d = np.full((k + 1, k + 1), NEG, np.int64)
+        tail = self.tails()
+        d[0, k] = tail[self.sources].max() if len(self.sources) else NEG
+        d[1:, k] = tail[self.end]
+        keep0 = self._keep()
+        t_pos = g.node_ts[g.order]
+        seed_t = np.r_[g.node_ts[self.sources].min() if len(self.sources) else 0, g.node_ts[self.end]]
+        for b0 in range(0, k + 1, BAND):
+            rows = np.arange(b0, min(k + 1, b0 + BAND))
+            targets = np.arange(max(0, b0 - 1), min(k, b0 - 1 + 2 * BAND))
+            lo = seed_t[rows].min() - MARGIN_NS
+            hi = g.node_ts[self.arrival[targets]].max() + MARGIN_NS if len(targets) else lo
+            lay = _Layout(g, g.w, keep0 & (t_pos >= lo) & (t_pos <= hi))
+            seed = np.full((lay.n, len(rows)), NEG, np.int64)
+            for j, r in enumerate(rows.tolist()):
+                nodes = self.sources if r == 0 else self.end[r - 1:r]
+                at = lay.where[nodes]
+                seed[at[at >= 0], j] = 0
+            dist, rounds = _solve(lay, seed)
+            self.rounds += rounds
+            at = lay.where[self.arrival[targets]]
+            ok = at >= 0
+            d[np.ix_(rows, targets[ok])] = dist[at[ok]].T
+        return AnchorMatrix(d, np.full(k + 1, -1, np.int64))  # -1: found when the path is expanded
+
+    def tails(self) -> np.ndarray:
+        """Per node: the longest local path starting at it (one pass over the reversed graph)."""
+        g = self.g
+        rev = RankGraph(g.node_ev, g.node_start, g.node_ts, g.dst, g.src, g.w, g.w_raw, g.typ, g.attr, g.seq,
+                        g.order[::-1], np.r_[g.link[1:], -1][::-1])
+        lay = _Layout(rev, g.w)
+        dist, _ = _solve(lay, np.zeros((lay.n, 1), np.int64))
+        out = np.full(g.n, NEG, np.int64)
+        out[lay.node] = dist[:, 0]
+        return out
+
+    def farthest(self, source: int) -> int:
+        """The node where the longest local path from source row ``source`` ends."""
+        dist, _, _ = self._dist_from(source)
+        return int(np.argmax(dist))
+
+    def _dist_from(self, source: int) -> tuple[np.ndarray, np.ndarray, _Layout]:
         if source not in self._from:
             g = self.g
             lay = _Layout(g, g.w)
@@ -230,7 +279,12 @@ class Local:
             seeded = np.zeros(g.n, bool)
             seeded[nodes] = True
             self._from[source] = (dist, seeded, lay)
-        dist, seeded, lay = self._from[source]
+        return self._from[source]
+
+    def local_path(self, source: int, target: int) -> list[int]:
+        """Edge ids of the longest local path from source row ``source`` (0 = START, i+1 = end of
+        call i) to node ``target``; [] when unreachable or the same node."""
+        dist, seeded, lay = self._dist_from(source)
         if dist[target] <= REACH:
             return []
         return _backtrack(self.g, lay, dist, seeded, target)
