@@ -21,7 +21,7 @@ from rankscope.analysis.base import Result
 from rankscope.analysis.classify import DEVICE_KINDS
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
-from rankscope.analysis.gpu.stats import sweep, top_n
+from rankscope.analysis.gpu.stats import hta_sweep, sweep, top_n
 from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
@@ -35,7 +35,7 @@ def _hta_part(d: RankData) -> dict[str, Any]:
     v = hv.view(d)
     k = v.with_names(v.kernel_types(hv.device(v.frame)))
     parts = {c: k.filter(pl.col("kernel_type") == c) for c in HTA_CLASSES}
-    types = sweep([(c, p["ts"].to_numpy(), p["end"].to_numpy()) for c, p in parts.items()])
+    types = hta_sweep([(c, p["ts"].to_numpy(), p["end"].to_numpy()) for c, p in parts.items()])
     rows = [top_n(p, "dur", NUM_KERNELS, DURATION_RATIO).with_columns(kernel_type=pl.lit(c), rank=pl.lit(d.rank))
             for c, p in parts.items()]
     return {"types": types, "kernels": pl.concat(rows)}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.gpu.htaview import merged
+from rankscope.analysis.gpu.htaview import merged, pd_argsort
 
 STATS = ("count", "mean", "std", "min", "25%", "50%", "75%", "max")
 
@@ -69,4 +69,25 @@ def sweep(classes: list[tuple[str, np.ndarray, np.ndarray]]) -> dict[str, int]:
         sel = running == mask
         if (dur[sel] > 0).any():
             out[label] = out.get(label, 0) + int(dur[sel].sum())
+    return out
+
+
+def hta_sweep(classes: list[tuple[str, np.ndarray, np.ndarray]]) -> dict[str, int]:
+    """``sweep`` as HTA computes it, step by step (breakdown_analysis.py:508-560): each class's merged
+    starts then ends appended and the whole re-sorted with pandas' unstable sort, so that equal times
+    leave the zero-length labels HTA leaves (a label of time 0 is a row of HTA's table)."""
+    time = np.zeros(0, np.int64)
+    status = np.zeros(0, np.int64)
+    for i, (_, ts, end) in enumerate(classes):
+        s, e = merged(ts, end)
+        time = np.concatenate([time, s, e])
+        status = np.concatenate([status, np.full(len(s), 1 << i, np.int64), np.full(len(e), -(1 << i), np.int64)])
+        o = pd_argsort(time)
+        time, status = time[o], status[o]
+    running = np.cumsum(status)
+    dur = np.r_[time[1:] - time[:-1], 0]
+    out: dict[str, int] = {}
+    for mask in np.unique(running[running > 0]).tolist():
+        label = " overlapping ".join(name for i, (name, _, _) in enumerate(classes) if mask & (1 << i))
+        out[label] = out.get(label, 0) + int(dur[running == mask].sum())
     return out
