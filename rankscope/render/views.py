@@ -200,7 +200,8 @@ def _heatmaps(name: str, tname: str, t: object) -> list[str]:
         title, unit, scale, kind = _HEAT_TITLES.get(m, (m.replace("_", " "), "", 1.0, "float"))
         title += f" (blocks of {width} ranks)" if width > 1 else ""
         # a rank with itself is no pair: left blank, so the colour scale spans the pairs only
-        pairs = [[None if a == b and width == 1 else v for b, v in enumerate(row)] for a, row in enumerate(zz)]
+        pairs: list[list[float | None]] = [[None if a == b and width == 1 else v for b, v in enumerate(row)]
+                                           for a, row in enumerate(zz)]
         shown = [v for row in pairs for v in row if v is not None]
         if not shown:
             continue
@@ -211,8 +212,8 @@ def _heatmaps(name: str, tname: str, t: object) -> list[str]:
                        f"{esc(cell(hi, kind))} for every one of the {len(shown):,} {what} (all equal, so no "
                        "matrix is drawn)</p>")
             continue
-        zz = [[None if v is None else float(f"{v / scale:.4g}") for v in row] for row in pairs]
-        out.append(charts.figure_div(charts.heatmap_figure(zz, starts, title, unit, width), f"heat-{tname}-{i}"))
+        cells = [[None if v is None else float(f"{v / scale:.4g}") for v in row] for row in pairs]
+        out.append(charts.figure_div(charts.heatmap_figure(cells, starts, title, unit, width), f"heat-{tname}-{i}"))
     return out
 
 
