@@ -222,7 +222,7 @@ def report(res: dict[str, tuple[int, int, list[str], str | None]], emit: Callabl
         total[1] += n
         emit(f"{name}: {ok} of {n} values agree" + (f" ({why})" if why else ""))
         for b in bad[:5]:
-            emit(f"    {b if len(b) <= 400 else b[:200] + " ... " + b[-180:]}")
+            emit("    " + (b if len(b) <= 400 else b[:200] + " ... " + b[-180:]))
     emit(f"all: {total[0]} of {total[1]} values agree")
     return total[1] > 0 and total[0] == total[1]
 
