@@ -33,11 +33,12 @@ _US = 1000.0
 
 def _hta_part(d: RankData) -> dict[str, Any]:
     v = hv.view(d)
-    k = v.with_names(v.kernel_types(hv.device(v.frame)))
-    parts = {c: k.filter(pl.col("kernel_type") == c) for c in HTA_CLASSES}
+    k = hv.device(v.frame).select("nid", "ts", "end", "dur")
+    parts = {c: k.filter(pl.col("nid").is_in(v.name_ids(c, lambda n, c=c: hv.kernel_type(n) == c)))
+             for c in HTA_CLASSES}
     types = hta_sweep([(c, p["ts"].to_numpy(), p["end"].to_numpy()) for c, p in parts.items()])
-    rows = [top_n(p, "dur", NUM_KERNELS, DURATION_RATIO).with_columns(kernel_type=pl.lit(c), rank=pl.lit(d.rank))
-            for c, p in parts.items()]
+    rows = [top_n(p, "dur", NUM_KERNELS, DURATION_RATIO, names=v.names).with_columns(
+        kernel_type=pl.lit(c), rank=pl.lit(d.rank)) for c, p in parts.items()]
     return {"types": types, "kernels": pl.concat(rows)}
 
 
@@ -47,17 +48,18 @@ def _own_part(d: RankData) -> dict[str, Any] | None:
         return None
     kernel = d.kind_in(("kernel",))[dev]
     comm = d.comm()[dev]
-    cls = np.where(comm, "communication", np.where(kernel, "computation", "memory"))
+    cls = np.where(comm, 1, np.where(kernel, 0, 2))  # index into CLASSES
     ts, dur = d.col("ts")[dev], d.col("dur")[dev]
     nid, names = d.memo("name_codes", lambda: hv.codes(d.events.column("name")))
-    df = pl.DataFrame({"nid": nid[dev], "class": cls, "dur": dur})
-    stats = df.group_by("class", "nid").agg(
+    df = pl.DataFrame({"nid": nid[dev], "cls": cls.astype(np.int8), "dur": dur})
+    stats = df.group_by("cls", "nid").agg(
         pl.len().alias("count"), pl.col("dur").sum().alias("sum"), pl.col("dur").min().alias("min"),
         pl.col("dur").max().alias("max"), pl.col("dur").cast(pl.Float64).mean().alias("mean"),
         pl.col("dur").cast(pl.Float64).std(ddof=1).fill_null(0.0).alias("std"))
-    stats = stats.with_columns(rank=pl.lit(d.rank), name=pl.lit(pl.Series(names, dtype=pl.Utf8)).gather(pl.col("nid")))
-    stats = stats.drop("nid")
-    over = sweep([(c, ts[cls == c], (ts + dur)[cls == c]) for c in CLASSES])
+    stats = stats.with_columns(rank=pl.lit(d.rank), name=pl.lit(pl.Series(names, dtype=pl.Utf8)).gather(pl.col("nid")),
+                               **{"class": pl.lit(pl.Series(CLASSES, dtype=pl.Utf8)).gather(pl.col("cls"))})
+    stats = stats.drop("nid", "cls")
+    over = sweep([(c, ts[cls == i], (ts + dur)[cls == i]) for i, c in enumerate(CLASSES)])
     return {"stats": stats, "overlap": over}
 
 

@@ -85,7 +85,9 @@ def sequences(v: hv.View, min_stream: int) -> pl.DataFrame:
 @guarded
 def rank_part(d: RankData) -> dict[str, Any] | None:
     v = hv.view(d)
-    hta, own = sequences(v, 1), sequences(v, 0)
+    hta = sequences(v, 1)
+    # HTA links kernels on streams > 0 only; with none on stream 0 (CUDA) both definitions agree
+    own = sequences(v, 0) if (v.frame["stream"] == 0).any() else hta
     if not hta.height and not own.height:
         return None
     return {"hta": hta.with_columns(rank=pl.lit(d.rank)), "own": own.with_columns(rank=pl.lit(d.rank))}

@@ -29,16 +29,23 @@ def describe(df: pl.DataFrame, by: list[str], value: str) -> pl.DataFrame:
         v.quantile(0.75, "linear").alias("75%"), v.max().alias("max")).sort(by)
 
 
-def _agg(df: pl.DataFrame, value: str) -> pl.DataFrame:
+def _agg(df: pl.DataFrame, value: str, key: str = "name") -> pl.DataFrame:
     v = pl.col(value)
-    return df.group_by("name").agg(v.sum().alias("sum"), v.max().alias("max"), v.min().alias("min"),
-                                   v.cast(pl.Float64).mean().alias("mean"),
-                                   v.cast(pl.Float64).std(ddof=1).fill_null(0.0).fill_nan(0.0).alias("std"))
+    return df.group_by(key).agg(v.sum().alias("sum"), v.max().alias("max"), v.min().alias("min"),
+                                v.cast(pl.Float64).mean().alias("mean"),
+                                v.cast(pl.Float64).std(ddof=1).fill_null(0.0).fill_nan(0.0).alias("std"))
 
 
-def top_n(df: pl.DataFrame, value: str, num: int, ratio: float, keep: set[str] | None = None) -> pl.DataFrame:
-    """Per-name stats with HTA's "others" grouping (see module docstring)."""
-    t = _agg(df, value).sort(["sum", "name"], descending=[True, False])
+def top_n(df: pl.DataFrame, value: str, num: int, ratio: float, keep: set[str] | None = None,
+          names: list[str] | None = None) -> pl.DataFrame:
+    """Per-name stats with HTA's "others" grouping (see module docstring). With ``names``, ``df`` is keyed
+    by name codes (``nid``): aggregated on the codes, names attached to the (few) aggregated rows."""
+    if names is not None:
+        t = _agg(df, value, "nid")
+        t = t.with_columns(name=pl.lit(pl.Series(names, dtype=pl.Utf8)).gather(pl.col("nid"))).drop("nid")
+    else:
+        t = _agg(df, value)
+    t = t.sort(["sum", "name"], descending=[True, False]).select("name", "sum", "max", "min", "mean", "std")
     if t.height <= num:
         return t
     cum = t["sum"].cum_sum().cast(pl.Float64)
