@@ -12,6 +12,7 @@ on a shared 2-core VM, compare ratios, not absolute seconds):
   without ``critical_path`` (dropped from the registry in the child), interleaved.
 - ``twins``: synthetic runs with an injected delay and their twins (same seed, no delay): the
   bounding rank and its what-if against the twin's measured step time.
+- ``demo`` (not by default: minutes): real gloo jobs, a slow rank and the healthy twin, the same way.
 
     .venv/bin/python bench/critical_path.py [--ranks 64] [--repeats 3] [--parts scale analyze twins]
 """
@@ -142,12 +143,39 @@ def twins(cache: Path, seed: int) -> None:
               f"{b.get('step_ms', 0):.2f} | {pred:.2f} | {twin_ms:.2f} | {100 * (pred - twin_ms) / twin_ms:+.1f} % |")
 
 
+def demo(cache: Path, kinds: list[str], steps: int) -> None:
+    """Real gloo jobs (``rankscope demo``, 2 ranks, vCPUs rotated): a slow rank and the healthy twin."""
+    from rankscope.analysis.registry import run_all
+    from rankscope.model.run import load_run
+
+    os.environ["RANKSCOPE_CACHE"] = str(cache / "rs-cache")
+    print(f"\n### demo: real gloo jobs, 2 ranks, {steps} steps, vCPUs rotated (load {load()})\n")
+    print("| slow kind (rank 1) | bounding rank | steps bound | cost ms | step ms | predicted ms | healthy ms | error |")
+    print("|---|---|---|---|---|---|---|---|")
+    runs = {}
+    for kind in ["healthy"] + kinds:
+        out = cache / f"demo-{kind}-{int(time.time())}"
+        extra = [] if kind == "healthy" else ["--slow-rank", "1", "--slow-kind", kind]
+        subprocess.run([sys.executable, "-m", "rankscope.cli", "demo", "--ranks", "2", "--steps", str(steps),
+                        "--warmup", "2", "--rotate-cpus", "--out", str(out), "--run-id", "r", *extra],
+                       env=env(cache / "rs-cache"), capture_output=True, check=True)
+        runs[kind] = run_all(load_run(out / "r", jobs=1), ["critical_path"])["critical_path"].summary
+    healthy = statistics.median(s["step_ms"] for s in runs["healthy"]["per_step"])
+    for kind in kinds:
+        b = runs[kind]["bounding"] or {}
+        pred = b.get("step_ms_if_median", float("nan"))
+        print(f"| {kind} | {b.get('rank')} | {b.get('steps')} of {b.get('of_steps')} | {b.get('cost_ms', 0):.1f} | "
+              f"{b.get('step_ms', 0):.1f} | {pred:.1f} | {healthy:.1f} | {100 * (pred - healthy) / healthy:+.1f} % |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=21)
-    ap.add_argument("--parts", nargs="+", default=["scale", "analyze", "twins"])
+    ap.add_argument("--parts", nargs="+", default=["scale", "analyze", "twins"], help="also: demo (real gloo jobs)")
+    ap.add_argument("--demo-kinds", nargs="+", default=["data", "host", "compute"])
+    ap.add_argument("--demo-steps", type=int, default=8)
     ap.add_argument("--cache", type=Path, default=ROOT / ".bench" / "critical_path")
     a = ap.parse_args()
     a.cache.mkdir(parents=True, exist_ok=True)
@@ -158,6 +186,8 @@ def main() -> None:
         analyze(a.cache, a.repeats)
     if "twins" in a.parts:
         twins(a.cache, a.seed)
+    if "demo" in a.parts:
+        demo(a.cache, a.demo_kinds, a.demo_steps)
 
 
 if __name__ == "__main__":
