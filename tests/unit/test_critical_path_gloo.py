@@ -24,13 +24,19 @@ SLEEP_MS = 64.0  # demo/train.py: delay_s = 0.064 * slowdown, once per batch
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory):
+def job(tmp_path_factory):
     out = tmp_path_factory.mktemp("gloo")
     cmd = [sys.executable, "-m", "rankscope.cli", "demo", "--ranks", "2", "--steps", "5", "--warmup", "2",
            "--slow-rank", "1", "--slow-kind", "data", "--out", str(out), "--run-id", "r"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return run_all(load_run(Path(out) / "r", jobs=1), ["critical_path"])["critical_path"]
+    run = load_run(Path(out) / "r", jobs=1)
+    return run, run_all(run, ["critical_path"])["critical_path"]
+
+
+@pytest.fixture(scope="module")
+def result(job):
+    return job[1]
 
 
 def test_slow_rank_bounds_the_step_by_about_its_sleep(result):
@@ -64,3 +70,19 @@ def test_path_holds_the_sleep_in_rank_1_s_data_loading(result):
         assert data["dur"].sum() >= 0.9 * SLEEP_MS * 1e6, step
         assert set(mine["kind"].to_list()) <= {"compute", "launch", "sync", "collective", "wait"}
     assert np.isfinite([s["path_ms"] for s in result.summary["per_step"]]).all()
+
+
+def test_keys_are_the_instances_edges_match(job):
+    """The per-rank keys the join uses are the collective instances of ``analysis/edges`` (same
+    group, same sequence or order), rank by rank."""
+    from rankscope.analysis.collectives import match_collectives
+    from rankscope.analysis.deps import adapter
+
+    run = job[0]
+    m = pl.from_arrow(match_collectives(run))
+    for r in run.rank_ids:
+        mine = adapter.calls(run.table(r, "collectives"), r).filter(pl.col("kind") == "collective")
+        keys = {k for k in mine["key"].to_list() if k is not None}
+        theirs = m.filter(pl.col("rank") == r).select(
+            pl.format("{}|{}#{}", pl.col("pg_name").cast(pl.Utf8), pl.col("pg_ranks").cast(pl.Utf8), "instance"))
+        assert keys == set(theirs.to_series().to_list()) and keys

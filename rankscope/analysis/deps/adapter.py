@@ -1,12 +1,14 @@
 """Where the inter-rank edges come from: one rank's communication calls, keyed so that ranks meet.
 
-Pattern: a collective call is keyed by (process group, sequence number); without a sequence
-number (gloo without the recorder) by its order within the group on that rank, as
-``analysis/collectives.py`` matches them today. Point-to-point calls are keyed per (sender,
-receiver) in order when the peer is known (a ``peer`` column) and are never matched as a group
-collective; without a peer they are left unmatched and counted. ``rankscope/analysis/edges.py``
-(issue 25, being written) will supply these keys with the groups and pairs done right; ``calls``
-switches to it when it exports ``rank_calls``.
+Pattern: the keys follow the rules of ``analysis/edges.py`` (``collectives.match_collectives`` for
+collective instances, ``p2p_pairs`` for point-to-point transfers), applied to one rank's
+``collectives`` table so that the per-rank pass needs no other rank: a collective of a group whose
+calls carry sequence numbers is keyed by (group, sequence) and its calls without one are left out,
+else by its order within the group on that rank; a call whose group the trace does not name
+(``UNKNOWN_PG``) is not matched; a send / receive is keyed per (sender, receiver) in order (the
+k-th send from a to b meets the k-th receive on b from a) and is never a group collective; without
+a peer it stays unmatched and is counted. Every time stays on the rank's own clock: the join uses
+durations only, so no clock alignment is needed (``edges.run_edges`` aligns them for the views).
 """
 from __future__ import annotations
 
@@ -28,13 +30,6 @@ def calls(table: "pa.Table", rank: int) -> pl.DataFrame:
     part), ``op``, ``kind`` ("collective" | "p2p"), host span ``ts``/``end``, device span
     ``dev_ts``/``dev_end`` (-1: none), ``issue_ts`` (-1: unknown), ``pg`` and ``seq`` (the number
     shown: sequence or order in the group)."""
-    try:  # the edges engineer's module, once it lands (same columns)
-        from rankscope.analysis import edges  # type: ignore[attr-defined]
-
-        if hasattr(edges, "rank_calls"):
-            return edges.rank_calls(table, rank)
-    except ImportError:
-        pass
     return _from_collectives(table, rank)
 
 
@@ -49,20 +44,26 @@ def _from_collectives(table: "pa.Table", rank: int) -> pl.DataFrame:
     df = df.with_columns(pl.col("op").cast(pl.String), pl.col("pg_name").cast(pl.String).alias("pg"),
                          pl.col("pg_ranks").cast(pl.String),
                          *[(pl.col(c) if c in cols else pl.lit(-1, pl.Int64)).alias(c) for c in ("peer", "issue_ts")])
-    df = df.sort("ts").with_columns(
-        order=pl.int_range(pl.len()).over(["pg", "pg_ranks", pl.col("op").is_in(P2P)]).cast(pl.Int64),
-        p2p=pl.col("op").is_in(P2P))
+    from rankscope.model.comms import UNKNOWN_PG
+
+    p2p = pl.col("op").is_in(P2P)
+    group = ["pg", "pg_ranks"]
+    by_seq = ((pl.col("seq") >= 0) & ~p2p).any().over(group)
+    df = df.sort("ts").with_columns(p2p=p2p, by_seq=by_seq)
+    df = df.with_columns(  # order within the group, over the calls that are matched by order
+        order=pl.int_range(pl.len()).over([*group, pl.col("p2p"), pl.col("seq") >= 0]).cast(pl.Int64),
+        unmatched=~pl.col("p2p") & ((pl.col("pg") == UNKNOWN_PG) | (pl.col("by_seq") & (pl.col("seq") < 0))))
     sender = pl.when(pl.col("op") == "send").then(pl.lit(rank)).otherwise(pl.col("peer"))
     receiver = pl.when(pl.col("op") == "send").then(pl.col("peer")).otherwise(pl.lit(rank))
     pair_order = pl.int_range(pl.len()).over([sender, receiver]).cast(pl.Int64)
-    coll_seq = pl.when(pl.col("seq") >= 0).then(pl.col("seq")).otherwise(pl.col("order"))
+    coll_seq = pl.when(pl.col("by_seq")).then(pl.col("seq")).otherwise(pl.col("order"))
     dev = pl.col("dev_ts") >= 0
     out = df.with_columns(
         kind=pl.when(pl.col("p2p")).then(pl.lit("p2p")).otherwise(pl.lit("collective")),
         seq=pl.when(pl.col("p2p")).then(pair_order).otherwise(coll_seq),
         key=pl.when(pl.col("p2p") & (pl.col("peer") >= 0))
         .then(pl.format("p2p:{}->{}#{}", sender, receiver, pair_order))
-        .when(pl.col("p2p")).then(pl.lit(None, pl.String))
+        .when(pl.col("p2p") | pl.col("unmatched")).then(pl.lit(None, pl.String))
         .otherwise(pl.format("{}|{}#{}", pl.col("pg"), pl.col("pg_ranks"), coll_seq)),
         end=pl.col("ts") + pl.col("dur"),
         dev_end=pl.when(dev).then(pl.col("dev_ts") + pl.col("dev_dur")).otherwise(-1))
