@@ -105,7 +105,8 @@ def fix_nesting(ev: RankEvents, tol: int = 1_000, rounds: int = 3) -> RankEvents
     child ending just after its parent; on HTA's stack an end then pops the wrong event and an
     operator swallows the time of its neighbour (HTA leaves it so; HTA's own code notes the issue,
     pytorch/pytorch#122425). An end that popped another event is moved: to that event's start when
-    it started within ``tol`` of the end, else the other event's end to this one when within ``tol``."""
+    it started within ``tol`` of the end, else the other event's end to this one when within ``tol``,
+    else (a span opened inside the operator and closed after it) this one's end to the other's."""
     from dataclasses import replace
 
     dur = ev.dur.copy()
@@ -116,10 +117,16 @@ def fix_nesting(ev: RankEvents, tol: int = 1_000, rounds: int = 3) -> RankEvents
         bad = np.flatnonzero(~start & (walk_ev != own))
         x, y = own[bad], walk_ev[bad]
         end_x = cur.ts[x] + dur[x]
+        end_y = cur.ts[y] + dur[y]
         early = (cur.ts[y] >= end_x - tol) & (cur.ts[y] <= end_x) & (cur.ts[y] > cur.ts[x])
-        late = ~early & (cur.ts[y] + dur[y] - end_x <= tol) & (cur.ts[y] + dur[y] > end_x)
+        late = ~early & (end_y > end_x) & (cur.ts[y] >= cur.ts[x])
         if not (early.any() or late.any()):
             break
         dur[x[early]] = cur.ts[y[early]] - cur.ts[x[early]]
-        dur[y[late]] = end_x[late] - cur.ts[y[late]]
+        near = late & (end_y - end_x <= tol)
+        dur[y[near]] = end_x[near] - cur.ts[y[near]]
+        # a span started inside an operator and ending long after it (gloo's p2p span, opened by
+        # ``c10d::recv_`` and closed by the wait): the operator is taken to last until it ends
+        far = late & ~near
+        dur[x[far]] = np.maximum(dur[x[far]], end_y[far] - cur.ts[x[far]])
     return replace(ev, dur=dur, memo={})

@@ -4,7 +4,10 @@ Pattern: each rank brings its anchors (step start, each call's arrival and end, 
 longest local paths between them (``local.AnchorMatrix``). A call matched across ranks (same key:
 group and sequence, or a p2p pair) gets a node X: every member's arrival -> X (weight 0; the time a
 member waits is the gap between its arrival and the last one), X -> every member's end (weight the
-transfer: the shortest span over the members, the one of the member that did not wait). The
+transfer: the shortest span over the members, the one of the member that did not wait). A p2p pair
+is such a meeting of two: the receive cannot end before the send started, and a gloo / NCCL send
+returns only once its receiver took the data (measured on gloo: the sender's span holds the wait
+for a late receiver, the receiver's is then short). The
 longest path of this DAG is the step's critical path at anchor level; it needs no clock alignment,
 as every weight is a duration measured on one rank.
 
