@@ -15,7 +15,9 @@ from typing import Any
 @dataclass(frozen=True)
 class Col:
     """A column or a summary fact: ``key`` in the data, ``label`` shown, ``unit`` of the stored value
-    ("ns", "us", "bytes", "gbps", "share", "count", "text", "ranks")."""
+    ("ns", "us", "bytes", "gbps", "share", "count", "float", "text", "ranks", "group": a process group's
+    ranks, short; "device": -1 is the CPU; "words": an identifier-like category said in words; a unit
+    ending in "+" is a change, printed with its sign)."""
 
     key: str
     label: str
@@ -164,7 +166,7 @@ VIEWS: dict[str, View] = {
             C("span", "span", NS), C("idle", "idle", NS), C("idle_pct", "idle (%)", "float"),
             C("host_wait", "host wait", NS), C("kernel_wait", "kernel wait", NS), C("other", "other", NS))),
         TableView("hta_idle_time", "as HTA's idle time breakdown", (
-            C("rank", "rank", "count"), C("stream", "stream", "count"), C("idle_category", "category"),
+            C("rank", "rank", "count"), C("stream", "stream", "count"), C("idle_category", "category", "words"),
             C("idle_time", "idle", "us"), C("idle_time_ratio", "share of the stream's idle", "float")))),
         "needs GPU kernels in the traces", optional=True),
     "launch_delay": View("Kernel launch delay and slow runtime calls", (
@@ -352,6 +354,8 @@ def cell(value: Any, unit: str) -> str:
             return f"{float(value):,.2f}"
         if unit == "device":
             return "CPU" if int(value) < 0 else f"device {int(value)}"
+        if unit == "words":  # a category named like an identifier (HTA's "host_wait"): said in words
+            return str(value).replace("_", " ")
     except (TypeError, ValueError):
         pass
     if unit in ("ranks", "group") and isinstance(value, str) and value.replace(",", "").replace(" ", "").isdigit():

@@ -100,8 +100,10 @@ LOOK_JS = r"""
 
 SNAKE = re.compile(r"\b[a-z]+_[a-z_]+\b")
 CAMEL = re.compile(r"\b[a-z]+[A-Z][a-zA-Z]+\b")
-# torch API names a hint tells the reader to use (real words to type, not internal columns)
-ALLOW = {"record_shapes", "profile_memory", "pin_memory", "record_function", "trace_handler"}
+# torch API names a hint tells the reader to use (real words to type, not internal columns), and the names of
+# torch.distributed's collectives, which a note may name when the trace has none of them
+ALLOW = {"record_shapes", "profile_memory", "pin_memory", "record_function", "trace_handler", "all_reduce",
+         "all_gather", "reduce_scatter", "all_to_all", "all_gather_into_tensor", "reduce_scatter_tensor"}
 NUM = r"([-+]?\d[\d,]*(?:\.\d+)?)"
 MICRO = re.compile(NUM + r"\s*µs")
 NANO = re.compile(NUM + r"\s*ns\b")
