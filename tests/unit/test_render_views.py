@@ -15,6 +15,7 @@ def test_signed_cells_group_labels_and_devices():
     assert cell(2_500_000, "ns+") == "+2.50 ms" and cell(-1_200_000, "bytes+") == "-1.2 MB"
     assert cell(20717.7, "us+") == "+20.7 ms" and cell(-116396.8, "us+") == "-116 ms"  # never µs above 1 ms
     assert cell(0, "ns+") == "0 µs" and cell(3, "count+") == "+3" and cell(-1, "device") == "CPU"
+    assert cell("host_wait", "words") == "host wait"
     assert cell("0,1,2,3", "group") == "0-3" and cell("0,2,4,6", "group") == "0,2,4,6"
     odd = ",".join(str(r) for r in range(1, 64, 2))
     assert cell(odd, "group") == "1,3,…,63 (32 ranks)" == group_label(range(1, 64, 2))
