@@ -7,8 +7,8 @@ Pattern: start from HTA's graph (``graph.build``) with the communication spans a
 - a call's own span is cut: its end node gets its time from the other ranks (``join``), so the
   wait inside it weighs nothing here;
 - a wait weighs nothing and the edge from what it waited for carries the wake-up time: a thread
-  idle (between operators, or inside a ``wait``) until a collective on another thread of the rank
-  ended (within ``WAKE_NS``); a blocking runtime call (``cudaMemcpy``, syncs) whose own device
+  idle (between operators, inside a ``wait``, or inside a framework's communication span such as
+  ``FSDP::all_gather``) until a collective on another thread of the rank ended (within ``WAKE_NS``); a blocking runtime call (``cudaMemcpy``, syncs) whose own device
   operation ended before it returned; a device operation that started right when an operation on
   another stream ended (NCCL stream <-> compute stream, ``GPU_WAKE_NS``), where the trace has no
   CUDA sync events to say so;
@@ -47,12 +47,13 @@ def comm_spans(ev: RankEvents) -> np.ndarray:
     return ev.is_comm & (ev.stream == -1) & np.isin(ev.kind, _HOST)
 
 
-def executor_threads(ev: RankEvents, sel: np.ndarray) -> np.ndarray:
-    """Host threads whose events in the window are all communication spans (gloo's threads)."""
-    host = sel & (ev.stream == -1) & np.isin(ev.kind, _HOST + (K.PYTHON,))
-    tids = np.unique(ev.tid[host])
-    other = np.unique(ev.tid[host & ~ev.is_comm])
-    return np.setdiff1d(tids, other)
+def executor_threads(ev: RankEvents, sel: np.ndarray, call_ev: np.ndarray) -> np.ndarray:
+    """Host threads that run collectives for others (gloo's worker threads): those holding a call's
+    span, other than a thread with the step's own span (a training thread waits in its own p2p spans)."""
+    ev_ = call_ev[call_ev >= 0]
+    tids = np.unique(ev.tid[ev_[ev.stream[ev_] < 0]])
+    steps = np.unique(ev.tid[sel & (ev.stream == -1) & ev.name_has(("profilerstep#",))])
+    return np.setdiff1d(tids, steps)
 
 
 def locate(ev: RankEvents, sel: np.ndarray, calls: Calls) -> tuple[np.ndarray, np.ndarray]:
@@ -119,8 +120,8 @@ def rank_graph(ev: RankEvents, sel: np.ndarray, calls: Calls, joinable: np.ndarr
     calls (another member is in the run) are cut and anchored; the others keep their own span."""
     # annotations are nodes too: the step's own start (ProfilerStep#N), data loading, framework spans
     g = build(ev, sel, extra_nodes=comm_spans(ev) | ((ev.stream == -1) & (ev.kind == K.ANNOTATION)))
-    execs = executor_threads(ev, sel)
     arr_ev, end_ev = locate(ev, sel, calls)
+    execs = executor_threads(ev, sel, arr_ev)
     iss = issuers(ev, sel, arr_ev, calls, execs)
     found = arr_ev >= 0
     arr_n = np.where(found, g.node(np.maximum(arr_ev, 0), True), -1)
@@ -203,7 +204,9 @@ class _Builder:
         links = links[self.typ[links] != E.WAIT]
         u, v = g.src[links], g.dst[links]
         host = (ev.stream[g.node_ev[v]] < 0) & ~np.isin(ev.tid[g.node_ev[v]], execs)
-        waity = ev.name_has(WAIT_NAMES)[g.node_ev[v]] & ~g.node_start[v]
+        # the end of a wait, or of a framework's communication span (FSDP::all_gather, functional
+        # collectives): the thread sits there until the collective it runs elsewhere is done
+        waity = (ev.name_has(WAIT_NAMES) | ev.is_comm)[g.node_ev[v]] & ~g.node_start[v]
         cand = host & (g.node_start[v] | waity)
         j = np.searchsorted(ct, g.node_ts[v] + ROUND_NS, side="right") - 1
         ok = cand & (j >= 0)
