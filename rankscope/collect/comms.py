@@ -37,6 +37,9 @@ import threading
 import time
 from typing import Any
 
+from rankscope.collect.comms_steps import STEPS
+from rankscope.collect.comms_watch import TIMEOUT_S, Listener, thread_stacks
+
 log = logging.getLogger(__name__)
 DEFAULT_BUFFER = 2000
 
@@ -133,6 +136,8 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self._old_handler: Any = None
         self._dumped_for: set[int] = set()
+        self._listener = Listener()  # "every rank dumps" through the job's c10d store (comms_watch)
+        self._asked_ns = 0  # when this rank last asked the others to dump, or was asked
         self.rank: int = 0
         self._pg: dict[str, dict[str, str]] = {}
         self.where: str | None = None  # what the watchdog's line names (default: out_dir)
@@ -164,7 +169,7 @@ class Recorder:
         self._stop.set()
         atexit.unregister(self._on_exit)
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=TIMEOUT_S + 1)  # a store call in flight ends by then
             self._thread = None
         if self._old_handler is not None:
             signal.signal(signal.SIGUSR1, self._old_handler)
@@ -189,7 +194,9 @@ class Recorder:
             lo, hi = self.since_ns or 0, self.until_ns or (1 << 63)
             doc["entries"] = [e for e in doc.get("entries", []) if lo <= int(e.get("time_created_ns") or 0) <= hi]
             doc["pg_config"] = _groups() if dist.is_initialized() else self._pg
-            doc["rankscope"] = {"reason": reason, "wall_ns": time.time_ns()}
+            doc["rankscope"] = {"reason": reason, "wall_ns": time.time_ns(), "step": STEPS.current}
+            doc["rankscope_steps"] = STEPS.as_list()
+            doc["rankscope_stacks"] = thread_stacks()  # where every thread is (this one left out)
             out = path or os.path.join(self.out_dir, f"fr_rank_{self._rank()}")
             os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
             tmp = f"{out}.tmp-{os.getpid()}"
@@ -210,7 +217,7 @@ class Recorder:
     def _on_exit(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=TIMEOUT_S + 1)  # a store call in flight ends by then
             self._thread = None
         if self.at_exit:
             self.dump("exit")
@@ -222,26 +229,44 @@ class Recorder:
             old(signum, frame)
 
     def _watch(self) -> None:
-        """Every ~second: a pending collective older than ``watchdog_s`` makes this rank dump once."""
+        """Every ~second: a pending collective older than ``watchdog_s`` makes this rank dump once and ask
+        every rank to dump (through the c10d store); another rank's request makes this one dump."""
         assert self.watchdog_s is not None
         period = min(1.0, self.watchdog_s / 4)
         while not self._stop.wait(period):
             try:
-                active = _fr_entries(only_active=True)
-                now = time.time_ns()
-                # the timed engine knows completion only for the entries it timed (sampling: 1 in N); its
-                # gloo send / recv complete when the caller's wait() returns: pending from that wait on
-                stuck = [e for e in active if not e.get("retired") and e.get("timed", True)
-                         and now - int(_pending_since(e) or now) > self.watchdog_s * 1e9]
-                new = [e for e in stuck if e.get("record_id") not in self._dumped_for]
-                if new:
-                    self._dumped_for.update(int(e.get("record_id") or 0) for e in new)
-                    if self.dump("watchdog") is not None:
-                        age = (now - min(int(_pending_since(e) or now) for e in new)) / 1e9
-                        self._say(f"rankscope: watchdog fired after {age:.1f} s on rank {self._rank()}, dumps in "
-                                  f"{self.where or os.path.abspath(self.out_dir)}")
+                self._check_own()
             except Exception:  # noqa: BLE001 - the watchdog must never take the job down
                 log.debug("comms watchdog poll failed", exc_info=True)
+            try:
+                req = self._listener.poll()
+                if req is not None and not self._stop.is_set():
+                    self._asked_ns = time.time_ns()
+                    who = req.get("rank")
+                    self.dump(f"watchdog of rank {who}" if who is not None else "watchdog of another rank")
+            except Exception:  # noqa: BLE001
+                log.debug("comms dump request failed", exc_info=True)
+
+    def _check_own(self) -> None:
+        assert self.watchdog_s is not None
+        active = _fr_entries(only_active=True)
+        now = time.time_ns()
+        # the timed engine knows completion only for the entries it timed (sampling: 1 in N); its
+        # gloo send / recv complete when the caller's wait() returns: pending from that wait on
+        stuck = [e for e in active if not e.get("retired") and e.get("timed", True)
+                 and now - int(_pending_since(e) or now) > self.watchdog_s * 1e9]
+        new = [e for e in stuck if e.get("record_id") not in self._dumped_for]
+        if not new:
+            return
+        self._dumped_for.update(int(e.get("record_id") or 0) for e in new)
+        if self.dump("watchdog") is None:
+            return
+        # one request per hang: not again while a request (ours or another rank's) is younger than watchdog_s
+        asked = now - self._asked_ns < self.watchdog_s * 1e9 or not self._listener.announce(self._rank(), "watchdog")
+        self._asked_ns = now
+        age = (now - min(int(_pending_since(e) or now) for e in new)) / 1e9
+        self._say(f"rankscope: watchdog fired after {age:.1f} s on rank {self._rank()}, dumps in "
+                  f"{self.where or os.path.abspath(self.out_dir)}" + ("" if asked else " (every rank asked to dump)"))
 
     def _rank(self) -> int:
         """This process's rank: the process group's while it exists, else the one seen at start."""

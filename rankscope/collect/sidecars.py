@@ -104,7 +104,7 @@ class CommsSidecar:
         if rec is None:
             return
         if rec.at_exit:
-            rec.dump("end")
+            rec.dump("exit")  # `rankscope hang` reads "exit" as: this rank left
         rec.stop()
 
 
