@@ -161,7 +161,12 @@ def _refuse_plain_parent(path: Path, files: list[Path]) -> None:
 
 
 def _run_json(p: Path, problems: list[str]) -> dict[str, Any]:
-    raw = sanity.clean(sanity.read_object(p, problems), sanity.RUN, str(p), problems)
+    return check_run(sanity.read_object(p, problems), str(p), problems)
+
+
+def check_run(doc: dict[str, Any], p: str, problems: list[str]) -> dict[str, Any]:
+    """run.json's content with every field checked (the same for a local run and one on remote storage)."""
+    raw = sanity.clean(doc, sanity.RUN, p, problems)
     man: dict[str, Any] = {k: v for k, v in raw.items() if k not in ("world_size", "ranks_expected", "run_id")}
     rid = sanity.typed(raw, "run_id", str, p, problems)
     if rid:

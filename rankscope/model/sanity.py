@@ -83,6 +83,13 @@ def read_object(path: Path, problems: list[str]) -> dict[str, Any]:
         kind, why = os_problem(where, exc)
         problems.append(Problem(f"{path}: {why}; ignored", kind, where))
         return {}
+    return parse_object(text, where, problems)
+
+
+def parse_object(text: bytes, path: str, problems: list[str]) -> dict[str, Any]:
+    """The bytes of a small JSON object file (``path``: where they came from, a local path or a URL);
+    {} with one problem line when they are not one. Never raises."""
+    where = str(path)
     if len(text) > 64 << 20:
         problems.append(Problem(f"{path}: {len(text) / 1e6:.0f} MB is too large for this small file; ignored",
                                 Kind.TOO_LARGE, where))
@@ -106,7 +113,7 @@ def read_object(path: Path, problems: list[str]) -> dict[str, Any]:
     return got
 
 
-def typed(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: Path, problems: list[str]) -> Any:
+def typed(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: Path | str, problems: list[str]) -> Any:
     """``d[key]`` when of type ``kind``, else None with a problem line (absent keys are silent)."""
     v = d.get(key)
     if v is None or (isinstance(v, kind) and not (kind is int and isinstance(v, bool))):

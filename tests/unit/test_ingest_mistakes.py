@@ -350,3 +350,34 @@ def test_every_meta_field_of_the_wrong_type_is_said_and_never_reaches_an_analysi
             capture.collect(run), cpu.sched_frame(run), advice._device_totals(run), breakdown.stage_groups(run)
             tried += wrong_type
     assert tried > 300
+
+
+@pytest.mark.parametrize("rel,data,kind,rank", [
+    ("run.json", b'{"run_id": "R", "world_size": "3"}', "bad_field", None),  # was: TypeError in range("3")
+    ("run.json", b"{", "not_json", None),  # was: the whole run refused
+    ("ranks/1/meta.json", json.dumps({"rank": 1, "windows": 5, "metadata": [1]}).encode(), "bad_field", 1),
+    ("ranks/1/meta.json", b"\xef\xbb\xbf[1]", "not_an_object", 1),
+])
+def test_side_files_of_a_run_on_remote_storage_are_checked_like_local_ones(tmp_path, rel, data, kind, rank):
+    """A run read through fsspec (memory://: fsspec's own in-memory filesystem, the code path of s3://)
+    gets the same checks of run.json and meta.json as a local run: one record each, every rank read."""
+    import fsspec
+
+    from rankscope.model.run import load_run
+
+    local = healthy_run(tmp_path / "run")
+    (local / rel).write_bytes(data)
+    fs, name = fsspec.filesystem("memory"), f"rs-{tmp_path.name}"
+    for p in local.rglob("*"):
+        if p.is_file():
+            fs.pipe_file(f"/{name}/{p.relative_to(local)}", p.read_bytes())
+    try:
+        run = load_run(f"memory://{name}", jobs=1, cache_dir=tmp_path / "cache")
+    finally:
+        fs.rm(f"/{name}", recursive=True)
+    assert run.rank_ids == [0, 1, 2] and run.world_size == 3
+    recs = [p.record() for p in run.problems]
+    want = [(kind, f"memory:///{name}/{rel}", rank)]
+    if rel.endswith("meta.json") and data.startswith(b"\xef\xbb\xbf"):
+        want.insert(0, ("byte_order_mark", f"memory:///{name}/{rel}", rank))
+    assert [(r["kind"], r["file"], r["rank"]) for r in recs] == want
