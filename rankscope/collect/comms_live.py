@@ -196,7 +196,7 @@ class _Worker:
         self.pending = [r for r in self.pending if r.t1 > now]
 
     def _store(self) -> Any:
-        if self.signal is None and time.monotonic() >= self.next_store:
+        if self.signal is None and time.monotonic() >= self.next_store:  # opened once, then kept
             from rankscope.collect.comms_watch import RETRY_S, StoreSignal
 
             self.next_store = time.monotonic() + RETRY_S
@@ -213,8 +213,8 @@ class _Worker:
         try:
             store.set(f"{self.key}/{self.rank}", json.dumps([r.to_json() for r in self.ready]))
             self.published = self.ready[-1].step
-        except Exception:  # noqa: BLE001 - rank 0's store went away: try later
-            self.signal = None
+        except Exception:  # noqa: BLE001 - the store is busy or gone: try later (same connection)
+            pass
 
     # ---- rank 0 --------------------------------------------------------------------------------------
     def _score(self, final: bool) -> None:
@@ -256,7 +256,6 @@ class _Worker:
             have = keys if store.check(keys) else [k for k in keys if store.check([k])]
             vals = store.multi_get(have) if have else []
         except Exception:  # noqa: BLE001
-            self.signal = None
             return
         for k, v in zip(have, vals):
             r = int(k.rsplit("/", 1)[1])

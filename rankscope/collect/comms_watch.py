@@ -96,17 +96,19 @@ def _own_client(store: Any) -> Any:
 
 
 class Listener:
-    """The watchdog thread's side: opens the signal once the process group exists, retries after
-    failures, never raises."""
+    """The watchdog thread's side: opens the signal once the process group exists (retried until it opens,
+    then kept), never raises."""
 
     def __init__(self) -> None:
         self.signal: StoreSignal | None = None
+        self.opened = False
         self._next_try = 0.0
 
     def _ready(self) -> StoreSignal | None:
-        if self.signal is None and time.monotonic() >= self._next_try:
+        if self.signal is None and not self.opened and time.monotonic() >= self._next_try:
             self._next_try = time.monotonic() + RETRY_S
             self.signal = StoreSignal.open()
+            self.opened = self.signal is not None
         return self.signal
 
     def announce(self, rank: int, reason: str) -> bool:
@@ -131,8 +133,9 @@ class Listener:
             return None
 
     def _failed(self) -> None:
+        # The connection is kept, never reopened: a store that went away went with its job, and a new
+        # connection to the same address could reach the next job's store (a port reused) and its requests.
         log.debug("rankscope: the dump signal's store failed", exc_info=True)
-        self.signal, self._next_try = None, time.monotonic() + RETRY_S
 
 
 def thread_stacks(skip_current: bool = True) -> dict[str, list[str]]:

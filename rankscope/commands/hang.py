@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     if not dumps:
         raise RankscopeError(f"{safe(args.dumps)}: no Flight Recorder dump found (files named PREFIX<rank>, "
                              "pickle or JSON)")
+    # a run directory holds several dumps per rank (comms.<n>-<reason>): the latest (highest n, read last) wins
+    dumps = list({d.rank: d for d in dumps}.values())
     v = diagnose(dumps, args.world_size)
     if args.json:
         out.file.write(json.dumps(v.to_dict(), indent=1, default=str) + "\n")
