@@ -165,7 +165,8 @@ def plan(families: list[str], ranks: list[int], args: argparse.Namespace, rng: r
 
 
 def table(rows: list[dict[str, Any]], families: list[str], ranks: list[int]) -> list[str]:
-    lines = ["| family | ranks | runs | right (straggler: rank and cause; healthy: nothing named) |", "|---|---|---|---|"]
+    lines = ["| family | ranks | runs | right (straggler: rank and cause; healthy: nothing named) |",
+             "|---|---|---|---|"]
     for fam in families:
         for n in ranks:
             rs = [r for r in rows if r["family"] == fam and r["ranks"] == n]

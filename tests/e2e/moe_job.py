@@ -5,9 +5,9 @@ tests/e2e/test_edges_jobs.py.
 
 Rank e holds expert e. A top-1 router skewed towards expert 1 (2.5x the tokens of each other expert) sends
 every token to its expert and back with ``all_to_all_single`` inside an autograd Function (the split sizes
-exchanged first, as MoE layers do); the backward runs the reverse all_to_alls. 4 steps, the last 2
-captured. Each rank writes ``RUN/job-<rank>.json``: for every step, the ``input_split_sizes`` (rows) it
-passed to each token all_to_all, and the bytes of one row: the truth for the communication matrix.
+exchanged first, as MoE layers do; both from rankscope.demo.workloads.moe, the benchmark's MoE job); the
+backward runs the reverse all_to_alls. 4 steps, the last 2 captured. Each rank writes ``RUN/job-<rank>.json``:
+for every step, the ``input_split_sizes`` (rows) it passed to each token all_to_all, and the bytes of one row: the truth for the communication matrix.
 """
 from __future__ import annotations
 
@@ -18,26 +18,10 @@ import torch
 import torch.distributed as dist
 
 import rankscope
+from rankscope.demo.workloads.moe import AllToAll, exchange_counts
 
 TOKENS, HIDDEN, STEPS = 48, 16, 4
 CALLS: list[list[int]] = []  # input split sizes of every token all_to_all of the current step
-
-
-class AllToAll(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, send: list[int], recv: list[int]) -> torch.Tensor:  # type: ignore[override]
-        ctx.send, ctx.recv = send, recv
-        out = x.new_empty(sum(recv), x.shape[1])
-        CALLS.append(list(send))
-        dist.all_to_all_single(out, x.contiguous(), output_split_sizes=recv, input_split_sizes=send)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
-        out = grad.new_empty(sum(ctx.send), grad.shape[1])
-        CALLS.append(list(ctx.recv))
-        dist.all_to_all_single(out, grad.contiguous(), output_split_sizes=ctx.send, input_split_sizes=ctx.recv)
-        return out, None, None
 
 
 def step(expert: torch.nn.Module, world: int, gen: torch.Generator) -> None:
@@ -45,12 +29,9 @@ def step(expert: torch.nn.Module, world: int, gen: torch.Generator) -> None:
     weights = torch.tensor([1.0, 2.5] + [1.0] * (world - 2))
     dest = torch.multinomial(weights, TOKENS, replacement=True, generator=gen)
     order = torch.argsort(dest)
-    send = torch.bincount(dest, minlength=world)
-    recv = torch.empty_like(send)
-    dist.all_to_all_single(recv, send)  # the split sizes first
-    s, r = send.tolist(), recv.tolist()
-    tokens = AllToAll.apply(x[order], s, r)
-    back = AllToAll.apply(expert(tokens), r, s)
+    s, r = exchange_counts(dest, world)  # the split sizes first
+    tokens = AllToAll.apply(x[order], s, r, CALLS)  # CALLS gets every token all_to_all's input split sizes
+    back = AllToAll.apply(expert(tokens), r, s, CALLS)
     back.sum().backward()
 
 

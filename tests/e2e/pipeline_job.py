@@ -15,9 +15,9 @@ import sys
 
 import torch
 import torch.distributed as dist
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 import rankscope
+from rankscope.demo.workloads.pipeline import make_schedule, run_step
 
 MICRO, ROWS, HIDDEN, STEPS = 4, 4, 32, 4
 
@@ -27,19 +27,12 @@ def main(run: str, kind: str) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(rank)
     mod = torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, HIDDEN))
-    stage = PipelineStage(mod, rank, world, torch.device("cpu"))
-    cls = ScheduleGPipe if kind == "gpipe" else Schedule1F1B
-    sched = cls(stage, n_microbatches=MICRO, loss_fn=lambda out, tgt: ((out - tgt) ** 2).mean())
+    sched = make_schedule(mod, rank, world, kind, MICRO, lambda out, tgt: ((out - tgt) ** 2).mean())
     x, y = torch.randn(MICRO * ROWS, HIDDEN), torch.randn(MICRO * ROWS, HIDDEN)
     prof_sched = torch.profiler.schedule(wait=1, warmup=1, active=2)
     with rankscope.profile(run=run, schedule=prof_sched, layout={"pp": world}) as prof:
         for _ in range(STEPS):
-            if rank == 0:
-                sched.step(x)
-            elif rank == world - 1:
-                sched.step(target=y, losses=[])
-            else:
-                sched.step()
+            run_step(sched, rank, world, x, y)
             prof.step()
     with open(f"{run}/job-{rank}.json", "w") as f:
         json.dump({"rank": rank, "schedule": kind, "microbatches": MICRO, "captured_steps": 2,

@@ -17,19 +17,9 @@ import sys
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 import rankscope
-
-
-class MLP(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.up, self.down = torch.nn.Linear(32, 64), torch.nn.Linear(64, 32)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.relu(self.up(x)))
+from rankscope.demo.workloads.tp_fsdp import build
 
 
 def main(run: str) -> None:
@@ -37,11 +27,7 @@ def main(run: str) -> None:
     rank = dist.get_rank()
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     torch.manual_seed(0)
-    model = torch.nn.Sequential(MLP(), MLP())
-    for block in model:
-        parallelize_module(block, mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
-        fully_shard(block, mesh=mesh["dp"])
-    fully_shard(model, mesh=mesh["dp"])
+    model = build(mesh, 2)  # two MLPs of 32 -> 64 -> 32, Colwise / Rowwise on "tp", fully_shard on "dp"
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with rankscope.profile(run=run, schedule=torch.profiler.schedule(wait=1, warmup=1, active=2),
                            layout={"dp": 2, "tp": 2}) as prof:

@@ -17,7 +17,7 @@ import argparse
 import random
 import time
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -114,8 +114,8 @@ class LM(TinyLM):
 def build(rank: int, args: argparse.Namespace) -> tuple[LM, Tokenizing]:
     slow = rank == args.slow_rank and args.straggler != "none"
     scale = args.amount if slow and args.straggler == "input" else 1.0
-    data = Tokenizing(TokenBatches(args.calib + args.tune + args.steps + 4, BATCH, LO, HI, scale, args.seed * 1000 + rank),
-                      PyTokenizer(args.seed))
+    batches = TokenBatches(args.calib + args.tune + args.steps + 4, BATCH, LO, HI, scale, args.seed * 1000 + rank)
+    data = Tokenizing(batches, PyTokenizer(args.seed))
     model = LM()
     for layer in model.body.layers:
         fully_shard(layer)
@@ -123,12 +123,24 @@ def build(rank: int, args: argparse.Namespace) -> tuple[LM, Tokenizing]:
     return model, data
 
 
+def inject(args: argparse.Namespace, slow: bool, step: Callable[[int, Timers], None], model: LM, data: Tokenizing,
+           step_ms: float) -> None:
+    """Size the data or compute straggler's work to ``args.amount`` of the healthy step (``size_extra``)."""
+    probe = torch.randn(BATCH, (LO + HI) // 2, D)
+    unit, apply = {"data": (lambda: data.tok.encode(data.tok.chunk(0)), lambda n: setattr(data, "chunks", n)),
+                   "compute": (lambda: model.extra_work(probe, 1), lambda n: setattr(model, "extra", n))
+                   }.get(args.straggler, (lambda: None, lambda n: None))
+    size_extra(step, args.tune, slow and args.straggler in ("data", "compute"), unit, apply, args.amount * step_ms)
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = parser(__doc__, list(DEFAULTS), "data/compute: share of the healthy step; input: length factor").parse_args(argv)
+    args = parser(__doc__, list(DEFAULTS), "data/compute: share of the healthy step; input: length factor"
+                  ).parse_args(argv)
     if args.amount is None:
         args.amount = DEFAULTS.get(args.straggler, 0.0)
     rank, world = setup(args)
-    warnings.filterwarnings("ignore", message=".*returned a view tensor")  # the LM head's output, never changed in place
+    # the LM head's output is a view (never changed in place): FSDP2 warns on every forward
+    warnings.filterwarnings("ignore", message=".*returned a view tensor")
     model, data = build(rank, args)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     it = iter(DataLoader(data, batch_size=None, shuffle=False))
@@ -146,13 +158,9 @@ def main(argv: list[str] | None = None) -> None:
         data.spent_ms = model.spent_ms = 0.0
 
     step_ms = healthy_step_ms(step, args.calib)
-    slow = args.straggler != "none" and rank == args.slow_rank
-    probe = torch.randn(BATCH, (LO + HI) // 2, D)
-    unit, apply = {"data": (lambda: data.tok.encode(data.tok.chunk(0)), lambda n: setattr(data, "chunks", n)),
-                   "compute": (lambda: model.extra_work(probe, 1), lambda n: setattr(model, "extra", n))
-                   }.get(args.straggler, (lambda: None, lambda n: None))
-    size_extra(step, args.tune, slow and args.straggler in ("data", "compute"), unit, apply, args.amount * step_ms)
-    meta: dict[str, Any] = {"job": "fsdp", "straggler": args.straggler, "slow_rank": args.slow_rank, "amount": args.amount}
+    inject(args, rank == args.slow_rank, step, model, data, step_ms)
+    meta: dict[str, Any] = {"job": "fsdp", "straggler": args.straggler, "slow_rank": args.slow_rank,
+                            "amount": args.amount}
     timers = run_profiled(args, rank, step, layout={"dp": world}, metadata=meta)
     write_truth(args, rank, world, timers, {
         "job": "fsdp", "straggler": None if args.straggler == "none" else args.straggler,
