@@ -63,3 +63,47 @@ def test_slow_decoding_on_one_rank_is_data_loading(tmp_path):
     bd = [r for r in res["breakdown"].tables["breakdown"].to_pylist() if r["rank"] == 1 and r["complete"]]
     # the decode's operators run inside DataLoader's span: data wait, not compute
     assert sum(r["data_wait"] for r in bd) > 2 * sum(r["computing"] for r in bd)
+
+
+# ---- the benchmark's jobs of other parallelisms (rankscope.demo.workloads, bench/workloads.py) ----
+
+def _workload(out: Path, job: str, kind: str, *extra: str) -> tuple[Path, dict]:
+    """One job at 2 ranks, rank 1 slow, with the shortest settings (2 unprofiled steps, 3 recorded)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--module",
+           f"rankscope.demo.workloads.{job}", "--run-dir", str(out), "--straggler", kind, "--slow-rank", "1",
+           "--steps", "3", "--calib", "2", "--tune", "1", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,  # a hang bound only
+                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, json.loads((out / "truth.json").read_text())
+
+
+@pytest.mark.parametrize("job,kind,extra", [("fsdp", "data", ()), ("moe", "skew", ()), ("tp_fsdp", "host", ()),
+                                            ("pipeline", "stage", ("--schedule", "1f1b"))])
+def test_each_workload_job_writes_a_run_and_its_truth(tmp_path, job, kind, extra):
+    """Each job of bench/workloads.py's new families starts, writes a rankscope run of both ranks, and its
+    truth: the slow rank and cause asked for; per rank, timer rows for the steps the trace recorded, whose
+    wall times are the trace's ProfilerStep spans (two clocks on one interval); and the straggler's own
+    measure on rank 1 only (its injected work, its experts' tokens, its stage's layers)."""
+    import polars as pl
+
+    from rankscope.demo.workloads.common import CAUSES
+
+    run, truth = _workload(tmp_path / job, job, kind, *extra)
+    assert (truth["slow_rank"], truth["cause"], truth["world"]) == (1, CAUSES[kind], 2)
+    r = load_run(run, jobs=1)
+    assert r.rank_ids == [0, 1]
+    for rank in r.rank_ids:
+        steps = pl.from_arrow(r.table(rank, "steps")).sort("step")
+        rows = [x for x in truth["timers"][str(rank)] if x["captured"]]
+        assert steps["step"].to_list() == [x["step"] for x in rows] == truth["captured_steps"] == [1, 2, 3]
+        diffs = sorted(abs((e - b) / 1e6 - x["step_ms"]) for b, e, x in zip(steps["ts"], steps["end"], rows))
+        assert diffs[1] < max(5.0, 0.1 * rows[0]["step_ms"]), diffs  # median; a preempted step may differ
+    med = truth["summary"]["median_ms"]
+    if kind in ("data", "host"):
+        assert med["extra"]["1"] > 0 and med["extra"]["0"] < 0.1 * med["extra"]["1"]
+    elif kind == "skew":
+        assert med["expert_tokens"]["1"] > 1.5 * med["expert_tokens"]["0"]  # a 2.5x prior on expert 1
+    else:
+        assert truth["pipeline"]["layers"] == [4, 8] and truth["pipeline"]["bottleneck_stage"] == 1
+        assert med["work_cpu"]["1"] > med["work_cpu"]["0"]  # its layers' CPU time: waits for peers excluded
