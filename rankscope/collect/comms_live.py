@@ -51,10 +51,10 @@ def options(live: bool | None, auto_capture: bool | None, slow_steps: int | None
 
 
 class Arrivals:
-    """The collectives this rank issued since the last look: (group, seq, created ns, record id)."""
+    """The collectives this rank issued since the last look: (group, seq, created ns)."""
 
     def __init__(self) -> None:
-        self.last_id = -1
+        self.last_id, self.last_ns = -1, 0
         self.next_fr = 0.0
 
     def due(self, force: bool = False) -> bool:
@@ -64,20 +64,16 @@ class Arrivals:
         t = _timed()
         if t is not None:
             got = t.since(self.last_id)
-        else:
-            import pickle
-
-            import torch._C._distributed_c10d as c10d
+            self.last_id = max([self.last_id] + [int(e.get("record_id") or 0) for e in got])
+        else:  # two rings (NCCL's, gloo's) number their entries apart: new ones are found by creation time
+            from rankscope.collect.comms import fr_doc
 
             t0 = time.perf_counter()
-            got = pickle.loads(c10d._dump_fr_trace(True, False, False)).get("entries", [])  # type: ignore[attr-defined]
+            got = [e for e in fr_doc().get("entries", []) if int(e.get("time_created_ns") or 0) > self.last_ns]
             self.next_fr = time.monotonic() + (time.perf_counter() - t0) / FR_DUTY
+            self.last_ns = max([self.last_ns] + [int(e.get("time_created_ns") or 0) for e in got])
         out = []
         for e in got:
-            rid = int(e.get("record_id") or 0)
-            if rid <= self.last_id:
-                continue
-            self.last_id = max(self.last_id, rid)
             if e.get("is_p2p") or e.get("collective_seq_id") is None:
                 continue
             pg = e.get("process_group") or ("", "")

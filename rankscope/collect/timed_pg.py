@@ -319,6 +319,13 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
     def _track_gpu(self, e: dict[str, Any], work: Any, start: Any) -> Any:
         if start is None:
             return work
+        if work is None:
+            # a blocking call (async_op=False): torch >= 2.10's NCCL runs it on the caller's stream and hands
+            # back no Work (measured on torch 2.11, H100); an end event recorded now on that stream follows it
+            e.update(timed=True, time_discovered_started_ns=None, duration_ms=None)
+            self.ring.timed += 1
+            GPU.on_enqueued(e, start)
+            return work
         try:
             fut = work.get_future()
         except RuntimeError:

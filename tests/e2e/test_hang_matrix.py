@@ -61,9 +61,9 @@ def _run_case(case: str, base: Path) -> dict[str, Any]:
             "log": (base / f"{case}.log").read_text()}
 
 
-def _wait_for_dumps(log: Path, run: Path, n: int, proc: subprocess.Popen) -> int:
+def _wait_for_dumps(log: Path, run: Path, n: int, proc: subprocess.Popen, limit_s: float = 240) -> int:
     """Until the job went wrong, every rank has a dump in the run, and no new dump came for 2 s."""
-    deadline, bad, last, count = time.monotonic() + 240, None, time.monotonic(), -1
+    deadline, bad, last, count = time.monotonic() + limit_s, None, time.monotonic(), -1
     while time.monotonic() < deadline:
         text = log.read_text(errors="replace")
         assert proc.poll() is None, text[-3000:]  # a job that ends did not hang
@@ -76,7 +76,7 @@ def _wait_for_dumps(log: Path, run: Path, n: int, proc: subprocess.Popen) -> int
         if bad is not None and have == set(range(n)) and time.monotonic() - last > 2.0:
             return bad
         time.sleep(0.25)
-    raise AssertionError(f"no dumps from every rank in 240 s: {sorted(map(str, run.rglob('comms.*')))}\n"
+    raise AssertionError(f"no dumps from every rank in {limit_s:g} s: {sorted(map(str, run.rglob('comms.*')))}\n"
                          f"{log.read_text(errors='replace')[-3000:]}")
 
 
