@@ -25,6 +25,7 @@ from rankscope.analysis.base import Result
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.rankdata import RankData
+from rankscope.model.tables import nesting_depth
 from rankscope.model.run import Run
 
 MIN_PATTERN_LEN = 3
@@ -57,10 +58,42 @@ def _pairs(roots: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(out) if out else pl.DataFrame(schema={"root": pl.Int64, "k_idx": pl.Int64})
 
 
-def sequences(v: hv.View, min_stream: int) -> pl.DataFrame:
-    """Per (operator name id, pattern): count, kernel time, operator time (ns)."""
+def _linked_depths(v: hv.View, cpu: pl.DataFrame) -> pl.DataFrame:
+    """HTA's depths: with exactly one "main" thread (it has ProfilerStep#) and one "bwd" thread (it has
+    autograd:: ops), the bwd thread's top-level calls inside a main-thread "## backward ##" annotation (else
+    ProfilerStep#) move under it, their subtrees one level below it (hta/common/trace_call_graph.py:
+    _infer_stack_label, _link_main_and_bwd_stacks; trace_call_stack.py:432 update_parent_of_first_layer_nodes)."""
+    step = v.name_ids("step#", lambda n: n.startswith("ProfilerStep#"))
+    grad = v.name_ids("autograd::", lambda n: "autograd::" in n)
+    lab = cpu.group_by("thread").agg(pl.col("nid").is_in(step).any().alias("main"),
+                                     pl.col("nid").is_in(grad).any().alias("ag"))
+    main, bwd = lab.filter("main")["thread"], lab.filter(~pl.col("main") & pl.col("ag"))["thread"]
+    if len(main) != 1 or len(bwd) != 1:
+        return cpu
+    m = cpu.filter(pl.col("thread") == main[0])
+    parents = m.filter(pl.col("nid").is_in(v.name_ids("## backward ##", lambda n: n.startswith("## backward ##"))))
+    parents = parents if parents.height else m.filter(pl.col("nid").is_in(step))
+    b = cpu.filter(pl.col("thread") == bwd[0])
+    top = b.filter(pl.col("depth") == 0).sort("ts")
+    tts, tend = top["ts"].to_numpy(), top["end"].to_numpy()
+    shift = np.full(top.height, -1, np.int64)
+    for pts, pend, pdepth in parents.select("ts", "end", "depth").iter_rows():  # annotations: a few per step
+        shift[(shift < 0) & (tts >= pts) & (tend <= pend)] = pdepth + 1
+    bts = b["ts"].to_numpy()
+    j = np.clip(np.searchsorted(tts, bts, side="right") - 1, 0, max(top.height - 1, 0))
+    add = np.where(len(tts) > 0, np.maximum(shift[j] if len(tts) else 0, 0), 0)
+    moved = b.select("idx").with_columns(_add=pl.Series(add.astype(np.int64)))
+    cpu = cpu.join(moved, on="idx", how="left", maintain_order="left")
+    return cpu.with_columns((pl.col("depth").cast(pl.Int64) + pl.col("_add").fill_null(0)).alias("depth")).drop("_add")
+
+
+def sequences(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFrame:
+    """Per (operator name id, pattern): count, kernel time, operator time (ns); ``hta``: HTA's depths."""
     f = v.frame
     cpu = _cpu_threads(f)
+    if hta:  # HTA nests every CPU event of a thread (runtime calls too), then links the autograd thread
+        cpu = _linked_depths(v, cpu.with_columns(depth=pl.Series(nesting_depth(
+            cpu["thread"].to_numpy(), cpu["ts"].to_numpy(), cpu["dur"].to_numpy(), np.ones(cpu.height, bool)))))
     host = [v.cat_id(c) for c in HOST_CATS]  # operators and annotations nest; a runtime call (one
     # cudaGraphLaunch runs a whole graph) owns the kernels it launched itself
     roots = cpu.filter(pl.col("depth") == pl.col("depth").min().over("nid"))
@@ -85,9 +118,7 @@ def sequences(v: hv.View, min_stream: int) -> pl.DataFrame:
 @guarded
 def rank_part(d: RankData) -> dict[str, Any] | None:
     v = hv.view(d)
-    hta = sequences(v, 1)
-    # HTA links kernels on streams > 0 only; with none on stream 0 (CUDA) both definitions agree
-    own = sequences(v, 0) if (v.frame["stream"] == 0).any() else hta
+    hta, own = sequences(v, 1, hta=True), sequences(v, 0)
     if not hta.height and not own.height:
         return None
     return {"hta": hta.with_columns(rank=pl.lit(d.rank)), "own": own.with_columns(rank=pl.lit(d.rank))}
