@@ -56,8 +56,8 @@ ta.get_cupti_counter_data_with_operators(ranks=r)
 """
 
 
-def run_child(python: str, code: str, path: Path, pythonpath: Path) -> tuple[float, float]:
-    """(wall seconds of the whole process, peak RSS MB)."""
+def run_child(python: str, code: str, path: Path, pythonpath: Path) -> tuple[float, float, float]:
+    """(wall seconds of the whole process, peak RSS MB, CPU seconds: user + system)."""
     env = dict(os.environ, PYTHONPATH=str(pythonpath), OMP_NUM_THREADS="1", ARROW_NUM_THREADS="1",
                POLARS_MAX_THREADS="1", RANKSCOPE_CACHE=str(path.parent / "fallback-cache"))
     t0 = time.perf_counter()
@@ -73,7 +73,7 @@ def run_child(python: str, code: str, path: Path, pythonpath: Path) -> tuple[flo
     wall = time.perf_counter() - t0
     if status != 0:
         raise RuntimeError(f"{code[:60]}... on {path} failed (status {status}); run it by hand to see why")
-    return wall, ru.ru_maxrss / 1024
+    return wall, ru.ru_maxrss / 1024, ru.ru_utime + ru.ru_stime
 
 
 def fresh(src: Path, work: Path) -> Path:
@@ -99,7 +99,7 @@ def main() -> int:
                 "with": (sys.executable, ANALYZE, ROOT)}
     if not a.no_hta and HTA_PY.exists():
         variants["hta"] = (str(HTA_PY), HTA, ROOT)
-    got: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
+    got: dict[str, list[tuple[float, float, float]]] = {v: [] for v in variants}
     loads = []
     try:
         for _ in range(a.repeats):
@@ -116,18 +116,19 @@ def main() -> int:
     return 0
 
 
-def report(a: argparse.Namespace, got: dict[str, list[tuple[float, float]]], loads: list[float]) -> str:
-    med = {v: (statistics.median(w for w, _ in xs), statistics.median(m for _, m in xs)) for v, xs in got.items()}
-    paired = lambda x, y: statistics.median(p[0] / q[0] for p, q in zip(got[x], got[y]))  # noqa: E731
-    lines = ["| variant | wall s (median) | peak RSS MB (median) | walls s |", "|---|---|---|---|"]
-    for v, (w, m) in med.items():
-        lines.append(f"| {v} | {w:.2f} | {m:.0f} | {', '.join(f'{x:.2f}' for x, _ in got[v])} |")
+def report(a: argparse.Namespace, got: dict[str, list[tuple[float, float, float]]], loads: list[float]) -> str:
+    med = {v: [statistics.median(x[i] for x in xs) for i in range(3)] for v, xs in got.items()}
+    paired = lambda x, y, i=0: statistics.median(p[i] / q[i] for p, q in zip(got[x], got[y]))  # noqa: E731
+    lines = ["| variant | wall s (median) | CPU s (median) | peak RSS MB (median) | walls s |", "|---|---|---|---|---|"]
+    for v, (w, m, c) in med.items():
+        lines.append(f"| {v} | {w:.2f} | {c:.2f} | {m:.0f} | {', '.join(f'{x[0]:.2f}' for x in got[v])} |")
     lines.append("")
-    lines.append(f"- GPU analyses' cost: with / without = {paired('with', 'without'):.2f}, "
-                 f"with / before = {paired('with', 'before'):.2f} (paired per round, median)")
+    lines.append(f"- GPU analyses' cost, paired per round (median): with / without = {paired('with', 'without'):.2f} "
+                 f"wall, {paired('with', 'without', 2):.2f} CPU; with / before = {paired('with', 'before'):.2f} wall, "
+                 f"{paired('with', 'before', 2):.2f} CPU")
     if "hta" in got:
-        lines.append(f"- HTA load + the same analyses / rankscope analyze (with) = {paired('hta', 'with'):.1f}x; "
-                     f"peak RSS rankscope / HTA = {med['with'][1] / med['hta'][1]:.0%}")
+        lines.append(f"- HTA load + the same analyses / rankscope analyze (with) = {paired('hta', 'with'):.1f}x wall, "
+                     f"{paired('hta', 'with', 2):.1f}x CPU; peak RSS rankscope / HTA = {med['with'][1] / med['hta'][1]:.0%}")
     cmd = "`.venv/bin/python bench/hta_depth.py " + " ".join(sys.argv[1:]) + "`"
     note = (f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
             f"{time.strftime('%Y-%m-%d %H:%M')}; every process pinned to one core; 1-min load average before "

@@ -85,8 +85,9 @@ def _hta_choice(a_ts: np.ndarray, a_end: np.ndarray, order: np.ndarray, l_ts: np
 def _rows(v: hv.View, same_thread: bool) -> pl.DataFrame:
     """One row per launch with an operator and exactly one kernel, in frame order."""
     f = v.frame
-    aten = f.filter(pl.col("nid").is_in(v.name_ids("aten", lambda n: n.startswith("aten::"))))
-    lau = f.filter(pl.col("nid").is_in(v.name_ids("kernel_launch", lambda n: _LAUNCH.match(n) is not None)))
+    cols = ("idx", "nid", "ts", "end", "tid")
+    aten = f.filter(pl.col("nid").is_in(v.name_ids("aten", lambda n: n.startswith("aten::")))).select(cols)
+    lau = f.filter(pl.col("nid").is_in(v.name_ids("kernel_launch", lambda n: _LAUNCH.match(n) is not None))).select(cols)
     kern = hv.device(f).group_by("index_correlation").agg(pl.len().alias("n"), pl.col("ts").first().alias("k_ts"),
                                                           pl.col("nid").first().alias("k_nid"))
     lau = lau.join(kern.filter(pl.col("n") == 1), left_on="idx", right_on="index_correlation", maintain_order="left")

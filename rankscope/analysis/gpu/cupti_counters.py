@@ -58,9 +58,8 @@ def rank_part(d: RankData) -> dict[str, Any] | None:
     lau = lau[hv.pd_argsort(lau["ts"].to_numpy())]
     if lau.height != ranges.height:
         return {"problem": f"rank {d.rank}: {ranges.height} profiler ranges but {lau.height} kernel launches"}
-    counters = d.memo("counters", lambda: d.run.table(d.rank, "events", columns=["counters", "cat"]))
-    cats = counters.column("cat").to_pylist()
-    text = [c for c, k in zip(counters.column("counters").to_pylist(), cats) if k != "Trace"]
+    counters = d.memo("counters", lambda: d.run.table(d.rank, "events", columns=["counters"]))
+    text = counters.column("counters").to_pylist()
     stacks = _stacks(f.filter(pl.col("cid") == v.cat_id("cpu_op")), lau)
     rows = []
     for i, (idx, nid) in enumerate(ranges.select("idx", "nid").iter_rows()):

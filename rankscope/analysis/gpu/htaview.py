@@ -56,9 +56,9 @@ def memory_kind(name: str) -> str:
 
 @dataclass
 class View:
-    """The frame (columns idx, nid, cid, ts, dur, end, pid, tid, stream, correlation, bytes, bandwidth,
-    depth (rankscope's nesting on the thread), gpu, index_correlation) with its name and category
-    dictionaries (``nid`` / ``cid`` index them)."""
+    """The frame (columns idx, nid, cid, ts, dur, end, pid, tid, stream, correlation, depth (rankscope's
+    nesting on the thread), gpu, index_correlation) with its name and category dictionaries (``nid`` /
+    ``cid`` index them)."""
 
     frame: pl.DataFrame
     names: list[str]
@@ -113,38 +113,43 @@ def _index_correlation(idx: np.ndarray, corr: np.ndarray, gpu: np.ndarray) -> np
     """trace.py:62: 0 = has a correlation, nothing linked; -1 = none; else the linked event's idx."""
     out = np.minimum(corr, 0)
     has = corr != -1
-    c = pl.DataFrame({"idx": idx[has], "correlation": corr[has], "gpu": gpu[has]})
+    c = pl.DataFrame({"i": np.flatnonzero(has), "idx": idx[has], "correlation": corr[has], "gpu": gpu[has]})
     pairs = c.filter(~pl.col("gpu")).join(c.filter(pl.col("gpu")), on="correlation", suffix="_g")
     if pairs.height:  # df.loc[index_x] = index_y: with several pairs the last assignment stands
-        for a, b in (("idx", "idx_g"), ("idx_g", "idx")):
+        for a, b in (("i", "idx_g"), ("i_g", "idx")):
             last = pairs.group_by(a).agg(pl.col(b).last())
-            out[last[a].to_numpy() - 1] = last[b].to_numpy()
+            out[last[a].to_numpy()] = last[b].to_numpy()
     return out
 
 
 def build(d: "RankData") -> View:
-    """The rank's frame as HTA loads it, ordered as HTA's, with its earliest start ``tmin``."""
+    """The rank's frame as HTA loads it, ordered as HTA's, with its earliest start ``tmin``. ``idx`` is the
+    event's row in the rank's events table + 1 (file order; bytes and bandwidth stay there: ``column``)."""
     ev = d.events
     info = d.run.ranks.get(d.rank) if hasattr(d.run.ranks, "get") else None
     base = int(getattr(info, "base_time_ns", 0) or 0)
     nid, names = codes(ev.column("name"))
     cid, cats = codes(ev.column("cat"))
-    keep = cid != (cats.index("Trace") if "Trace" in cats else -2)
-    col = {c: np.asarray(ev.column(c).to_numpy())[keep] for c in
-           ("ts", "dur", "pid", "tid", "stream", "correlation", "bytes", "bandwidth", "depth")}
-    nid, cid = nid[keep], cid[keep]
-    ts, end = _rounded(col["ts"] - base, col["dur"])
+    rows = np.flatnonzero(cid != (cats.index("Trace") if "Trace" in cats else -2))
+    nid, cid = nid[rows], cid[rows]
+    stream, corr = d.col("stream")[rows], d.col("correlation")[rows]
+    ts, end = _rounded(d.col("ts")[rows] - base, d.col("dur")[rows])
     tmin = int(ts.min()) if len(ts) else 0
     sync = np.isin(nid, [i for i, n in enumerate(names) if n in SYNC_NAMES])
-    gpu = ((col["stream"] >= 0) & (col["correlation"] >= 0)) | sync
-    idx = np.arange(1, len(ts) + 1, dtype=np.int64)
+    gpu = ((stream >= 0) & (corr >= 0)) | sync
+    idx = rows.astype(np.int64) + 1
     frame = pl.DataFrame({"idx": idx, "nid": nid, "cid": cid, "ts": ts - tmin, "dur": end - ts, "end": end - tmin,
-                          "pid": col["pid"], "tid": col["tid"], "stream": col["stream"],
-                          "correlation": col["correlation"], "bytes": col["bytes"], "bandwidth": col["bandwidth"],
-                          "depth": col["depth"],
-                          "gpu": gpu, "index_correlation": _index_correlation(idx, col["correlation"], gpu)})
+                          "pid": d.col("pid")[rows], "tid": d.col("tid")[rows], "stream": stream, "correlation": corr,
+                          "depth": d.col("depth")[rows], "gpu": gpu,
+                          "index_correlation": _index_correlation(idx, corr, gpu)})
+    del ts, end, stream, corr, gpu
     steps = [i for i, n in enumerate(names) if "ProfilerStep" in n]
     return View(_filtered(frame, steps), names, cats, tmin, base)
+
+
+def column(d: "RankData", name: str, idx: Any) -> np.ndarray:
+    """An events column (``bytes``, ``bandwidth``, ...) at frame rows ``idx``."""
+    return d.col(name)[np.asarray(idx) - 1]
 
 
 def _filtered(df: pl.DataFrame, steps: list[int]) -> pl.DataFrame:

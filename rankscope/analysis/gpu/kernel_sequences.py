@@ -37,9 +37,10 @@ def _cpu_threads(f: pl.DataFrame) -> pl.DataFrame:
     a thread whose events all have a stream > 0, or whose pid or tid is 0, is a GPU stream)."""
     t = f.group_by("pid", "tid").agg(((pl.col("stream") > 0).all() | (pl.col("pid") == 0).all()
                                       | (pl.col("tid") == 0).all()).alias("_gpu"))
-    cpu = f.filter(pl.col("stream") == -1).join(t, on=["pid", "tid"], how="left", maintain_order="left")
+    cpu = f.filter(pl.col("stream") == -1).select("idx", "nid", "cid", "ts", "dur", "end", "pid", "tid", "depth")
+    cpu = cpu.join(t, on=["pid", "tid"], how="left", maintain_order="left")
     return cpu.filter(~pl.col("_gpu")).drop("_gpu").with_columns(
-        thread=pl.struct("pid", "tid").rank("dense").cast(pl.Int64))
+        thread=pl.struct("pid", "tid").rank("dense").cast(pl.Int64)).drop("pid", "tid")
 
 
 def _pairs(roots: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:

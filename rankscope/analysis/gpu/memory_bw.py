@@ -25,11 +25,13 @@ from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
 
-def copies(v: hv.View) -> pl.DataFrame:
+def copies(d: RankData, v: hv.View) -> pl.DataFrame:
     """HTA's memory kernels of the frame with their kind (``name``), in frame order; 0 µs lasts 1 µs;
     a copy without Kineto's bandwidth has HTA's default, 0 (hta/configs/default_event_args.py)."""
     mem = v.name_ids("memory_kernels", lambda n: hv.kernel_type(n) == hv.MEMORY)
     k = hv.device(v.frame).filter(pl.col("nid").is_in(mem))
+    k = k.with_columns(bytes=pl.Series(hv.column(d, "bytes", k["idx"].to_numpy())),
+                       bandwidth=pl.Series(hv.column(d, "bandwidth", k["idx"].to_numpy())))
     k = k.join(v.name_map("memory_kind", hv.memory_kind), on="nid", how="left", maintain_order="left")
     return k.select(pl.col("memory_kind").alias("name"), "ts", "pid", "bytes",
                     pl.when(pl.col("dur") == 0).then(1000).otherwise(pl.col("dur")).alias("dur"),
@@ -60,7 +62,7 @@ def steps(c: pl.DataFrame, hta_order: bool) -> pl.DataFrame:
 def series(d: RankData) -> pl.DataFrame:
     """rankscope's running bandwidth per kind of one rank: name, ts (ns, the rank's clock), gbps."""
     v = hv.view(d)
-    s = steps(copies(v), hta_order=False)
+    s = steps(copies(d, v), hta_order=False)
     return s.select("name", (pl.col("ts") + v.tmin + v.base).alias("ts"), pl.col("memory_bw_gbps").alias("gbps"))
 
 
@@ -80,7 +82,7 @@ def _own(d: RankData, c: pl.DataFrame) -> list[dict[str, Any]]:
 @guarded
 def rank_part(d: RankData) -> dict[str, Any] | None:
     v = hv.view(d)
-    c = copies(v)
+    c = copies(d, v)
     if not c.height:
         return None
     hta = steps(c, hta_order=True).select("name", pl.col("ts") + v.tmin, "memory_bw_gbps").with_columns(
