@@ -35,12 +35,14 @@ N = 64
 DONE = threading.Event()  # set on worker1 by the trainer's last call
 READY = threading.Event()  # set on worker1 once its own profiler runs
 OUT = ""  # this worker's output folder
+CALLED = threading.Event()  # set on worker1 by the first call it serves
 
 
 class StandInDynolog(threading.Thread):
     """Stands in for the dynolog daemon, which cannot be installed here (a mock of the daemon only:
     Kineto's on-demand path is the real one). It answers Kineto's first request for an activities
-    config over Kineto's IPC fabric: datagrams of {size_t size; char type[32]} then the body, on
+    config made after worker1 served its first call (so that the trace covers calls), over Kineto's IPC
+    fabric: datagrams of {size_t size; char type[32]} then the body, on
     unix sockets under ``KINETO_IPC_SOCKET_DIR`` (kineto: dynolog_headers/.../FabricManager.h,
     IpcFabricConfigClient.cpp)."""
 
@@ -60,7 +62,8 @@ class StandInDynolog(threading.Thread):
             except socket.timeout:
                 continue
             kind = data[8:40].split(b"\0")[0]
-            if kind == b"req" and not sent and struct.unpack("<i", data[40:44])[0] & 2:  # ACTIVITIES
+            asks = kind == b"req" and struct.unpack("<i", data[40:44])[0] & 2  # an ACTIVITIES config
+            if asks and not sent and CALLED.is_set():
                 self.sock.sendto(struct.pack("<Q32s", len(self.config), b"req") + self.config, addr)
                 sent = True
         self.sock.close()
@@ -83,6 +86,7 @@ def ondemand_written() -> bool:
 
 
 def ps_work(a: torch.Tensor) -> torch.Tensor:
+    CALLED.set()
     return torch.mm(a, a)
 
 
@@ -160,11 +164,13 @@ def server_with_own_profiler(mode: str, out: str) -> dict[str, Any]:
 
 
 def summary(prof: Any) -> dict[str, Any]:
-    """Per destination: calls, their statuses and gaps, and the remote aten::mm events they carry."""
+    """Per destination: calls (``work``: those of ps_work), their statuses and gaps, and the remote
+    aten::mm events they carry."""
     out: dict[str, Any] = {}
     for c in prof.calls:
-        d = out.setdefault(c["dst"], {"calls": 0, "status": {}, "gaps": [], "mm": 0, "events": 0})
+        d = out.setdefault(c["dst"], {"calls": 0, "work": 0, "status": {}, "gaps": [], "mm": 0, "events": 0})
         d["calls"] += 1
+        d["work"] += c["fn"] == "ps_work"
         d["status"][c["status"]] = d["status"].get(c["status"], 0) + 1
         if c.get("gap") and c["gap"] not in d["gaps"]:
             d["gaps"].append(c["gap"])

@@ -19,7 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import contextlib
 import tempfile
+import threading
 import time
 
 import pytest
@@ -120,8 +122,10 @@ def test_shifted_clock_is_recovered_within_the_error_bound(job):
     assert len(w1) >= 4
     for c in w1:
         assert abs(c["offset_ns"] - SHIFT_NS) <= c["error_ns"], c
-        assert c["error_ns"] < 25_000_000  # the bound is informative: well under the shift
         assert c["t_recv_remote"] - c["t_send"] > SHIFT_NS - 25_000_000  # raw stamps really are shifted
+    # the bound is informative: NTP's best (least-delayed) call bounds the offset well under the shift.
+    # Not every call: on a loaded machine one call's round trip alone can exceed 50 ms (seen: 51.6 ms)
+    assert min(c["error_ns"] for c in w1) < SHIFT_NS // 2
     w2 = _call(job["calls"], "remote#remote_mm(worker0 -> worker2)")
     assert abs(w2["offset_ns"]) <= w2["error_ns"]  # the unshifted worker: offset about 0
 
@@ -203,9 +207,10 @@ def test_run_directory_analyze_report_and_timeline_show_the_rpc_calls(job, tmp_p
         assert any(s["ts"] <= m["ts"] and m["ts"] + m["dur"] <= s["ts"] + s["dur"] + 0.002 for s in spans), m
 
 
-def _selfprof(tmp: Path, mode: str, calls: int, hang_s: float = 600) -> dict:
+def _selfprof(tmp: Path, mode: str, calls: int, hang_s: float = 270) -> dict:
     """Run rpc_selfprof_job.py's three workers; their exit codes, outputs and result files. A worker
-    that dies takes the others down with it (they would wait for it in rpc.shutdown): 60 s, then killed."""
+    that dies takes the others down with it (they would wait for it in rpc.shutdown): 60 s, then killed.
+    ``hang_s`` ends a hung job before the suite's own 300 s per test (pytest-timeout) would."""
     port = str(_free_port())
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parents[1])}
     own: dict[str, str] = {}
@@ -272,19 +277,69 @@ def test_profilers_torch_cannot_report_to_another_thread_stay_whole(tmp_path, mo
     _all_exit_zero(r)
     server, trainer = r["server"], r["trainer"]
     ps, plain = trainer["by_dst"]["worker1"], trainer["by_dst"]["worker2"]
-    assert trainer["results_ok"] and ps["status"] == {"ok": ps["calls"]} and ps["mm"] == ps["calls"] > 0
-    assert plain["status"] == {"ok": plain["calls"]} and plain["mm"] == plain["calls"]
+    assert trainer["results_ok"] and ps["status"] == {"ok": ps["calls"]} and ps["mm"] == ps["work"] > 0
+    assert plain["status"] == {"ok": plain["calls"]} and plain["mm"] == plain["work"] == plain["calls"]
     if mode == "direct":
         assert server["own"]["ps_own_step"] == server["steps"] > 0 == server["own"]["rpc remote#ps_work"]
     else:  # a 2 s window of the run: its own steps, and the calls it served (global callbacks see every thread)
         assert server["own"]["ps_own_step"] > 0 and server["own"]["rpc remote#ps_work"] > 0
 
 
-def test_no_crash_at_shutdown_ten_runs_in_a_row(tmp_path):
-    for run in range(10):
-        out = tmp_path / f"run{run}"
-        out.mkdir()
-        r = _selfprof(out, "profiler", 5)
-        _all_exit_zero(r)
-        assert r["server"]["own"]["ps_own_step"] == r["server"]["steps"] > 0, run
-        assert r["trainer"]["by_dst"]["worker2"]["mm"] == 5, run
+@pytest.mark.parametrize("run", range(10))
+def test_no_crash_at_shutdown_ten_runs(tmp_path, run):
+    r = _selfprof(tmp_path, "profiler", 5)
+    _all_exit_zero(r)
+    assert r["server"]["own"]["ps_own_step"] == r["server"]["steps"] > 0
+    assert r["trainer"]["by_dst"]["worker2"]["mm"] == 5
+
+
+def _on_a_thread(fn):
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join(120)
+    return out[0]
+
+
+def test_the_callee_recorder_leaves_a_running_torch_profiler_whole():
+    """The root cause of #23 in one process: a call recorded on another thread while torch.profiler runs
+    (before: a torch.profiler session per call there preempted this one; its stop crashed)."""
+    import torch
+
+    from rankscope.collect.rpc.threadrec import ThreadRecorder
+
+    def call() -> list:
+        rec = ThreadRecorder({"record_shapes": True})
+        rec.start()
+        with torch.profiler.record_function("rpc remote#f"):
+            torch.mm(torch.ones(8, 8), torch.ones(8, 8))
+        rec.stop()
+        return rec.events("rpc remote#f")
+
+    x = torch.ones(4, 4)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as p:
+        for _ in range(3):
+            with torch.profiler.record_function("own_step"):
+                torch.mm(x, x)
+        events = _on_a_thread(call)
+        torch.mm(x, x)
+    own = [e.name() for e in p.profiler.kineto_results.events()]
+    assert own.count("own_step") == 3 and own.count("aten::mm") == 4 and "rpc remote#f" not in own
+    mm = [e for e in events if e["name"] == "aten::mm"]
+    assert events[0]["name"] == "rpc remote#f" and len(mm) == 1 and mm[0]["shapes"] == [[8, 8], [8, 8]]
+    assert mm[0]["depth"] == 1 and events[0]["ts"] <= mm[0]["ts"] and mm[0]["dur"] <= events[0]["dur"]
+
+
+@pytest.mark.parametrize("how", ["torch.profiler", "torch.autograd.profiler", "none"])
+def test_own_profiler_is_seen_from_another_thread(how):
+    import torch
+
+    from rankscope.collect.rpc.state import own_profiler_reason
+
+    ctx = {"torch.profiler": lambda: torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]),
+           "torch.autograd.profiler": torch.autograd.profiler.profile, "none": contextlib.nullcontext}[how]
+    with ctx():
+        with torch.profiler.record_function("own"):  # a span of its own under it
+            seen = _on_a_thread(own_profiler_reason)
+    assert seen == (None if how == "none" else OWN_TORCH)
+    assert _on_a_thread(own_profiler_reason) is None  # stopped: calls are profiled again

@@ -8,17 +8,40 @@ prepared) and reset it, and the process's own stop then crashed in Kineto (SIGSE
 Kineto start on an RPC thread also printed "External init callback must run in same thread as
 registerClient". docs/rpc.md has the whole story.
 
-Algorithm: push / pop records paired by handle; times are the ``__start_profile`` mark's (µs since
-the epoch: the clock of ``time.time_ns()``) plus each record's distance from it; only the thread that
-ran the call's span is kept, with self time and depth (:func:`with_self_time`).
+Algorithm: push / pop records paired by handle; times are the first ``__start_profile`` mark's (µs
+since the epoch: the clock of ``time.time_ns()``) plus each record's distance from it; only the thread
+that ran the call's span is kept, with self time and depth (:func:`with_self_time`).
+
+While the function sends an RPC of its own (nested RPC) the recorder is paused (:func:`paused`): torch
+wraps a request sent from a thread that runs the legacy profiler for its own remote profiling, which
+then fails in C++ ("Must set currentThreadLocalKey_ before calling getCurrentProfilingKey") unless
+torch's Python side set it up, and would make the next worker refuse to record the call for us. The
+records of the segments are joined; an op open at a pause ends at that pause.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Any
+import threading
+from typing import Any, Iterator
 
 log = logging.getLogger(__name__)
 _MEMORY = "[memory]"
+_ON = threading.local()  # .rec: the recorder running on this thread
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Pause this thread's recorder, if one runs, for the time of the block (see the module docstring)."""
+    rec = getattr(_ON, "rec", None)
+    if rec is None or not rec.on:
+        yield
+        return
+    rec.pause()
+    try:
+        yield
+    finally:
+        rec.resume()
 
 
 class ThreadRecorder:
@@ -28,6 +51,7 @@ class ThreadRecorder:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.records: list[Any] = []
+        self.on = False
 
     def start(self) -> None:
         """Raises (RuntimeError) when a profiler is enabled on this thread already."""
@@ -38,16 +62,33 @@ class ThreadRecorder:
                              bool(self.config.get("profile_memory")), bool(self.config.get("with_stack")),
                              False, False, torch._C._profiler._ExperimentalConfig())
         _enable_profiler_legacy(cfg)
+        self.on = True
+        _ON.rec = self
 
-    def stop(self) -> None:
-        """Never raises: a recorder that cannot be read leaves no events (the call's result goes back)."""
+    def pause(self) -> None:
+        """Never raises: a recorder that cannot be read leaves the records it has."""
         from torch.autograd import _disable_profiler_legacy
 
+        if not self.on:
+            return
+        self.on = False
         try:
-            self.records = [e for lst in _disable_profiler_legacy() for e in lst]
+            self.records += [e for lst in _disable_profiler_legacy() for e in lst]
         except Exception as exc:  # noqa: BLE001 - the call's result matters more than its events
             log.warning("rankscope: the events of an RPC call could not be read (%s: %s)", type(exc).__name__, exc)
-            self.records = []
+
+    def resume(self) -> None:
+        """After :meth:`pause`; a recorder that cannot start again stays off (the call runs on)."""
+        try:
+            self.start()
+        except Exception as exc:  # noqa: BLE001 - e.g. the function enabled a profiler meanwhile
+            log.warning("rankscope: an RPC call is recorded only in part (%s: %s)", type(exc).__name__, exc)
+            _ON.rec = None
+
+    def stop(self) -> None:
+        """Never raises (see :meth:`pause`)."""
+        self.pause()
+        _ON.rec = None
 
     def events(self, label: str, shift_ns: int = 0) -> list[dict[str, Any]]:
         """The events of the thread that ran ``label``: {name, ts, dur[, shapes][, bytes]} in ns on
@@ -56,23 +97,24 @@ class ThreadRecorder:
 
 
 def events_of(records: list[Any], label: str, shift_ns: int = 0) -> list[dict[str, Any]]:
-    """Pair the legacy records (see the module docstring); an op still open at the stop mark ends there."""
-    marks = {e.name(): e for e in records if e.kind() == "mark"}
-    start, stop = marks.get("__start_profile"), marks.get("__stop_profile")
-    if start is None:
+    """Pair the legacy records of one or more segments (see the module docstring)."""
+    marks = [e for e in records if e.kind() == "mark"]
+    first = next((e for e in marks if e.name() == "__start_profile"), None)
+    if first is None:
         return []
-    base = round(start.start_us() * 1000) + shift_ns
-    at = lambda e: base + round(start.cpu_elapsed_us(e) * 1000)  # noqa: E731 - relative: exact in a double
+    base = round(first.start_us() * 1000) + shift_ns
+    at = lambda e: base + round(first.cpu_elapsed_us(e) * 1000)  # noqa: E731 - relative: exact in a double
+    stops = sorted(at(e) for e in marks if e.name() == "__stop_profile")
     tid = next((e.thread_id() for e in records if e.kind() == "push" and e.name() == label), None)
     ends = {e.handle(): at(e) for e in records if e.kind() == "pop"}
-    end_all = at(stop) if stop is not None else max(ends.values(), default=base)
     out: list[dict[str, Any]] = []
     for e in records:
-        if e.thread_id() != tid:
+        if e.thread_id() != tid or e.is_remote():  # remote: torch's own RPC profiling of a pre-bound call
             continue
         if e.kind() == "push":
             ts = at(e)
-            d: dict[str, Any] = {"name": e.name(), "ts": ts, "dur": max(ends.get(e.handle(), end_all) - ts, 0)}
+            end = ends.get(e.handle()) or next((t for t in stops if t >= ts), ts)
+            d: dict[str, Any] = {"name": e.name(), "ts": ts, "dur": max(end - ts, 0)}
             shapes = [list(s) for s in e.shapes()]
             if any(shapes):
                 d["shapes"] = shapes
