@@ -160,6 +160,16 @@ def test_nested_rpc_is_profiled_and_placed_inside_the_outer_call(job):
     assert any(e["name"].startswith("rpc_sync#remote_mm(worker1 -> worker2)") for e in outer["events"])
 
 
+def test_a_nested_call_through_torchs_own_function_runs_and_is_not_captured(job):
+    assert job["res"]["bound_ok"]
+    outer = _call(job["calls"], "rpc_sync#calls_third_bound(worker0 -> worker1)")
+    assert outer["status"] == "ok" and any(e["name"] == "aten::add" for e in outer["events"])
+    # not captured: no nested call record, and torch's own remote events are not taken for worker1's
+    assert not [c for c in job["calls"] if c.get("depth") == 1 and c["t_send"] >= outer["t_send"]
+                and c["t_done"] <= outer["t_done"]]
+    assert not [e for e in outer["events"] if "#remote_op" in e["name"] or e["name"] == "aten::mm"]
+
+
 def test_a_callee_that_cannot_profile_answers_and_the_gap_is_noted(job):
     r = job["res"]
     # busy: worker1 calls back into worker0, whose own profile holds the profiler
