@@ -149,6 +149,7 @@ def one(i: int, fam_name: str, n: int, rng: random.Random, args: argparse.Namesp
     row = {"i": i, "family": fam_name, "ranks": n, "rank": slow, "amount": amount, "seed": seed, "ok": ok,
            "truth": {k: truth.get(k) for k in ("slow_rank", "cause", "layout", "pipeline")},
            "extra_ms_per_step": summary.get("extra_ms_per_step"), "extra_share": summary.get("extra_share_of_step"),
+           "extra_wall_ms": summary.get("extra_wall_ms_per_step"), "extra_cpu_ms": summary.get("extra_cpu_ms_per_step"),
            "step_ms": (summary.get("median_ms") or {}).get("step_ms"), "found": v["found"], "verdict": v["text"],
            "critical_path": v.get("critical_path"), "job_s": round(job_s, 1), "analyze_s": v["analyze_s"],
            "load1": round(os.getloadavg()[0], 1), "run": str(d)}

@@ -97,8 +97,11 @@ def test_each_workload_job_writes_a_run_and_its_truth(tmp_path, job, kind, extra
         steps = pl.from_arrow(r.table(rank, "steps")).sort("step")
         rows = [x for x in truth["timers"][str(rank)] if x["captured"]]
         assert steps["step"].to_list() == [x["step"] for x in rows] == truth["captured_steps"] == [1, 2, 3]
-        diffs = sorted(abs((e - b) / 1e6 - x["step_ms"]) for b, e, x in zip(steps["ts"], steps["end"], rows))
-        assert diffs[1] < max(5.0, 0.1 * rows[0]["step_ms"]), diffs  # median; a preempted step may differ
+        # ProfilerStep#i opens inside prof.step() before the job's timer starts and closes in the next call after
+        # it stops: the span holds the timed interval and exceeds it by rankscope's own step work (about 0.2 ms
+        # here; a preempted step by up to 16 ms, seen on a loaded host: so the best step, not each, is compared)
+        diffs = [(e - b) / 1e6 - x["step_ms"] for b, e, x in zip(steps["ts"], steps["end"], rows)]
+        assert min(diffs) > -0.5 and min(diffs) < 2.0, diffs
     med = truth["summary"]["median_ms"]
     if kind in ("data", "host"):
         assert med["extra"]["1"] > 0 and med["extra"]["0"] < 0.1 * med["extra"]["1"]

@@ -68,7 +68,7 @@ class Tokenizing(Dataset):
     """``TokenBatches`` whose first row is rebuilt from ``chunks`` chunks of text tokenized in Python."""
 
     def __init__(self, base: TokenBatches, tok: PyTokenizer) -> None:
-        self.base, self.tok, self.chunks, self.spent_ms = base, tok, 0, 0.0
+        self.base, self.tok, self.chunks, self.spent_ms, self.spent_cpu = base, tok, 0, 0.0, 0.0
 
     def __len__(self) -> int:
         return len(self.base)
@@ -76,13 +76,14 @@ class Tokenizing(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = self.base[i]
         if self.chunks:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             ids: list[int] = []
             for k in range(self.chunks):
                 ids += self.tok.encode(self.tok.chunk(i * self.chunks + k))
             row = torch.tensor(ids[: x.shape[1] + 1], dtype=torch.long) % (VOCAB - 1) + 1
             x[0, : row.numel() - 1], y[0, : row.numel() - 1] = row[:-1], row[1:]
             self.spent_ms += (time.perf_counter() - t) * 1e3
+            self.spent_cpu += (time.thread_time() - c) * 1e3
         return x, y
 
 
@@ -94,7 +95,7 @@ class LM(TinyLM):
     def __init__(self) -> None:
         super().__init__(d=D, layers=LAYERS)
         self.register_buffer("mix", torch.randn(D, D) / D**0.5)
-        self.extra, self.spent_ms = 0, 0.0
+        self.extra, self.spent_ms, self.spent_cpu = 0, 0.0, 0.0
 
     def extra_work(self, h: torch.Tensor, n: int) -> torch.Tensor:
         for _ in range(n):
@@ -104,9 +105,10 @@ class LM(TinyLM):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.emb(x)
         if self.extra:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             h = self.extra_work(h, self.extra)
             self.spent_ms += (time.perf_counter() - t) * 1e3
+            self.spent_cpu += (time.thread_time() - c) * 1e3
         mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
         return self.head(self.body(h, mask=mask, is_causal=True))
 
@@ -155,7 +157,8 @@ def main(argv: list[str] | None = None) -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
         t.add("extra", data.spent_ms + model.spent_ms)
-        data.spent_ms = model.spent_ms = 0.0
+        t.add("extra_cpu", data.spent_cpu + model.spent_cpu)
+        data.spent_ms = model.spent_ms = data.spent_cpu = model.spent_cpu = 0.0
 
     step_ms = healthy_step_ms(step, args.calib)
     inject(args, rank == args.slow_rank, step, model, data, step_ms)

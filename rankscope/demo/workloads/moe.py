@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     rank, world = setup(args)
     skewed = args.slow_rank if args.straggler == "skew" else -1
     prior = [args.amount if e == skewed else 1.0 for e in range(world)]
-    gen = torch.Generator().manual_seed(args.seed * 1000 + 17)  # the same routing noise stream on every rank
+    gen = torch.Generator().manual_seed(args.seed * 1000 + 500 + rank)  # each rank routes its own tokens
     data = torch.Generator().manual_seed(args.seed * 1000 + rank)
     model = Model(world, prior, gen)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
