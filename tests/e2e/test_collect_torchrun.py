@@ -50,8 +50,11 @@ def test_profile_two_ranks_local(tmp_path):
         assert [a["when"] for a in m["clock"]["anchors"]] == ["start", "end"]
         assert m["metadata"] == {"mode": "ok"} and m["process_groups"][0]["ranks"] == [0, 1]
         man = json.loads((run / f"ranks/{r}/MANIFEST.json").read_text())
+        # each window's trace and, the recorder being on by default, its collectives (group, sequence)
         assert {f["path"] for f in man["files"]} == {"meta.json", "window-0000.pt.trace.json.gz",
-                                                     "window-0001.pt.trace.json.gz"}
+                                                     "window-0001.pt.trace.json.gz",
+                                                     "window-0000.collectives.json.gz",
+                                                     "window-0001.collectives.json.gz"}
         trace = json.load(gzip.open(run / f"ranks/{r}/window-0001.pt.trace.json.gz"))
         assert trace["distributedInfo"]["rank"] == r
         names = {e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}
@@ -126,7 +129,10 @@ def test_profile_two_ranks_s3(tmp_path, moto_server):
     assert fs.exists(f"{bucket}/exp/run.json")
     for r in (0, 1):
         man = json.loads(fs.cat_file(f"{bucket}/exp/ranks/{r}/MANIFEST.json"))
-        assert len(man["files"]) == 3
+        assert {f["path"] for f in man["files"]} == {"meta.json", "window-0000.pt.trace.json.gz",
+                                                     "window-0001.pt.trace.json.gz",
+                                                     "window-0000.collectives.json.gz",
+                                                     "window-0001.collectives.json.gz"}
 
 
 def test_storage_unreachable_training_finishes_then_resume(tmp_path, moto_server):
