@@ -6,7 +6,7 @@
 - ``--straggler compute``: extra matmuls on the embedding output inside the slow rank's forward, ``--amount``
   (default 0.15) of the healthy step. Truth: cause ``compute``.
 - ``--straggler input``: the slow rank's sequences are ``--amount`` (default 1.5) times longer. Truth: cause
-  ``imbalance``; its extra time is its forward + backward time minus the other ranks' median.
+  ``imbalance``; its extra time is its forward + backward CPU time minus the other ranks' median.
 - ``--straggler none``: the healthy twin.
 
 The ranks that wait do so inside FSDP's own spans (the next all-gather or reduce-scatter).

@@ -9,7 +9,7 @@ gradients per step); the experts are not.
 
 - ``--straggler skew``: the prior gives the slow rank's experts ``--amount`` (default 2.5) times the
   tokens of each other expert. Truth: that rank, cause ``imbalance``; its extra time is its experts'
-  forward + backward time minus the other ranks' median.
+  forward + backward CPU time minus the other ranks' median.
 - ``--straggler none``: the healthy twin, a balanced router.
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@ gradients back as send / recv pairs. ``MICRO`` (8) microbatches per step.
 - ``--straggler stage``: stage ``--slow-rank`` holds ``--amount`` (default 2) times the layers of each other
   stage (4), as the issue's 20-layer LM held 8 on stage 2 and 4 on the others. Truth: that rank is the
   bottleneck stage, cause ``compute`` (more operator calls); its extra time is its layers' forward + backward
-  time minus the other stages' median.
+  CPU time minus the other stages' median.
 - ``--straggler none``: the balanced twin, the same layers spread evenly (5 each at 4 stages, 6 at 2).
 """
 from __future__ import annotations
