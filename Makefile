@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean bench sysdeps
+.PHONY: demo test install clean bench sysdeps npu-wheel hta-venv
 
 # System packages the tests need: Debian's chromium (the report and web UI are tested in a real
 # headless browser) and openssh-server (`rankscope gather` is tested against a real sshd on
@@ -37,7 +37,31 @@ sysdeps:
 	  fi; \
 	fi
 
-test: $(STAMP) sysdeps
+# The torch-npu wheel is a dev dependency too: tests/torch_npu_oracle.py runs its profiler analysis (pure
+# Python, no NPU needed) as the oracle of Ascend's step_trace_time.csv. Cached once here, read by the tests
+# (which never download it, and fail with this command when it is absent). Version: the oracle's VERSION.
+TEST_CACHE ?= $(HOME)/.cache/rankscope-tests
+export RANKSCOPE_TEST_CACHE := $(abspath $(TEST_CACHE))
+TORCH_NPU_VERSION := $(shell sed -n 's/^VERSION = "\(.*\)"$$/\1/p' tests/torch_npu_oracle.py)
+
+npu-wheel: $(STAMP)
+	@ls $(TEST_CACHE)/wheels/torch_npu-$(TORCH_NPU_VERSION)-*.whl >/dev/null 2>&1 || { \
+	  echo "caching the torch-npu $(TORCH_NPU_VERSION) wheel in $(TEST_CACHE)/wheels (the Ascend oracle's source)"; \
+	  $(PY) -m pip download --no-deps -q -d $(TEST_CACHE)/wheels --python-version 3.11 --only-binary=:all: \
+	    --platform manylinux_2_28_x86_64 torch-npu==$(TORCH_NPU_VERSION); }
+
+# HTA 0.5.0 (holistictraceanalysis), the oracle of tests/golden/test_critical_path_hta.py, needs pandas < 3,
+# which the project's venv does not have: its own venv, the one bench/ingest.py uses too.
+HTA_VENV := .bench/hta-venv
+
+hta-venv: $(HTA_VENV)/.installed
+
+$(HTA_VENV)/.installed:
+	@test -x $(HTA_VENV)/bin/python || $(PYTHON) -m venv $(HTA_VENV)
+	$(HTA_VENV)/bin/python -m pip install -q holistictraceanalysis==0.5.0 "pandas<3"
+	@touch $@
+
+test: $(STAMP) sysdeps npu-wheel hta-venv
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP)

@@ -9,10 +9,14 @@ medians:
 2. idle: a real ``rpc_sync`` of a tiny function through torch's own function vs through rankscope's
    wrapper with nothing recording (µs per call).
 3. profiled: the same call plainly vs under ``rankscope.rpc.profile(local=False)`` (the callee runs it
-   under the profiler and returns its events): the added latency per call, for a tiny function and
-   for a 256x256 matmul.
+   under its thread-local recorder and returns its events): the added latency per call, for a tiny
+   function and for a 256x256 matmul.
+4. recorders (``--recorders``, one process, no RPC): what recording one call costs on a worker thread
+   with the callee's recorder (``threadrec.ThreadRecorder``: torch's thread-local profiler) vs a
+   ``torch.profiler.profile`` session per call (the callee before issue 23), events read back included.
 
     PYTHONPATH=. .venv/bin/python bench/rpc_overhead.py --blocks 10 --calls 200
+    PYTHONPATH=. .venv/bin/python bench/rpc_overhead.py --recorders --blocks 10 --calls 100
 """
 from __future__ import annotations
 
@@ -75,7 +79,7 @@ def caller(blocks: int, calls: int) -> None:
 
     torch_sync = state.TORCH["rpc_sync"]
     a = torch.randn(256, 256)
-    for _ in range(50):  # warm-up: connections, first profiler start on the callee
+    for _ in range(50):  # warm-up: connections
         torch_sync("worker1", tiny, (1,))
     with rr.profile(local=False):
         rr.rpc_sync("worker1", tiny, (1,))
@@ -99,13 +103,67 @@ def caller(blocks: int, calls: int) -> None:
         print(f"profiled rpc_sync({label}): plain {p:.1f} µs/call, profiled {w:.1f} µs/call, added {w - p:.1f} µs")
 
 
+def recorders(blocks: int, calls: int) -> None:
+    """Measurement 4, on a thread of its own (as an RPC thread runs a call)."""
+    import threading
+
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from rankscope.collect.rpc.threadrec import ThreadRecorder
+
+    a = torch.randn(256, 256)
+
+    def thread_rec(fn, args) -> None:
+        rec = ThreadRecorder({"record_shapes": True})
+        rec.start()
+        with record_function("rpc remote#f"):
+            fn(*args)
+        rec.stop()
+        rec.events("rpc remote#f")
+
+    def kineto(fn, args) -> None:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as p:
+            with record_function("rpc remote#f"):
+                fn(*args)
+        list(p.profiler.kineto_results.events())
+
+    def per_call(rec, fn, args, n: int) -> float:
+        out: list[float] = []
+
+        def body() -> None:
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                rec(fn, args) if rec else fn(*args)
+            out.append((time.perf_counter_ns() - t0) / n)
+        t = threading.Thread(target=body)
+        t.start()
+        t.join()
+        return out[0]
+
+    for label, fn, args in (("tiny", tiny, (1,)), ("mm 256x256", mm, (a,))):
+        per_call(kineto, fn, args, 5)  # first use of each, outside the blocks
+        per_call(thread_rec, fn, args, 5)
+        bare, tr, kt = [], [], []
+        for _ in range(blocks):
+            bare.append(per_call(None, fn, args, calls))
+            tr.append(per_call(thread_rec, fn, args, calls))
+            kt.append(per_call(kineto, fn, args, calls))
+        b, t, k = (statistics.median(x) / 1e3 for x in (bare, tr, kt))
+        print(f"recording {label}: bare {b:.1f} µs/call, thread recorder +{t - b:.1f} µs, "
+              f"torch.profiler session +{k - b:.1f} µs")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocks", type=int, default=10)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--recorders", action="store_true", help="measurement 4 only (one process, no RPC)")
     args = ap.parse_args()
+    if args.recorders:
+        recorders(args.blocks, args.calls)
+        return
     if args.rank == 0 and not args.port:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

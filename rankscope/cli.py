@@ -27,6 +27,7 @@ VERBS: dict[str, str] = {
     "trigger": "rankscope.commands.trigger",
     "gather": "rankscope.commands.gather",
     "hang": "rankscope.commands.hang",
+    "watch": "rankscope.commands.watch",
 }
 
 _ENV_OPTIONS = ("RANKSCOPE_MAX_JSON_BYTES", "RANKSCOPE_CLOCK_ALIGN", "RANKSCOPE_DASK")
@@ -44,6 +45,7 @@ EPILOG = """examples:
   rankscope trigger RUN --steps 3      capture 3 steps of a running job now
   rankscope upload --resume SPOOL      finish uploads that a killed rank left in its spool
   rankscope hang FR_DUMP_DIR           which rank never joined which collective (Flight Recorder dumps)
+  rankscope watch RUN                  follow a running job's live straggler signal (RUN/live.jsonl)
 """
 
 

@@ -16,13 +16,15 @@ class TraceError(RankscopeError):
     two-argument constructor and used to break the whole process pool (``BrokenProcessPool``).
     """
 
-    def __init__(self, path: str, problem: str) -> None:
+    def __init__(self, path: str, problem: str, kind: str = "other", rank: int | None = None) -> None:
         super().__init__(f"{path}: {problem}")
         self.path = path
         self.problem = problem
+        self.kind = str(getattr(kind, "value", kind))  # a rankscope.model.info.Kind value: what went wrong
+        self.rank = rank  # the rank the file belongs to, when its reader learned it before failing
 
-    def __reduce__(self) -> tuple[type, tuple[str, str]]:
-        return (self.__class__, (self.path, self.problem))
+    def __reduce__(self) -> tuple[type, tuple[str, str, str, int | None]]:
+        return (self.__class__, (self.path, self.problem, self.kind, self.rank))
 
 
 # C0/C1 control characters (ESC, CR, LF, BEL, ...), DEL and lone surrogates: never sent raw to a terminal.

@@ -40,6 +40,16 @@ def no_leaked_rpc_patches():
     assert not wrapped, f"torch.distributed.rpc functions left patched: {wrapped}"
 
 
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """A test module that cannot import a dev dependency fails to collect (an error, never a skip); say
+    under the error how to install them all."""
+    if report.failed and "ModuleNotFoundError" in str(report.longrepr):
+        import sys
+
+        report.sections.append(("missing dev dependency", f"install the dev extra: {sys.executable} -m pip install "
+                                "-e '.[dev]'  (or `make install`; `make test` does it)"))
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED.is_dir():

@@ -1,10 +1,64 @@
-"""Tiny hand-made Kineto traces for unit tests."""
+"""Tiny hand-made Kineto traces for unit tests; dev tools a test needs (never a skip); the straggler
+headline's grammar, checked against a finding's structured fields."""
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+# ---- dev tools: a missing one fails the test with the command that installs it ----
+
+def install_command(spec: str) -> str:
+    """The exact command that installs ``spec`` into the interpreter running the tests."""
+    return f"{sys.executable} -m pip install '{spec}'  (or `make install`: every dev dependency)"
+
+
+def require(module: str, spec: str) -> Any:
+    """Import ``module`` (a dev dependency of the tests, pip name and version ``spec``) or fail the
+    test with the command that installs it. Never a skip: a green run must mean the oracle ran."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        pytest.fail(f"{module} is missing ({exc}); it is a dev dependency of this test: "
+                    f"{install_command(spec)}", pytrace=False)
+
+
+# ---- the straggler headline ----
+
+def straggler_note(f: Any) -> str:
+    """Check a straggler finding's title against the grammar of ``analysis/diagnosis/straggler.py``'s ``_finding``,
+    every variant of it, rebuilt from the finding's own fields, and return the cause's note between the
+    head and the measure (e.g. ", +35% input work per step (aten::bmm inputs [...] vs [...])").
+
+    "rank R is slow: LABEL" + note + ", " + measure + cost, where the measure is "own time +X% vs the other
+    ranks' median", "own time excluding CPU wait +X% vs ..." (found on own time minus run-queue wait:
+    evidence test "... (cpu-available)") or, for a slow link, "in every slow group (transfers up to Nx the
+    other groups' median)"; the cost ", costs M ms per step (S%)" only where time was lost."""
+    from rankscope.analysis.diagnosis.straggler import LABELS
+
+    ev = f.evidence
+    head = f"rank {f.ranks[0]} is slow: {LABELS.get(ev['cause'], ev['cause'])}"
+    lost = ev.get("time_lost", {})
+    cost = (f", costs {lost['lost_per_step_ns'] / 1e6:.1f} ms per step ({lost.get('lost_share_of_step', 0):.0%})"
+            if lost.get("lost_per_step_ns") else "")
+    if "test" not in ev and "transfer_ratio" in ev:
+        tail = f", in every slow group (transfers up to {ev['transfer_ratio']:.1f}x the other groups' median){cost}"
+    else:
+        measure = "own time excluding CPU wait" if str(ev["test"]).endswith("(cpu-available)") else "own time"
+        tail = f", {measure} +{ev['relative_excess']:.0%} vs the other ranks' median{cost}"
+    assert f.title.startswith(head) and f.title.endswith(tail), (f.title, head, tail)
+    return f.title[len(head):len(f.title) - len(tail)]
+
+
+def one_line(text: str) -> str:
+    """Terminal output with rich's line wrapping undone (every run of whitespace -> one space)."""
+    return " ".join(text.split())
+
 
 
 def x(name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int = 1, **args: Any) -> dict[str, Any]:

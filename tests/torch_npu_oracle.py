@@ -1,8 +1,9 @@
 """torch_npu's own step_trace_time.csv writer, run on a trace_view.json without an NPU.
 
 torch_npu's profiler analysis is pure Python; its package needs the CANN runtime, so the wheel
-(torch-npu 2.14.0, fetched once with ``pip download --no-deps`` into ``$RANKSCOPE_TEST_CACHE`` or
-~/.cache/rankscope-tests) is unpacked and only ``torch_npu/profiler/analysis`` and
+(torch-npu 2.14.0, cached by ``make test`` with ``pip download --no-deps`` into ``$RANKSCOPE_TEST_CACHE/wheels``,
+default ~/.cache/rankscope-tests/wheels, like the other dev dependencies; the tests never download it and
+fail with :func:`fetch_command` when it is absent) is unpacked and only ``torch_npu/profiler/analysis`` and
 the helpers in ``torch_npu/utils/`` are imported, under stub parent packages (stubs for the four names it takes from torch_npu's
 compiled or torch-importing parts: a warning switch, an interactive-shell test, a host id).
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
 import sys
 import types
 import warnings
@@ -33,23 +33,24 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RANKSCOPE_TEST_CACHE", Path.home() / ".cache" / "rankscope-tests"))
 
 
+def fetch_command() -> str:
+    """The command that caches the wheel where :func:`unpacked` reads it (what ``make test`` runs; the
+    Makefile reads VERSION from this file)."""
+    return (f"{sys.executable} -m pip download --no-deps -d {cache_dir() / 'wheels'} --python-version 3.11 "
+            f"--only-binary=:all: --platform manylinux_2_28_x86_64 torch-npu=={VERSION}")
+
+
 def unpacked() -> Path:
-    """The wheel's analysis sources, fetched and unpacked once; raises RuntimeError when pip cannot get it."""
+    """The wheel's analysis sources, unpacked once from the cached wheel; raises RuntimeError with the
+    command that caches it when it is absent."""
     root = cache_dir() / f"torch_npu-{VERSION}"
     done = root / "torch_npu" / "profiler" / "analysis" / "prof_view" / "_trace_step_time_parser.py"
     if done.is_file():
         return root
-    wheels = cache_dir() / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    got = list(wheels.glob(f"torch_npu-{VERSION}-*.whl"))
+    got = sorted((cache_dir() / "wheels").glob(f"torch_npu-{VERSION}-*.whl"))
     if not got:
-        p = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels),
-                            "--python-version", "3.11", "--only-binary=:all:", "--platform",
-                            "manylinux_2_28_x86_64", f"torch-npu=={VERSION}"],
-                           capture_output=True, text=True, timeout=600)
-        got = list(wheels.glob(f"torch_npu-{VERSION}-*.whl"))
-        if p.returncode != 0 or not got:
-            raise RuntimeError(f"pip download torch-npu=={VERSION} failed: {(p.stderr or p.stdout)[-300:]}")
+        raise RuntimeError(f"the torch-npu {VERSION} wheel (this oracle's source) is not cached in "
+                           f"{cache_dir() / 'wheels'}: run `make test` (it caches it) or `{fetch_command()}`")
     with zipfile.ZipFile(got[0]) as z:
         names = [n for n in z.namelist() if n.startswith("torch_npu/profiler/analysis/")
                  or (n.startswith("torch_npu/utils/") and n.count("/") == 2)]

@@ -20,9 +20,10 @@ if TYPE_CHECKING:
 
     from rankscope.model.run import Run
 
-# Union of the event columns the per-rank analyses read (never cat, pid, device).
+# Union of the event columns the per-rank analyses read (never device; cat, pid, bytes and bandwidth for
+# the HTA-compatible GPU analyses, analysis/gpu/).
 EVENT_COLUMNS = ["name", "kind", "ts", "dur", "tid", "stream", "is_comm", "external_id", "correlation",
-                 "depth", "input_dims"]
+                 "depth", "input_dims", "cat", "pid", "bytes", "bandwidth"]
 
 
 class RankData:

@@ -12,6 +12,7 @@ owner-only permissions.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -39,6 +40,8 @@ class RankIdentity:
     offset_error_ns: int | None = None
     hosts: list[str] = field(default_factory=lambda: ["node-0"])
     host_map: dict[str, str] = field(default_factory=dict)  # rank 0 only; never written to the run
+    # rank 0 only: the groups of every rank (a rank knows only the groups it is in), for run.json
+    all_groups: list[dict[str, Any]] = field(default_factory=list)
 
 
 def anchor(when: str) -> dict[str, Any]:
@@ -99,9 +102,13 @@ def _wait_get(store: Any, key: str, timeout_s: float) -> bytes:
 def _serve(store: Any, p: str, ranks: list[int], rounds: int, timeout_s: float, ident: RankIdentity) -> None:
     """Rank 0: give every other rank a host alias and answer its clock probes."""
     aliases: dict[str, str] = {socket.gethostname(): "node-0"}
+    groups = {(g["name"], str(g["ranks"])): g for g in ident.process_groups}
     for r in ranks:
         try:
             host = _wait_get(store, f"{p}/host/{r}", timeout_s).decode()
+            with contextlib.suppress(ValueError, KeyError, TypeError):  # groups are metadata: best effort
+                for g in json.loads(store.get(f"{p}/groups/{r}")):
+                    groups.setdefault((str(g["name"]), str(g["ranks"])), g)
             alias = aliases.setdefault(host, f"node-{len(aliases)}")
             store.set(f"{p}/alias/{r}", alias)
             for k in range(rounds):
@@ -111,6 +118,7 @@ def _serve(store: Any, p: str, ranks: list[int], rounds: int, timeout_s: float, 
             timeout_s = min(timeout_s, 1.0)
     ident.hosts = list(aliases.values())
     ident.host_map = {a: h for h, a in aliases.items()}
+    ident.all_groups = list(groups.values())
 
 
 def _probe(store: Any, p: str, rank: int, rounds: int, timeout_s: float) -> tuple[int, int]:
@@ -142,6 +150,7 @@ def handshake(ident: RankIdentity, session: str, ranks: list[int], rounds: int =
     if ident.rank not in ranks:
         return ident
     try:
+        store.set(f"{p}/groups/{ident.rank}", json.dumps(ident.process_groups))  # before the host: rank 0 reads it then
         store.set(f"{p}/host/{ident.rank}", socket.gethostname())
         ident.host = _wait_get(store, f"{p}/alias/{ident.rank}", timeout_s).decode()
         ident.offset_to_rank0_ns, ident.offset_error_ns = _probe(store, p, ident.rank, rounds, timeout_s)
@@ -181,7 +190,7 @@ def run_doc(ident: RankIdentity, run_id: str, ranks_expected: list[int], layout:
     """run.json per docs/contract.md (written by rank 0)."""
     return {"format": L.RUN_FORMAT, "run_id": run_id, "world_size": ident.world_size,
             "ranks_expected": ranks_expected, "created_ns": time.time_ns(), "hosts": ident.hosts,
-            "process_groups": ident.process_groups, "layout": layout, "versions": vers}
+            "process_groups": ident.all_groups or ident.process_groups, "layout": layout, "versions": vers}
 
 
 def as_dict(ident: RankIdentity) -> dict[str, Any]:

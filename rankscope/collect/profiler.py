@@ -13,7 +13,9 @@ Example (what the demo does)::
 Each window becomes ``RUN/ranks/<rank>/window-NNNN.pt.trace.json.gz`` (exported, spooled
 and uploaded on background threads: :mod:`rankscope.collect.export`), with ``meta.json``
 (steps covered, clock anchors, offset to rank 0) and ``MANIFEST.json``; rank 0 writes
-``run.json``. Every rank computes windows from
+``run.json``. At the end the first profiled rank prints one line on stderr, "rankscope: traces written to
+RUN (N windows)".
+Every rank computes windows from
 the same step counter and schedule, so with a schedule all ranks capture the same steps.
 
 Idle backstop: torch's profiler cannot be stopped from another thread (it crashed with
@@ -27,11 +29,16 @@ from __future__ import annotations
 import atexit
 import ctypes
 import logging
+import os
+import sys
 import threading
 import time
 from typing import Any, Callable, Iterable
 
 from rankscope.collect import meta as M
+from rankscope.collect.comms.live import LiveSidecar
+from rankscope.collect.comms.live import options as live_options
+from rankscope.collect.comms.steps import STEPS
 from rankscope.collect.handler import Collector, default_run_id
 from rankscope.collect.sched import SchedSampler
 from rankscope.collect.sidecars import CommsSidecar, RpcSidecar, comms_options
@@ -102,7 +109,11 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
     mode 0600), ``idle_timeout_s``, ``on_demand`` (record nothing until triggered),
     ``backend`` ("torch" or "torch_npu"), ``rpc`` (default True: while a window records, calls made with
     ``torch.distributed.rpc`` are profiled on the worker that runs them and saved with the run as
-    ``ranks/<r>/rpc.<n>.json.gz``; see :mod:`rankscope.rpc`). Without ``run`` it behaves like torch's
+    ``ranks/<r>/rpc.<n>.json.gz``; see :mod:`rankscope.rpc`), ``live`` (default on with the collective
+    recorder and 2+ ranks, ``RANKSCOPE_LIVE=0`` off: rank 0 scores every step's ranks and writes
+    ``RUN/live.jsonl``, ``rankscope watch RUN`` follows it; a rank slow for 5 steps is named on stderr; see
+    :mod:`rankscope.collect.comms.live`), ``auto_capture`` (or ``RANKSCOPE_AUTO_CAPTURE=1``: that alarm also
+    captures the next 3 steps on every rank). Without ``run`` it behaves like torch's
     profile (the RPC calls are then in ``rpc_calls`` after ``stop()``).
     """
 
@@ -114,7 +125,8 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
                  layout: dict[str, int] | None = None, run_id: str | None = None, spool_dir: str | None = None,
                  storage_options: dict[str, Any] | None = None, upload: UploadConfig | None = None,
                  host_map: str | None = None, idle_timeout_s: float = 600.0, on_demand: bool = False,
-                 backend: str = "torch", comms: bool | dict[str, Any] | None = None, rpc: bool = True) -> None:
+                 backend: str = "torch", comms: bool | dict[str, Any] | None = None, rpc: bool = True,
+                 live: bool | None = None, auto_capture: bool | None = None) -> None:
         self._kw = {"activities": activities, "record_shapes": record_shapes, "profile_memory": profile_memory,
                     "with_stack": with_stack, "with_flops": with_flops, "with_modules": with_modules,
                     "experimental_config": experimental_config}
@@ -126,6 +138,7 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         self._mod = _backend(backend)
         self._comms = CommsSidecar(comms_options(comms))  # comms=True / {...} / RANKSCOPE_COMMS
         self._rpc = RpcSidecar(rpc)
+        self._live = LiveSidecar(live_options(live, auto_capture))  # RUN/live.jsonl (comms_live)
         self.step_num = 0
         self.collector: Collector | None = None
         self._prof: Any = None
@@ -224,6 +237,8 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             self._watcher = Watcher(self.collector.target, ident.rank, store, f"rankscope/{run_id}/{n}/trigger",
                                     since_ns=time.time_ns(),
                                     on_dump=lambda reason: self._comms.dump(self.collector, reason)).start(self.step_num)
+            self._live.start(self.collector, f"rankscope/{run_id}/{n}/live", self.step_num)
+        STEPS.mark(self.step_num)
         self._running = True
         self._last_step = time.monotonic()
         self._sched_mark = self._sched.sample()
@@ -262,7 +277,9 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             self._win_steps.append(self.step_num)
             if sched is not None:
                 self._win_sched.append([self.step_num, *sched])
+        self._live.step(self.step_num, sched)
         self.step_num += 1
+        STEPS.mark(self.step_num)
         if self._prof is not None:
             self._prof.step()
             if self._recording(self.step_num) and self._win_start_ns is None:
@@ -336,9 +353,29 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             self._watchdog = None
         if self._watcher is not None:
             self._watcher.close()
+        self._live.stop()
         self._comms.stop()  # the exit dump goes out with the run, before the uploads close
         if self.collector is not None:
-            self.collector.close()
+            self._say_where(self.collector.close())
+
+    def _say_where(self, left: int) -> None:
+        """One line on stderr at the end, from the first profiled rank only (rank 0 unless ``ranks=``
+        leaves it out; a 1,000-rank job prints it once): where the traces are and how many windows this
+        rank saved (lost ones counted: their warnings said why), or how many files are still in the spool."""
+        col = self.collector
+        if col is None or col.ident.rank != min(col.ranks_expected or [0]):
+            return
+        where = col.run if "://" in col.run else os.path.abspath(col.run)
+        lost = len(col.extra.get("lost_windows", [])) + sum(1 for w in col.windows if "error" in w)
+        n = len(col.windows) - lost
+        counts = f"{n} window{'' if n == 1 else 's'}" + (f", {lost} lost" if lost else "")
+        line = (f"rankscope: traces written to {where} ({counts})" if not left else
+                f"rankscope: {counts}; {left} file(s) not yet in {where}, kept in spool {col.spool.dir}")
+        try:
+            sys.stderr.write(line + "\n")  # one write: ranks' lines do not interleave
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - no, closed or broken stderr: the line is lost, never the job
+            pass
 
     NO_STEPS = ("prof.step() was never called: with schedule=... nothing is recorded until the training "
                 "loop calls prof.step() once per step")

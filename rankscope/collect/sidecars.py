@@ -6,7 +6,9 @@ and nothing else. Both swallow their own failures: they may lose their data, nev
 
 - :class:`CommsSidecar`: a :class:`rankscope.collect.comms.Recorder` whose dumps go to the run
   with the traces, and each window's collectives kept beside its trace
-  (``ranks/<r>/window-NNNN.collectives.json.gz``).
+  (``ranks/<r>/window-NNNN.collectives.json.gz``). On by default for the window files (Flight Recorder
+  costs ~4 µs per collective); dumps, SIGUSR1 and the watchdog only with ``comms=True`` /
+  ``RANKSCOPE_COMMS``. meta.json says which recorder ran, or why none could.
 - :class:`RpcSidecar`: while a window records, calls made with ``torch.distributed.rpc`` are
   profiled on the worker that runs them (:mod:`rankscope.rpc`); the calls are saved with the run.
 """
@@ -19,15 +21,26 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
+# By default (comms not given, RANKSCOPE_COMMS unset) each window keeps the recorder's entries, so gloo's
+# collectives get their group and sequence number; no dumps, no signal handler, no watchdog.
+DEFAULT = {"watchdog_s": None, "at_exit": False, "on_signal": False, "default": True}
+
+
 def comms_options(comms: bool | dict[str, Any] | None) -> dict[str, Any] | None:
-    """``comms=True`` / ``{"watchdog_s": 300, "at_exit": True}`` / ``None`` (then RANKSCOPE_COMMS decides)."""
+    """``comms=True`` / ``{"watchdog_s": 300, "at_exit": True}`` / ``None`` (then RANKSCOPE_COMMS decides,
+    else ``DEFAULT``) / ``False`` (off)."""
     from rankscope.collect import comms as _comms
 
     if comms is None:
-        return _comms.from_env()
+        return _comms.from_env() or (None if os.environ.get("RANKSCOPE_COMMS", "").strip() else dict(DEFAULT))
     if comms is True:
         return {"watchdog_s": None, "at_exit": True}
     return dict(comms) if isinstance(comms, dict) and comms else None
+
+
+OFF_WHY = ("Flight Recorder's ring must exist before the first collective (import rankscope before "
+           "init_process_group, or TORCH_FR_BUFFER_SIZE=2000 in the job's environment), or the process group "
+           "created with rankscope.comms.timed_backend()")
 
 
 class CommsSidecar:
@@ -44,15 +57,21 @@ class CommsSidecar:
         from rankscope.collect import comms
 
         try:
-            if not comms.recording():
-                log.warning("rankscope: the collective recorder sees nothing: Flight Recorder's ring must be sized "
-                            "before init_process_group (TORCH_FR_BUFFER_SIZE=2000 in the job's environment, or "
-                            "rankscope.comms.enable() before init_process_group), or the process group created "
-                            "with rankscope.comms.timed_backend()")
+            on = comms.recording()
+            collector.extra["collectives_recorder"] = ("timed" if comms._timed() else "flight_recorder") if on else (
+                "off: " + OFF_WHY)
+            if not on:
+                log.warning("rankscope: the collective recorder sees nothing, so gloo's collectives will carry no "
+                            "process group or sequence number: %s", OFF_WHY)
+                if self.opts.get("default"):
+                    return
             out = os.path.join(collector.spool.dir, "comms-staging")
             self.recorder = comms.Recorder(out, watchdog_s=self.opts.get("watchdog_s"),
+                                           on_signal=bool(self.opts.get("on_signal", True)),
                                            at_exit=bool(self.opts.get("at_exit", True)),
-                                           on_dump=collector.add_comms).start()
+                                           on_dump=collector.add_comms)
+            self.recorder.where = collector.run  # the watchdog's line names the run (`rankscope hang RUN`)
+            self.recorder.start()
         except Exception:  # noqa: BLE001 - never the job
             log.warning("rankscope: the collective recorder could not start", exc_info=True)
             self.recorder = None
@@ -85,7 +104,7 @@ class CommsSidecar:
         if rec is None:
             return
         if rec.at_exit:
-            rec.dump("end")
+            rec.dump("exit")  # `rankscope hang` reads "exit" as: this rank left
         rec.stop()
 
 

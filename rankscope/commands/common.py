@@ -149,7 +149,7 @@ def print_summary(run: Run, results: dict[str, Result], report: str | None = Non
         out.print(f"straggler analysis skipped: {st.skipped if st else 'not run'}")
     else:
         stragglers = {r for f in st.findings for r in f.ranks}
-        out.print(rank_table(st.tables["per_rank"], st.summary["verdict"], stragglers))
+        out.print(rank_table(st.tables["per_rank"], stragglers))
         mark = "⚠ " if stragglers else "○ " if st.summary.get("below_bar") else "✓ "  # ○: evidence under the bar
         out.print(f"[bold]{mark}{escape(st.summary['verdict'])}[/]")
         for line in st.summary.get("limits", []):

@@ -5,7 +5,8 @@ rank, or their JSON form) from a directory and matches every rank's collectives 
 sequence number): the first collective some ranks never joined, op / size / dtype mismatches (a rank
 that skipped one), a collective every rank joined but some had not started or completed when the others
 had (Flight Recorder on NCCL with ``TORCH_NCCL_ENABLE_TIMING=1``, rankscope's timed engine), and each
-rank's last collective per group.
+rank's last collective per group. The first line is the root cause (the problem whose missing or different
+call explains the others); each consequence follows it, marked as one; then where every rank is.
 
     TORCH_FR_BUFFER_SIZE=2000 torchrun ... train.py      # record; dump on a hang or at will
     rankscope hang /tmp/fr_dumps                           # which rank is missing from which collective
@@ -30,6 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rankscope.analysis.hang import describe, diagnose
+    from rankscope.analysis.hang.words import whereabouts
     from rankscope.errors import RankscopeError, TraceError, safe
     from rankscope.model.readers import frdump
 
@@ -42,13 +44,21 @@ def run(args: argparse.Namespace) -> int:
     if not dumps:
         raise RankscopeError(f"{safe(args.dumps)}: no Flight Recorder dump found (files named PREFIX<rank>, "
                              "pickle or JSON)")
+    # a run directory holds several dumps per rank (comms.<n>-<reason>): the latest (highest n, read last) wins
+    dumps = list({d.rank: d for d in dumps}.values())
     v = diagnose(dumps, args.world_size)
     if args.json:
-        out.file.write(json.dumps(asdict(v), indent=1, default=str) + "\n")
+        out.file.write(json.dumps(v.to_dict(), indent=1, default=str) + "\n")
         return 0
-    out.print(f"[bold]{'⚠ ' if v.problems else '✓ '}{v.headline}[/]", highlight=False)
-    for p in v.problems[1:]:
-        out.print(f"  also: {describe(p)}", highlight=False)
+    mark = "✓ " if not v.problems else "⚠ " if v.problems[0].kind in ("behind", "pg_inconsistent") else "✖ "
+    out.print(f"[bold]{mark}{safe(v.headline)}[/]", highlight=False, soft_wrap=True)
+    for i, p in enumerate(v.problems[1:], 1):
+        tag = f"consequence of #{p.consequence_of + 1}" if p.consequence_of is not None else f"#{i + 1}, also"
+        out.print(f"  ↳ {tag}: {safe(describe(p, v.where))}", highlight=False, soft_wrap=True)
+    if v.problems:
+        for r, w in sorted(v.where.items()):
+            extra = f", issued at {w.frame}" if w.state == "waiting" and w.frame else ""
+            out.print(f"  rank {r} {safe(whereabouts(w))}{extra}", highlight=False, soft_wrap=True)
     for g in v.groups:
         last = ", ".join(f"{r}:#{s}" for r, s in sorted(g["last_seq"].items()))
         done = g.get("last_completed")

@@ -11,7 +11,8 @@ processes for this call (``jobs`` workers, one thread each: the parsers hold the
 value is the address of a running scheduler (``tcp://host:8786``). A task whose worker dies is
 rescheduled on another worker by the scheduler (``distributed.scheduler.allowed-failures``), so a
 killed worker costs time, not ranks. The workers must see the run and the cache directory at the
-same paths as the client (one machine, or a shared file system).
+same paths as the client (one machine, or a shared file system). Asked for Dask, the work runs on Dask
+or the call fails with one line (no scheduler, no workers): never a silent fall back to the local pool.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from typing import Any, Callable, Iterator, Sequence
 from rankscope.errors import RankscopeError
 
 Progress = Callable[[int, int], None]
+# how long a scheduler with no worker yet is waited for (an adaptive cluster scaling up) before the call fails
+WAIT_WORKERS_S = 60.0
 
 
 def run_tasks(fn: Callable[[Any], Any], tasks: Sequence[Any], *, jobs: int, dask: str | None = None,
@@ -96,6 +99,7 @@ def _dask(fn: Callable[[Any], Any], tasks: Sequence[Any], address: str, jobs: in
     from distributed import as_completed as dask_completed
 
     with dask_client(address, jobs) as client:
+        _have_workers(client, address)
         threads = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values()) or 1
         # Chunks of ranks, ~8 per worker thread: one task per rank costs the scheduler ~ms each and
         # made a 1,024-rank analysis 1.8x slower than the local pool on the same cores; 8 per
@@ -108,6 +112,18 @@ def _dask(fn: Callable[[Any], Any], tasks: Sequence[Any], address: str, jobs: in
         futures = client.map(_chunk, chunks, pure=False, retries=1)
         for f in dask_completed(futures):
             yield from f.result()
+
+
+def _have_workers(client: Any, address: str) -> None:
+    """Wait up to WAIT_WORKERS_S for a worker; a scheduler without any is an error (the tasks would wait forever)."""
+    if client.scheduler_info()["workers"]:
+        return
+    try:
+        client.wait_for_workers(1, timeout=WAIT_WORKERS_S)
+    except TimeoutError as exc:  # distributed's WorkerStartTimeoutError is one
+        raise RankscopeError(f"the Dask scheduler at {address} has no workers (waited {WAIT_WORKERS_S:g} s): start "
+                             f"some with `dask worker {address}`, or use --dask local, or leave --dask out for the "
+                             "local process pool") from exc
 
 
 def _chunk(args: tuple[Callable[[Any], Any], list[int], list[Any]]) -> list[tuple[int, Any]]:

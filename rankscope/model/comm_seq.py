@@ -6,11 +6,14 @@ were mixed with the default group's. When the job ran with the collective record
 (``rankscope.profile(comms=True)``), every window's trace has a sibling
 ``window-NNNN.collectives.json.gz`` with the recorder's entries of that window: process group,
 sequence number in that group, op and the time the entry was created (written by
-``rankscope.collect.comms.window_json_gz``).
+``rankscope.collect.comms.window_json_gz``; Flight Recorder is on by default in torch 2.13, and
+``import rankscope`` sizes its ring where an older torch leaves it off).
 
-Each span is given the entry of the same op created closest before its start (measured on torch
-2.13 gloo: the entry is created 10-200 µs before the span starts, same wall clock), within
-``SLACK_NS``, each entry used once. Point-to-point entries give the group only (their sequence
+Each call is given an entry of the same op, each entry used once: where the trace says when the training
+thread issued the call (its ``c10d::`` op), the first entry created from then on and before gloo started
+it (the c10d op creates the entry; gloo may start a queued collective milliseconds later); otherwise the
+entry created closest before the span's start (measured on torch 2.13 gloo: 10-200 µs before, same wall
+clock), within ``SLACK_NS``. Point-to-point entries give the group only (their sequence
 counts per pair, not per group).
 """
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -26,7 +30,9 @@ import pyarrow as pa
 from rankscope.store import source
 
 SUFFIX = ".collectives.json.gz"
-SLACK_NS = 5_000_000  # an entry this long before the span's start still counts
+# an entry this long before the span's start still counts: gloo starts a queued call late on a busy host
+# (beyond 5 ms under a load of 19 on 2 cores: tests/e2e/test_comms_windows.py); sizes must agree as well
+SLACK_NS = 50_000_000
 EARLY_NS = 100_000  # or this long after it (two clocks read a few µs apart)
 MAX_BYTES = 64 << 20
 
@@ -59,42 +65,47 @@ def read(path: str) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and isinstance(doc.get("entries"), list) else None
 
 
-def assign(table: pa.Table, doc: dict[str, Any]) -> tuple[pa.Table, int]:
+def assign(table: pa.Table, doc: dict[str, Any]) -> tuple[pa.Table, np.ndarray]:
     """``table`` (one rank's collectives) with pg_name / pg_ranks / group_size / seq filled from the
-    recorder entries in ``doc``; returns it with the number of calls matched."""
+    recorder entries in ``doc``; returns it with the mask of the calls matched. A call is placed at the
+    time its training thread issued it where the trace says (``issue_ts``): gloo may start a queued
+    collective on its own thread milliseconds later."""
+    from rankscope.model.comm_issue import family
     from rankscope.model.comms import normalize_op
 
     if table.num_rows == 0:
-        return table, 0
+        return table, np.zeros(0, dtype=bool)
     groups: dict[str, Any] = doc["groups"] if isinstance(doc.get("groups"), dict) else {}
-    by_op: dict[str, list[tuple[int, str, int, bool]]] = {}
+    by_op: dict[str, list[tuple[int, str, int, bool, int]]] = {}
     for e in doc["entries"]:
         if not (isinstance(e, list) and len(e) >= 5 and isinstance(e[4], int)):
             continue
-        by_op.setdefault(normalize_op(str(e[3])), []).append((e[4], str(e[0]), int(e[1]), bool(e[2])))
+        n = _first_size(e[5]) if len(e) > 5 else -1
+        by_op.setdefault(family(normalize_op(str(e[3]))), []).append((e[4], str(e[0]), int(e[1]), bool(e[2]), n))
     for v in by_op.values():
         v.sort()
-    ops = table.column("op").to_pylist()
+    times = {k: [c[0] for c in v] for k, v in by_op.items()}
+    ops = [family(o) for o in table.column("op").to_pylist()]
     ts = table.column("ts").to_numpy()
+    issued = table.column("issue_ts").to_numpy() if "issue_ts" in table.column_names else np.full(len(ts), -1)
+    nel = table.column("nelems_in").to_numpy()
     pg = table.column("pg_name").to_pylist()
     ranks = table.column("pg_ranks").to_pylist()
     size = table.column("group_size").to_numpy().copy()
     seq = table.column("seq").to_numpy().copy()
     used: dict[str, set[int]] = {}
-    matched = 0
-    for i in np.argsort(ts, kind="stable").tolist():
+    matched = np.zeros(table.num_rows, dtype=bool)
+    for i in np.argsort(np.where(issued >= 0, issued, ts), kind="stable").tolist():
         cands = by_op.get(ops[i])
         if not cands or seq[i] >= 0:
             continue
-        j = bisect.bisect_right(cands, (int(ts[i]) + EARLY_NS, "\uffff", 1 << 62, True)) - 1
         taken = used.setdefault(ops[i], set())
-        while j >= 0 and j in taken:
-            j -= 1
-        if j < 0 or ts[i] - cands[j][0] > SLACK_NS:
+        j = _entry(cands, times[ops[i]], taken, int(ts[i]), int(issued[i]), int(nel[i]))
+        if j < 0:
             continue
         taken.add(j)
-        t, name, s, p2p = cands[j]
-        matched += 1
+        t, name, s, p2p, _ = cands[j]
+        matched[i] = True
         pg[i] = name
         members = _members(groups.get(name))
         if members:
@@ -106,6 +117,42 @@ def assign(table: pa.Table, doc: dict[str, Any]) -> tuple[pa.Table, int]:
     for c, arr in cols.items():
         table = table.set_column(table.schema.get_field_index(c), table.schema.field(c), arr)
     return table, matched
+
+
+def _entry(cands: list[tuple[int, str, int, bool, int]], times: list[int], taken: set[int], start: int, issued: int,
+           n: int) -> int:
+    """The recorder entry of one call (index into ``cands``, sorted by creation time ``times``; -1: none), of
+    the call's size ``n`` where both are known (groups interleave: another group's call may be created in
+    between). Issued at a known time, the call's entry is the first such unused one created from then on (the
+    c10d op creates it, in issue order) and before its span started; otherwise the last one created up to
+    ``SLACK_NS`` before the span started."""
+    def fits(j: int) -> bool:
+        return j not in taken and (n < 0 or cands[j][4] < 0 or cands[j][4] == n)
+
+    if issued >= 0:
+        j = bisect.bisect_left(times, issued - EARLY_NS)
+        while j < len(cands) and times[j] <= start + EARLY_NS:
+            if fits(j):
+                return j
+            j += 1
+        return -1
+    j = bisect.bisect_right(times, start + EARLY_NS) - 1
+    while j >= 0 and start - times[j] <= SLACK_NS:
+        if fits(j):
+            return j
+        j -= 1
+    return -1
+
+
+def _first_size(sizes: Any) -> int:
+    """Elements of the first shape in the recorder's "input_sizes" text ("[[16, 64], [4]]" -> 1024; -1 unknown)."""
+    m = re.search(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]", str(sizes))
+    if not m:
+        return -1 if "[]" not in str(sizes) else 1
+    n = 1
+    for p in m.group(1).split(","):
+        n *= int(p)
+    return n
 
 
 def _members(g: Any) -> str:

@@ -16,9 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rankscope.model import schema
+from rankscope.model import comm_issue, schema
 from rankscope.model.readers.kineto import Args, RawTrace
 
+# The group of a call the trace does not name, where this rank is in sub-groups (see _unknown_groups).
+UNKNOWN_PG = "?"
 _OP_RE = re.compile(r"^(?:nccl|gloo|hccl|rccl|c10d)(?:[:_]+)(.*)$", re.I)
 
 
@@ -64,34 +66,82 @@ def _pg_ranks(v: Any) -> str:
 
 
 def _rows(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace) -> list[dict[str, Any]]:
-    """One row per collective call: nested comm ops on one thread (c10d::X > record_param_comms >
-    nccl:X) form a single call; metadata comes from the record_param_comms inside it. Gloo runs
-    collectives on its own threads as ``gloo:*`` spans: when those exist they are the calls."""
+    """One row per collective call. Gloo records each call as one ``gloo:*`` span (collectives on its own
+    threads, send / recv on the caller's): when those exist, every such span is a call, whatever it
+    overlaps, with what its issuing ``c10d::`` op says (peer, split sizes, issue time: ``comm_issue``).
+    Otherwise nested comm ops on one thread (c10d::X > record_param_comms > nccl:X) form one call, its
+    metadata from the record_param_comms inside it."""
     # Work on dictionary indices: decoding every event's name to a Python string is the slow part.
     name_col = events.column("name").combine_chunks()
     dic = np.asarray(name_col.dictionary.to_pylist() + [""], dtype=object)
     name_idx = name_col.indices.to_numpy(zero_copy_only=False)
     kinds = _dict_mask(events.column("kind"), ("cpu_op", "user_annotation"))
-    comm = np.asarray(events.column("is_comm")) & kinds
-    idx = np.flatnonzero(comm)
+    calls = np.array([comm_issue.is_call_name(str(n)) for n in dic], dtype=bool)
+    idx = np.flatnonzero(np.asarray(events.column("is_comm")) & kinds & calls[name_idx])
     is_gloo = np.array([str(n).startswith("gloo:") for n in dic], dtype=bool)
     gloo = is_gloo[name_idx[idx]]
-    if gloo.any():
-        idx = idx[gloo]
     names = _LazyNames(dic, name_idx)
     ts, dur = np.asarray(events.column("ts")), np.asarray(events.column("dur"))
     tid = np.asarray(events.column("tid"))
-    idx = idx[np.lexsort((-dur[idx], ts[idx], tid[idx]))]
     default_pg = _default_pg(raw)
+    if gloo.any():
+        return _gloo_rows(idx[gloo], idx[~gloo], names, xs, ts, dur, tid, default_pg)
+    idx = idx[np.lexsort((-dur[idx], ts[idx], tid[idx]))]
     groups: list[list[int]] = []
     end = -1
-    for i in idx.tolist():
-        if groups and tid[i] == tid[groups[-1][0]] and ts[i] < end:
+    for i in idx.tolist():  # nested (contained) spans of one thread are one call; overlapping ones are not
+        if groups and tid[i] == tid[groups[-1][0]] and ts[i] + dur[i] <= end:
             groups[-1].append(i)
         else:
             groups.append([i])
             end = ts[i] + dur[i]
     return [_group_row(g, names, xs, int(ts[g[0]]), int(dur[g[0]]), default_pg) for g in groups]
+
+
+def _gloo_rows(calls: np.ndarray, others: np.ndarray, names: Any, xs: Mapping[int, Args | None], ts: np.ndarray,
+               dur: np.ndarray, tid: np.ndarray, default_pg: tuple[str, str, int]) -> list[dict[str, Any]]:
+    """Every ``gloo:*`` span is a call; its issuing ``c10d::`` op gives the peer, split sizes and issue time."""
+    issue = np.array([i for i in others.tolist() if str(names[i]).startswith("c10d::")], dtype=np.int64)
+    c_op = [normalize_op(str(names[i])) for i in calls.tolist()]
+    i_op = [normalize_op(str(names[j])) for j in issue.tolist()]
+    p2p = np.array([o in comm_issue.P2P for o in c_op], dtype=bool)
+    link = np.full(len(calls), -1, dtype=np.int64)
+    if len(issue):
+        link[p2p] = comm_issue.same_thread_links(
+            ts[calls[p2p]], tid[calls[p2p]], [o for o, p in zip(c_op, p2p) if p], ts[issue],
+            ts[issue] + dur[issue], tid[issue], i_op)
+        fam = [comm_issue.family(o) for o in i_op]
+        n = [_nelems(xs.get(i))[0] for i, p in zip(calls.tolist(), p2p) if not p]
+        link[~p2p] = comm_issue.fifo_links(ts[calls[~p2p]], [comm_issue.family(o) for o, p in zip(c_op, p2p) if not p],
+                                           ts[issue], fam, n, [comm_issue.tensor_sizes(xs.get(j)) for j in issue.tolist()])
+    rows = []
+    for k, i in enumerate(calls.tolist()):
+        row = _row(i, str(names[i]), xs.get(i), int(ts[i]), int(dur[i]), default_pg)
+        if link[k] >= 0:
+            j = int(issue[link[k]])
+            a, issued = xs.get(j), str(names[j])
+            row["issue_ts"] = int(ts[j])
+            if i_op[link[k]] != "other":
+                row["op"] = i_op[link[k]]  # what was called (gloo runs a reduce_scatter as an all_reduce)
+            _p2p_and_splits(row, issued, a)
+        rows.append(row)
+    return rows
+
+
+def _p2p_and_splits(row: dict[str, Any], name: str, a: Args | None) -> None:
+    """The peer (in the group, made global later) of a send / recv, and an all_to_all's split sizes."""
+    if row["op"] in comm_issue.P2P and row["peer"] < 0:
+        peer = comm_issue.local_peer(name, a)
+        row["peer"] = -1 if peer is None else peer
+    elif row["op"] == "all_to_all" and not row["split_out"]:
+        width = schema.DTYPE_BYTES.get(str(row["dtype"]).lower(), 0)
+        if not width and a is not None:
+            width = schema.DTYPE_BYTES.get(_nelems(a)[1].lower(), 0)
+        got = comm_issue.splits(name, a, width)
+        if isinstance(got, str):
+            row["split_out"] = row["split_in"] = got
+        else:
+            row["split_out"], row["split_in"] = comm_issue.as_text(got[0]), comm_issue.as_text(got[1])
 
 
 class _LazyNames:
@@ -117,6 +167,8 @@ def _group_row(g: list[int], names: Any, xs: Mapping[int, Args | None], ts: int,
     row = _row(meta, str(names[g[0]]), xs[meta], ts, dur, default_pg)
     if row["op"] == "other":
         row["op"] = next((o for o in (normalize_op(str(names[i])) for i in g) if o != "other"), "other")
+    for i in [meta] + [i for i in g if i != meta]:  # record_param_comms first, then the c10d op
+        _p2p_and_splits(row, str(names[i]), xs[i])
     if row["bytes_in"] < 0:  # sizes may sit on another member of the group (Input Dims)
         for i in g:
             n, dt = _nelems(xs[i])
@@ -147,7 +199,8 @@ def _row(i: int, name: str, a: Args | None, ts: int, dur: int, default_pg: tuple
             "nelems_in": n_in, "nelems_out": n_out, "dtype": str(dtype),
             "bytes_in": n_in * width if 0 <= n_in < (1 << 50) and width else -1,
             "bytes_out": n_out * width if 0 <= n_out < (1 << 50) and width else -1,
-            "external_id": -1 if a is None else _int(a.external_id, -1)}
+            "external_id": -1 if a is None else _int(a.external_id, -1), "peer": -1, "issue_ts": -1,
+            "split_out": "", "split_in": "", "pg_known": a is not None and a.pg_ranks is not None}
 
 
 def _default_pg(raw: RawTrace) -> tuple[str, str, int]:
@@ -217,11 +270,83 @@ def collectives(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace) 
     dev_ts, dev_dur = _device_spans(events, ts, ts + np.asarray(cols["dur"], dtype=np.int64))
     cols["dev_ts"], cols["dev_dur"] = dev_ts, dev_dur
     table = pa.table({f.name: cols[f.name] for f in schema.COLLECTIVES}, schema=schema.COLLECTIVES)
+    known = np.asarray(cols["pg_known"], dtype=bool)
     if raw.path and max(cols["seq"]) < 0:  # gloo: group and sequence from the recorder, when it ran
         from rankscope.model import comm_seq
 
         found = comm_seq.sibling(raw.path)
         doc = comm_seq.read(found) if found else None
         if doc is not None:
-            table = comm_seq.assign(table, doc)[0]
-    return table.sort_by("ts")
+            table, matched = comm_seq.assign(table, doc)
+            known |= matched
+    groups = _my_groups(raw)
+    return _unknown_groups(_global_peers(_even_splits(table), known, groups), known, groups).sort_by("ts")
+
+
+def _even_splits(table: pa.Table) -> pa.Table:
+    """An all_to_all called without split sizes moves bytes / n to and from each of the n members."""
+    split = table.column("split_out").to_pylist()
+    todo = [i for i, v in enumerate(split) if v == comm_issue.EVEN]
+    if not todo:
+        return table
+    n, b_in, b_out = (table.column(c).to_numpy() for c in ("group_size", "bytes_in", "bytes_out"))
+    into = table.column("split_in").to_pylist()
+    for i in todo:
+        ok = n[i] > 0 and b_in[i] >= 0 and b_in[i] % n[i] == 0
+        split[i] = comm_issue.as_text([int(b_in[i] // n[i])] * int(n[i])) if ok else ""
+        ok = n[i] > 0 and b_out[i] >= 0 and b_out[i] % n[i] == 0
+        into[i] = comm_issue.as_text([int(b_out[i] // n[i])] * int(n[i])) if ok else ""
+    for c, v in (("split_out", split), ("split_in", into)):
+        table = table.set_column(table.schema.get_field_index(c), table.schema.field(c), pa.array(v).dictionary_encode())
+    return table
+
+
+def _my_groups(raw: RawTrace) -> list[list[int]]:
+    """Member lists of the groups this rank's trace lists (``distributedInfo.pg_config``)."""
+    from rankscope.model.readers.kineto import dist_info
+
+    info = dist_info(raw.trace)
+    cfg = info.pg_config if info is not None and isinstance(info.pg_config, list) else []
+    out = []
+    for g in cfg:
+        r = g.get("ranks") if isinstance(g, dict) else None
+        if isinstance(r, list) and all(type(x) is int for x in r) and len(r) <= 1 << 20:
+            out.append(r)
+    return out
+
+
+def _unknown_groups(table: pa.Table, known: np.ndarray, groups: list[list[int]]) -> pa.Table:
+    """Calls whose group the trace does not name (gloo without the recorder) are put in the default group
+    only when this rank is in no proper sub-group; otherwise their group is ``UNKNOWN_PG`` (they could be
+    any of them: matching them by order across the world would mix the groups' calls)."""
+    sets = {tuple(sorted(g)) for g in groups}
+    world = max(sets, key=len) if sets else ()
+    if known.all() or all(len(g) == len(world) for g in sets):
+        return table
+    cols = {"pg_name": pa.array(np.where(known, table.column("pg_name").to_numpy(zero_copy_only=False).astype(object),
+                                         UNKNOWN_PG)).dictionary_encode(),
+            "pg_ranks": pa.array(np.where(known, table.column("pg_ranks").to_numpy(zero_copy_only=False).astype(object),
+                                          "")).dictionary_encode(),
+            "group_size": pa.array(np.where(known, table.column("group_size").to_numpy(), 0), pa.int32())}
+    for c, arr in cols.items():
+        table = table.set_column(table.schema.get_field_index(c), table.schema.field(c), arr)
+    return table
+
+
+def _global_peers(table: pa.Table, known: np.ndarray, groups: list[list[int]]) -> pa.Table:
+    """Peers of send / recv as global ranks. A call whose group is known maps through its member list;
+    otherwise (gloo without the recorder) through every group this rank is in, and only when they all
+    give the same rank (a peer "1" in a pipeline group [0, 2] is rank 2, in the world rank 1: unknown)."""
+    peer = table.column("peer").to_numpy().copy()
+    todo = np.flatnonzero(peer >= 0)
+    if not len(todo):
+        return table
+    ranks = table.column("pg_ranks").to_pylist()
+    for i in todo.tolist():
+        local = int(peer[i])
+        if known[i]:
+            peer[i] = comm_issue.global_peer(local, ranks[i])
+            continue
+        cands = {g[local] for g in groups if local < len(g)} or {local}
+        peer[i] = cands.pop() if len(cands) == 1 else -1
+    return table.set_column(table.schema.get_field_index("peer"), "peer", pa.array(peer, pa.int64()))

@@ -7,6 +7,7 @@ nothing to analyze at all (then one ``RankscopeError`` line saying what to do).
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 from rankscope.errors import RankscopeError, safe
 from rankscope.model import sanity
-from rankscope.model.info import compact_meta
+from rankscope.model.info import Kind, Problem, compact_meta, os_problem
 from rankscope.model.ingest import RankTask
 
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -32,10 +33,15 @@ class Found:
     absent: dict[int, str] = field(default_factory=dict)  # rank -> why it is not there (not published, ...)
 
 
+def trace_name(name: str) -> bool:
+    """Whether a file of this name is read as a trace (not a side file, a dump or a recorder file)."""
+    return name.endswith(TRACE_SUFFIXES) and name not in _NOT_TRACES and not name.startswith(("comms.", "rpc.")) \
+        and not name.endswith(".collectives.json.gz")
+
+
 def is_trace(p: Path) -> bool:
     try:
-        return p.name.endswith(TRACE_SUFFIXES) and p.name not in _NOT_TRACES and not p.name.startswith(("comms.", "rpc.")) \
-            and not p.name.endswith(".collectives.json.gz") and p.is_file()
+        return trace_name(p.name) and p.is_file()
     except OSError:
         return False
 
@@ -155,7 +161,12 @@ def _refuse_plain_parent(path: Path, files: list[Path]) -> None:
 
 
 def _run_json(p: Path, problems: list[str]) -> dict[str, Any]:
-    raw = sanity.read_object(p, problems)
+    return check_run(sanity.read_object(p, problems), str(p), problems)
+
+
+def check_run(doc: dict[str, Any], p: str, problems: list[str]) -> dict[str, Any]:
+    """run.json's content with every field checked (the same for a local run and one on remote storage)."""
+    raw = sanity.clean(doc, sanity.RUN, p, problems)
     man: dict[str, Any] = {k: v for k, v in raw.items() if k not in ("world_size", "ranks_expected", "run_id")}
     rid = sanity.typed(raw, "run_id", str, p, problems)
     if rid:
@@ -167,55 +178,127 @@ def _run_json(p: Path, problems: list[str]) -> dict[str, Any]:
     if exp is not None:
         ok = [r for r in exp if type(r) is int and 0 <= r < sanity.MAX_WORLD]
         if len(ok) != len(exp):
-            problems.append(f"{safe(p)}: {len(exp) - len(ok)} entries of 'ranks_expected' are not valid ranks; ignored")
+            n = len(exp) - len(ok)
+            problems.append(Problem(f"{safe(p)}: {n} entries of 'ranks_expected' are not valid ranks; ignored",
+                                    Kind.BAD_FIELD, str(p), count=n))
         man["ranks_expected"] = sorted(set(ok))
     return man
 
 
 def _rank_dirs(ranks: Path, cache: Path, found: Found) -> None:
     try:
-        dirs = sorted((d for d in ranks.iterdir() if d.is_dir()), key=lambda d: d.name)
+        with os.scandir(ranks) as it:
+            entries = sorted(it, key=lambda e: e.name)
     except OSError as exc:
         raise RankscopeError(f"{safe(ranks)}: cannot list ({exc.strerror or exc})") from exc
-    published = any((d / "MANIFEST.json").exists() for d in dirs)
+    dirs = []
+    for e in entries:
+        bad = _link_problem(e.path) if e.is_symlink() else None
+        if bad is not None:  # ranks/<r> is a link that leads nowhere: named, not "no trace found"
+            _absent(found, Path(e.path), _rank_num(e.name), *bad)
+        elif _is_dir(e):
+            dirs.append(Path(e.path))
+    published = any(os.path.exists(d / "MANIFEST.json") for d in dirs)
     for d in dirs:
         task = _rank_dir_task(d, cache, found, published)
         if task is not None:
             found.tasks.append(task)
 
 
-def _rank_dir_task(d: Path, cache: Path, found: Found, published: bool) -> RankTask | None:
-    num = int(d.name) if d.name.isdigit() and len(d.name) < 8 else None
+def _is_dir(e: os.DirEntry[str]) -> bool:
     try:
-        files = tuple(str(p) for p in sorted(d.iterdir()) if is_trace(p))
+        return e.is_dir()
+    except OSError:
+        return False
+
+
+def _rank_num(name: str) -> int | None:
+    return int(name) if name.isdigit() and len(name) < 8 else None
+
+
+def _link_problem(path: str | Path) -> tuple[Kind, str] | None:
+    """(kind, why) for a symbolic link that cannot be followed (a loop, a dangling link), else None."""
+    try:
+        os.stat(path)
     except OSError as exc:
-        why = f"directory unreadable ({exc.strerror or exc})"
-        found.problems.append(f"{safe(d)}: {why}")
-        if num is not None:
-            found.absent[num] = why
+        return os_problem(str(path), exc)
+    return None
+
+
+def _absent(found: Found, where: Path, num: int | None, kind: Kind, why: str, count: int = 1) -> None:
+    """One line for a rank that cannot be read at all, and the reason kept for its coverage."""
+    found.problems.append(Problem(f"{safe(where)}: {why}", kind, str(where), num, count))
+    if num is not None:
+        found.absent[num] = why
+
+
+def _listing(d: Path) -> list[str]:
+    """The names in rank directory ``d``; OSError when it cannot be listed or its files cannot be
+    opened (read permission without search permission lists names but opens nothing)."""
+    names = sorted(os.listdir(d))
+    if names:
+        os.lstat(d / names[0])
+    return names
+
+
+def _rank_dir_task(d: Path, cache: Path, found: Found, published: bool) -> RankTask | None:
+    num = _rank_num(d.name)
+    try:
+        names = _listing(d)
+    except OSError as exc:
+        _absent(found, d, num, Kind.DIR_UNREADABLE, f"directory unreadable ({exc.strerror or exc})")
         return None
-    has_manifest = (d / "MANIFEST.json").exists()
-    expected = _manifest(d, found.problems) if has_manifest else ()
-    if not files:
-        listed = any(n.endswith(TRACE_SUFFIXES) for n, _, _ in expected)
-        why = "not published yet (no MANIFEST.json: is the job still writing?)" if not has_manifest else \
-            "no readable trace file (removed, or a broken link?)" if listed else \
-            "no trace written (no profiling window completed: does the loop call prof.step()?)"
-        found.problems.append(f"{safe(d)}: {why}")
-        if num is not None:
-            found.absent[num] = why
+    said: list[tuple[Path, Kind, str]] = []  # (where, kind, why) said about this directory's files
+    files = []
+    for n in names:
+        bad = _link_problem(d / n) if trace_name(n) and os.path.islink(d / n) else None
+        if bad is not None:
+            said.append((d / n, *bad))
+        elif trace_name(n) and os.path.isfile(d / n):
+            files.append(str(d / n))
+    mine: list[str] = []
+    has_manifest = "MANIFEST.json" in names
+    expected = _manifest(d, mine) if has_manifest else ()
+    gone = [n for n, _, _ in expected if n not in names]  # a dangling link is in names: said as a link
+    if gone:
+        said.append((d / "MANIFEST.json", Kind.MANIFEST_ABSENT, f"lists {len(gone)} files that are absent "
+                     f"({', '.join(safe(n) for n in gone[:4])}{' ...' if len(gone) > 4 else ''})"))
+    if not files:  # the first thing said is why the rank cannot be read; without any, say why here
+        why = said[0] if said else (d, *_why_no_trace(num, has_manifest))
+        found.problems += [p.with_rank(num) if isinstance(p, Problem) else p for p in mine]
+        for where, kind, text in said[1:]:
+            found.problems.append(Problem(f"{safe(where)}: {text}", kind, str(where), num, _count(kind, gone)))
+        _absent(found, why[0], num, why[1], why[2], _count(why[1], gone))
         return None
-    meta: dict[str, Any] = {}
-    if (d / "meta.json").exists():
+    if "meta.json" in names:
         # world-sized member lists in every rank's meta.json: O(world²) memory unless compacted
-        meta = compact_meta(sanity.read_object(d / "meta.json", found.problems))
+        meta = compact_meta(sanity.read_meta(d / "meta.json", mine))
+    else:
+        meta = {}
     if published and not has_manifest:
-        found.problems.append(f"{safe(d)}: not published yet (no MANIFEST.json: is the job still writing?); "
-                              "read as found")
-    hint = sanity.rank(meta.get("rank"), f"{d / 'meta.json'}", found.problems)
+        said.append((d, Kind.NOT_PUBLISHED, "not published yet (no MANIFEST.json: is the job still writing?); "
+                     "read as found"))
+    hint = sanity.rank(meta.get("rank"), f"{d / 'meta.json'}", mine)
+    rank = num if hint is None else hint
+    found.problems += [Problem(f"{safe(w)}: {t}", k, str(w), rank, _count(k, gone)) for w, k, t in said]
+    found.problems += [p.with_rank(rank) if isinstance(p, Problem) else p for p in mine]
+    lost = tuple(n for n in gone if trace_name(n))  # listed trace files that are absent: the rank is not whole
     if hint is None and num is not None:
-        return RankTask(files, str(cache), num, meta, "directory name", expected=expected)
-    return RankTask(files, str(cache), hint, meta, "meta.json", expected=expected)
+        return RankTask(tuple(files), str(cache), num, meta, "directory name", expected=expected, lost=lost)
+    return RankTask(tuple(files), str(cache), hint, meta, "meta.json", expected=expected, lost=lost)
+
+
+def _count(kind: Kind, gone: list[str]) -> int:
+    return len(gone) if kind is Kind.MANIFEST_ABSENT else 1
+
+
+def _why_no_trace(num: int | None, has_manifest: bool) -> tuple[Kind, str]:
+    """Kind and reason for a rank directory that holds no trace file and says nothing else."""
+    if num is None:
+        return Kind.STRAY, "not a rank directory (no rank number, no trace); ignored"
+    if not has_manifest:
+        return Kind.NOT_PUBLISHED, "not published yet (no MANIFEST.json: is the job still writing?)"
+    return Kind.NO_TRACE, "no trace written (no profiling window completed: does the loop call prof.step()?)"
 
 
 def _manifest(d: Path, problems: list[str]) -> tuple[tuple[str, int, str], ...]:
@@ -232,20 +315,31 @@ def _manifest(d: Path, problems: list[str]) -> tuple[tuple[str, int, str], ...]:
         else:
             bad += 1
     if bad:
-        problems.append(f"{safe(p)}: {bad} entries without path, size and sha256; those files are not checked")
+        problems.append(Problem(f"{safe(p)}: {bad} entries without path, size and sha256; those files are not checked",
+                                Kind.MANIFEST_ENTRIES, str(p), count=bad))
     return tuple(out)
 
 
 def _plain_files(path: Path, problems: list[str]) -> list[Path]:
+    """Trace files under a plain directory (links to directories not followed, ``analysis/`` skipped);
+    a folder that cannot be listed and a link that leads nowhere are each said on one line."""
     out: list[Path] = []
-    try:
-        for p in path.rglob("*"):
-            if "analysis" in p.relative_to(path).parts or not is_trace(p):
-                continue
-            out.append(p)
+
+    def unreadable(exc: OSError) -> None:
+        where = exc.filename or path
+        problems.append(Problem(f"{safe(where)}: directory unreadable ({exc.strerror or exc}); its traces are not read",
+                                Kind.DIR_UNREADABLE, str(where)))
+
+    for top, dirs, names in os.walk(path, onerror=unreadable):
+        dirs[:] = sorted(d for d in dirs if d != "analysis")
+        for n in sorted(names):
+            p = Path(top) / n
+            bad = _link_problem(p) if trace_name(n) and os.path.islink(p) else None
+            if bad is not None:
+                problems.append(Problem(f"{safe(p)}: {bad[1]}", bad[0], str(p), rank_from_name(p)))
+            elif trace_name(n) and os.path.isfile(p):
+                out.append(p)
             if len(out) > MAX_FILES:
                 problems.append(f"{safe(path)}: more than {MAX_FILES} trace files; only the first are read")
-                break
-    except OSError as exc:
-        problems.append(f"{safe(path)}: not every folder could be listed ({exc.strerror or exc})")
+                return sorted(out)
     return sorted(out)

@@ -19,6 +19,7 @@ import zlib
 from typing import IO, Iterator
 
 from rankscope.errors import TraceError
+from rankscope.model.info import Kind, Problem
 from rankscope.store import source
 
 PIECE = 2 << 20
@@ -44,12 +45,14 @@ def ratio_checked() -> bool:
 def too_large(path: str, size: int, limit: int) -> TraceError:
     return TraceError(path, f"too large to decode in memory ({size / 1e9:.2f} GB of JSON, limit "
                       f"{limit / 1e9:.2f} GB); split the trace (shorter profiling window) or raise the limit "
-                      "with --max-inflated-size (RANKSCOPE_MAX_JSON_BYTES) on a machine with more memory")
+                      "with --max-inflated-size (RANKSCOPE_MAX_JSON_BYTES) on a machine with more memory",
+                      Kind.TOO_LARGE)
 
 
 def _bomb(path: str, out: int, raw: int) -> TraceError:
     return TraceError(path, f"gzip inflates more than {MAX_RATIO}x ({raw / 1e6:.1f} MB -> over {out / 1e6:.0f} MB "
-                      "so far): not a trace (gzip bomb?); if it is one, pass --max-inflated-size to read it")
+                      "so far): not a trace (gzip bomb?); if it is one, pass --max-inflated-size to read it",
+                      Kind.GZIP_BOMB)
 
 
 class Source:
@@ -62,7 +65,7 @@ class Source:
         self.limit = max_inflated_bytes() if limit is None else limit
         self.sha = hashlib.sha256()
         self.size = 0
-        self.problems: list[str] = []
+        self.problems: list[str] = []  # Problem lines
         self.damage: list[str] = []
         self.gzip = False
 
@@ -107,7 +110,7 @@ class Source:
     def _inflate(self, fh: IO[bytes], data: bytes) -> Iterator[bytes]:
         start = _header_end(data)
         if start is None:
-            self._damaged("gzip header damaged; nothing could be inflated")
+            self._damaged("gzip header damaged; nothing could be inflated", Kind.GZIP_DAMAGED)
             return
         d, crc, out = zlib.decompressobj(-zlib.MAX_WBITS), 0, 0
         data = data[start:]
@@ -116,7 +119,7 @@ class Source:
                 try:
                     piece = d.decompress(data, self.piece)
                 except zlib.error as exc:
-                    self._damaged(f"gzip stream damaged ({exc}); kept {out} bytes")
+                    self._damaged(f"gzip stream damaged ({exc}); kept {out} bytes", Kind.GZIP_DAMAGED)
                     return
                 data = d.unconsumed_tail
                 crc, out = zlib.crc32(piece, crc), out + len(piece)
@@ -129,15 +132,15 @@ class Source:
                 break
             data = self._read(fh, max(self.piece // 16, 1 << 12))
             if not data:
-                self._damaged(f"gzip stream damaged (ends early); kept {out} bytes")
+                self._damaged(f"gzip stream damaged (ends early); kept {out} bytes", Kind.GZIP_DAMAGED)
                 return
         trailer = d.unused_data + self._read(fh, 8)
         while self._read(fh, PIECE):  # the rest still counts for the MANIFEST hash
             pass
         if len(trailer) < 8:
-            self._damaged("gzip trailer missing (content complete)")
+            self._damaged("gzip trailer missing (content complete)", Kind.GZIP_CHECK)
         elif int.from_bytes(trailer[:4], "little") != crc or int.from_bytes(trailer[4:8], "little") != out % (1 << 32):
-            self._damaged("gzip CRC/length check failed (content complete, kept)")
+            self._damaged("gzip CRC/length check failed (content complete, kept)", Kind.GZIP_CHECK)
 
     def _bound(self, out: int) -> None:
         if out > self.limit:
@@ -145,9 +148,10 @@ class Source:
         if ratio_checked() and out > RATIO_FLOOR and out > MAX_RATIO * max(self.size, 1):
             raise _bomb(self.path, out, self.size)
 
-    def _damaged(self, why: str) -> None:
-        self.problems.append(why)
-        self.damage.append(why)
+    def _damaged(self, why: str, kind: Kind) -> None:
+        p = Problem(why, kind, self.path)
+        self.problems.append(p)
+        self.damage.append(p)
 
     def read_all(self) -> bytes:
         return b"".join(self.pieces())

@@ -1,7 +1,9 @@
-"""What rankscope knows about one rank, independent of its event tables."""
+"""What rankscope knows about one rank, independent of its event tables, and the problems said
+about its files (``Problem``: one line plus kind, file, rank and count as fields)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from typing import Any
 
 from rankscope.intlist import format_int_list
@@ -34,6 +36,135 @@ def compact_meta(meta: Any) -> Any:
     return meta
 
 
+class Kind(str, Enum):
+    """What a problem with the input is (closed set; ``Problem.kind`` holds the value)."""
+
+    EMPTY = "empty_file"
+    NOT_JSON = "not_json"
+    NOT_A_TRACE = "not_a_trace"  # valid JSON, not a trace (a number, a string, traceEvents not a list)
+    NOT_AN_OBJECT = "not_an_object"  # run.json / meta.json / MANIFEST.json that is not a JSON object
+    TOO_DEEP = "nested_too_deeply"
+    TOO_LARGE = "too_large"
+    GZIP_BOMB = "gzip_bomb"
+    GZIP_DAMAGED = "gzip_damaged"  # header or stream broken: the content is cut
+    GZIP_CHECK = "gzip_check_failed"  # CRC / length trailer wrong or missing, content complete
+    TRUNCATED = "truncated_json"
+    NO_EVENTS = "no_events"
+    NO_USABLE_EVENTS = "no_usable_events"
+    FILE_UNREADABLE = "file_unreadable"
+    DIR_UNREADABLE = "directory_unreadable"
+    SYMLINK_LOOP = "symlink_loop"
+    BROKEN_LINK = "broken_link"
+    NOT_PUBLISHED = "not_published"
+    NO_TRACE = "no_trace"
+    READER_FAILED = "reader_failed"  # an unexpected error or a crashed reader process
+    MANIFEST_MISMATCH = "manifest_mismatch"  # size or sha256 differs
+    MANIFEST_ABSENT = "manifest_lists_absent_file"
+    MANIFEST_ENTRIES = "manifest_bad_entries"
+    BYTE_ORDER_MARK = "byte_order_mark"
+    INVALID_TEXT = "invalid_text"  # invalid UTF-8, lone surrogates, names that are not strings
+    NAN = "nan_values"
+    MALFORMED_EVENTS = "malformed_events"
+    UNSUPPORTED_EVENTS = "unsupported_events"
+    BAD_TIMESTAMP = "bad_timestamp"
+    BAD_DURATION = "bad_duration"
+    BAD_PID_TID = "bad_pid_tid"
+    UNNAMED_EVENTS = "unnamed_events"
+    UNKNOWN_CATEGORY = "unknown_category"
+    BAD_STEP = "bad_step_number"
+    BAD_COLLECTIVE_ARGS = "bad_collective_args"
+    BAD_FIELD = "bad_field"  # a value of the wrong type or out of bounds (trace header, side files)
+    BAD_TABLE = "unreadable_table"  # a CSV / summary file that could not be read (Ascend's outputs)
+    IDENTITY = "identity_conflict"  # rank / run id disagreements, duplicates, ranks of another run
+    RANK_UNKNOWN = "rank_unknown"
+    STRAY = "not_a_rank_directory"
+    OTHER = "other"
+
+
+class Problem(str):
+    """One line said about the input, carrying what it is about as fields.
+
+    ``kind`` (a ``Kind`` value), ``file`` (the file or directory, "" for none), ``rank`` (None until
+    known) and ``n`` (events, fields or entries repaired or dropped; 1 for a whole file). A ``str``
+    (the line itself), so every reader of a ``problems`` list keeps working while tests and tools
+    match the fields, never the wording. The fields survive pickling (pool workers, Dask) and
+    ``record`` / ``from_record`` (the JSON cache, ``--json``).
+
+    >>> p = Problem("x.json: empty file", Kind.EMPTY, "x.json")
+    >>> p.at_rank(3), p.at_rank(3).rank
+    ('rank 3: x.json: empty file', 3)
+    """
+
+    kind: str
+    file: str
+    rank: int | None
+    n: int  # the count ("count" in ``record``; the name ``count`` is str.count)
+
+    def __new__(cls, text: str, kind: Kind | str, file: str = "", rank: int | None = None,
+                count: int = 1) -> "Problem":
+        self = super().__new__(cls, text)
+        self.kind, self.file, self.rank, self.n = Kind(kind).value, str(file), rank, int(count)
+        return self
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str, int | None, int]]:
+        return (Problem, (str(self), self.kind, self.file, self.rank, self.n))
+
+    def at_rank(self, rank: int) -> "Problem":
+        """The line said of ``rank`` ("rank N: ..."), with ``rank`` set."""
+        return Problem(f"rank {rank}: {self}", self.kind, self.file, rank, self.n)
+
+    def with_rank(self, rank: int | None) -> "Problem":
+        """The same line, known to be about ``rank``."""
+        return Problem(str(self), self.kind, self.file, rank, self.n)
+
+    def record(self) -> dict[str, Any]:
+        return {"kind": self.kind, "rank": self.rank, "file": self.file, "count": self.n, "line": str(self)}
+
+    @classmethod
+    def from_record(cls, d: dict[str, Any]) -> "Problem":
+        return cls(d["line"], d["kind"], d.get("file", ""), d.get("rank"), d.get("count", 1))
+
+
+def os_problem(path: str, exc: OSError) -> tuple[Kind, str]:
+    """What an OSError on ``path`` means for a person: a symbolic link loop and a dangling link are
+    named as such, anything else is an unreadable file."""
+    import errno
+    import os
+
+    if exc.errno == errno.ELOOP:
+        return Kind.SYMLINK_LOOP, "symbolic link loop (the link leads back to itself)"
+    if exc.errno == errno.ENOENT and os.path.islink(path):
+        try:
+            to = os.readlink(path)
+        except OSError:
+            to = "?"
+        return Kind.BROKEN_LINK, f"broken symbolic link (to {to}, which does not exist)"
+    return Kind.FILE_UNREADABLE, f"cannot read ({exc.strerror or exc})"
+
+
+def prefixed(where: str, p: str) -> str:
+    """``p`` said of ``where`` ("where: p"), keeping its fields; the file is ``where`` unless set."""
+    if isinstance(p, Problem):
+        return Problem(f"{where}: {p}", p.kind, p.file or where, p.rank, p.n)
+    return f"{where}: {p}"
+
+
+def at_rank(p: str, rank: int) -> str:
+    """``p`` said of ``rank`` (a plain line gets the "rank N: " prefix only)."""
+    return p.at_rank(rank) if isinstance(p, Problem) else f"rank {rank}: {p}"
+
+
+def records(problems: list[str]) -> list[dict[str, Any]]:
+    """The structured form of every ``Problem`` among ``problems`` (plain lines have none)."""
+    return [p.record() for p in problems if isinstance(p, Problem)]
+
+
+def restore(problems: list[str], recs: Any) -> list[str]:
+    """``problems`` read back from JSON, with the fields of ``recs`` put back on their lines."""
+    by_line = {r["line"]: r for r in recs or [] if isinstance(r, dict) and "line" in r and "kind" in r}
+    return [Problem.from_record(by_line[p]) if p in by_line else p for p in problems]
+
+
 @dataclass
 class RankInfo:
     """One rank of a run: identity from content, sources, clock and problems. JSON-able."""
@@ -64,11 +195,16 @@ class RankInfo:
         self.meta = compact_meta(self.meta)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["problems"] = [str(p) for p in self.problems]
+        d["issues"] = records(self.problems)  # the fields of each line (Problem), for tools and the cache
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "RankInfo":
         d = dict(d)
         if d.get("time_range") is not None:
             d["time_range"] = tuple(d["time_range"])
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        got = cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+        got.problems = restore(got.problems, d.get("issues"))
+        return got

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from rankscope.errors import TraceError
-from rankscope.model.info import RankInfo, compact_groups
+from rankscope.model.info import Kind, Problem, RankInfo, compact_groups, os_problem, prefixed
 
 log = logging.getLogger(__name__)
-CACHE_VERSION = "5"  # 5: Ascend summary tables (issue 13). 4: RankInfo.damage, bounded fields (issue 11): older entries are re-read
+CACHE_VERSION = "7"  # 7: events bytes / bandwidth / counters (issue 26). 6: collectives peer / issue time / all_to_all splits, is_comm of functional and FSDP spans (issue 25). 5: Ascend summary tables (issue 13). 4: RankInfo.damage, bounded fields (issue 11): older entries are re-read
 TABLE_NAMES = ("events", "collectives", "memory", "steps", "comm_ops", "comm_links", "step_times")
 ROW_GROUP = 1 << 17  # rows per Parquet row group: bounds the writer's buffers on very large ranks
 
@@ -35,6 +35,8 @@ class RankTask:
     root: str | None = None  # the directory an "ascend" task reads
     # (file name, size, sha256) per file from the rank's MANIFEST.json: checked while the file is read.
     expected: tuple[tuple[str, int, str], ...] = ()
+    # trace files the MANIFEST lists that are absent (discovery said so): the rank is not whole
+    lost: tuple[str, ...] = ()
 
 
 def source_key(files: tuple[str, ...], expected: tuple[tuple[str, int, str], ...] = (),
@@ -85,11 +87,20 @@ def ingest(task: RankTask) -> RankInfo | TraceError:
     """Decode, build tables, write Parquet; a fully unreadable rank comes back as a TraceError.
 
     Never raises (it runs in pool workers: whatever happens comes back as plain data, one line)."""
+    got = _ingest(task)
+    if task.lost and isinstance(got, RankInfo):  # said by discovery; marked here, after the cache
+        got.damage += [f"{n}: listed in MANIFEST.json, absent" for n in task.lost]
+        got.partial = True
+    return got
+
+
+def _ingest(task: RankTask) -> RankInfo | TraceError:
     where = task.files[0] if task.files else str(task.root)
     try:
         key = source_key(task.files, task.expected, task.meta)
     except OSError as exc:
-        return TraceError(where, f"cannot read ({exc.strerror or exc})")
+        kind, why = os_problem(getattr(exc, "filename", None) or where, exc)
+        return TraceError(getattr(exc, "filename", None) or where, why, kind)
     except (TypeError, ValueError, RecursionError):  # an odd meta.json must not cost the rank
         key = source_key(task.files, task.expected)
     try:
@@ -101,13 +112,14 @@ def ingest(task: RankTask) -> RankInfo | TraceError:
     except TraceError as err:
         return err
     except OSError as exc:
-        return TraceError(getattr(exc, "filename", None) or where, f"cannot read or write ({exc.strerror or exc})")
+        kind, why = os_problem(getattr(exc, "filename", None) or where, exc)
+        return TraceError(getattr(exc, "filename", None) or where, why, kind)
     except RecursionError:
-        return TraceError(where, "JSON nested too deeply to be a trace")
+        return TraceError(where, "JSON nested too deeply to be a trace", Kind.TOO_DEEP)
     except Exception as exc:  # noqa: BLE001 - a worker must hand back one line, never crash the pool
         log.debug("ingest of %s failed", task.files, exc_info=True)
         return TraceError(where, f"could not be read ({exc.__class__.__name__}: {exc}); "
-                          "rerun with --debug for details")
+                          "rerun with --debug for details", Kind.READER_FAILED)
 
 
 @contextlib.contextmanager
@@ -137,8 +149,12 @@ def _ingest_uncached(task: RankTask, key: str) -> RankInfo | TraceError:
 
 
 def _read_kineto(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | TraceError:
+    from rankscope.model import sanity
+
     parts: list[dict[str, Any]] = []
-    info = RankInfo(rank=-1, files=list(task.files), meta=task.meta or {})
+    errors: list[TraceError] = []
+    # meta.json as discovery checked it (said there); checked again for callers that skip discovery
+    info = RankInfo(rank=-1, files=list(task.files), meta=sanity.clean(task.meta or {}, sanity.META, "meta.json", []))
     expected = {name: (size, sha) for name, size, sha in task.expected}
     for f in task.files:
         try:
@@ -146,40 +162,46 @@ def _read_kineto(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | Trac
         except TraceError as err:
             if len(task.files) == 1:
                 return err
-            info.problems.append(str(err))
+            errors.append(err)
+            info.problems.append(Problem(str(err), err.kind, err.path))
             info.damage.append(f"{os.path.basename(f)} unreadable")
             info.partial = True
             continue
-        info.problems += [f"{f}: {p}" for p in raw.problems + problems]
+        info.problems += [prefixed(f, p) for p in raw.problems + problems]
         damage = _damage(f, raw, expected.get(os.path.basename(f)))
-        info.problems += [f"{os.path.dirname(f)}/{d}" for d in damage if "MANIFEST" in d]  # said like the rest
+        info.problems += [Problem(f"{os.path.dirname(f)}/{d}", d.kind, f) for d in damage  # said like the rest
+                          if isinstance(d, Problem) and d.kind == Kind.MANIFEST_MISMATCH.value]
         info.damage += damage
         info.partial |= bool(info.damage)
         _identity(info, raw, task)
         del raw
         parts.append(tabs)
     if not parts:
-        return TraceError(task.files[0], "no readable trace among the rank's files")
+        return TraceError(task.files[0], "no readable trace among the rank's files",
+                          errors[0].kind if errors else Kind.NO_USABLE_EVENTS)
     if not any(p["events"].num_rows for p in parts):  # nothing usable left: the rank is dropped, with why
         why = "; ".join(x.split(": ", 1)[-1] for x in info.problems[:3]) or "no usable events"
+        kinds = {getattr(p, "kind", "") for p in info.problems}
         return TraceError(task.files[0] if len(task.files) == 1 else os.path.dirname(task.files[0]),
-                          f"no usable trace events ({why})")
+                          f"no usable trace events ({why})",
+                          Kind.NO_EVENTS if Kind.NO_EVENTS.value in kinds else Kind.NO_USABLE_EVENTS)
     return info, parts
 
 
 def _damage(f: str, raw: Any, want: tuple[int, str] | None) -> list[str]:
     """Why this file's content is not whole: truncation, gzip CRC, or a MANIFEST size/sha256 mismatch
-    (the hash was computed while the file was read: no second pass)."""
+    (the hash was computed while the file was read: no second pass). Problem lines ("name: why")."""
     name = os.path.basename(f)
-    out = [f"{name}: {d}" for d in (raw.source.damage if raw.source else [])]
+    out: list[str] = [prefixed(name, d) for d in (raw.source.damage if raw.source else [])]
     if raw.partial and not out:
-        out.append(f"{name}: truncated")
+        out.append(Problem(f"{name}: truncated", Kind.TRUNCATED, f))
     if want is not None and raw.source is not None and raw.source.size:
         size, sha = want
         if raw.source.size != size:
-            out.append(f"{name}: size {raw.source.size} differs from MANIFEST.json ({size})")
+            out.append(Problem(f"{name}: size {raw.source.size} differs from MANIFEST.json ({size})",
+                               Kind.MANIFEST_MISMATCH, f))
         elif raw.source.sha256 != sha:
-            out.append(f"{name}: sha256 differs from MANIFEST.json")
+            out.append(Problem(f"{name}: sha256 differs from MANIFEST.json", Kind.MANIFEST_MISMATCH, f))
     return out
 
 
@@ -204,7 +226,8 @@ def _read_ascend(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | Trac
     from rankscope.model.readers.ascend import torch_npu as ascend
 
     d = Path(task.root or task.files[0])
-    rank, source, dist = ascend.identity(d)
+    said: list[str] = []
+    rank, source, dist = ascend.identity(d, said)
     meta = {**(task.meta or {}), **({"distributed_args": dist} if dist else {}), "ascend_export": ascend.export_form(d)}
     info = RankInfo(rank=-1 if rank is None else rank, files=list(task.files), meta=meta,
                     rank_source=source, world_size=dist.get("world_size"), backend=dist.get("backend") or "hccl",
@@ -212,8 +235,9 @@ def _read_ascend(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | Trac
     try:
         tabs, problems, partial = ascend.read(d)
     except TraceError as err:
+        err.rank = rank  # known from profiler_info: the rank is named missing with this reason
         return err
-    info.problems += problems
+    info.problems += said + problems
     info.partial = partial
     return info, [tabs]
 
@@ -248,22 +272,23 @@ def _identity(info: RankInfo, raw: Any, task: RankTask) -> None:
 
     d = dist_info(raw.trace)
     if raw.trace.distributedInfo is not None and d is None:
-        info.problems.append(f"{raw.path}: distributedInfo is not an object; ignored")
+        info.problems.append(Problem(f"{raw.path}: distributedInfo is not an object; ignored", Kind.BAD_FIELD, raw.path))
     content_rank = sanity.rank(d.rank, f"{raw.path}: distributedInfo", info.problems) if d is not None else None
     if d is not None and content_rank is not None:
         if info.rank >= 0 and info.rank != content_rank:
-            info.problems.append(f"{raw.path}: distributedInfo says rank {content_rank}, "
-                                 f"other files of this rank say {info.rank}")
+            info.problems.append(Problem(f"{raw.path}: distributedInfo says rank {content_rank}, "
+                                         f"other files of this rank say {info.rank}", Kind.IDENTITY, raw.path))
         info.rank, info.rank_source = content_rank, "content"
         info.world_size = sanity.world_size(d.world_size, f"{raw.path}: distributedInfo", info.problems)
         info.backend = d.backend if isinstance(d.backend, str) else None
-        info.process_groups = compact_groups(_groups(d.pg_config))
+        info.process_groups = compact_groups(_groups(d.pg_config, raw.path, info.problems))
     elif info.rank < 0 and task.rank_hint is not None:
         info.rank, info.rank_source = task.rank_hint, task.hint_source
     if task.rank_hint is not None and content_rank is not None and task.rank_hint != content_rank:
-        info.problems.append(f"{raw.path}: {task.hint_source} says rank {task.rank_hint} "
-                             f"but the trace content says rank {content_rank} (content wins)")
-    _from_meta(info, raw, task.meta or {})
+        info.problems.append(Problem(f"{raw.path}: {task.hint_source} says rank {task.rank_hint} "
+                                     f"but the trace content says rank {content_rank} (content wins)",
+                                     Kind.IDENTITY, raw.path))
+    _from_meta(info, raw, info.meta)
 
 
 def _from_meta(info: RankInfo, raw: Any, meta: dict[str, Any]) -> None:
@@ -282,7 +307,8 @@ def _from_meta(info: RankInfo, raw: Any, meta: dict[str, Any]) -> None:
     info.clock_error_ns = sanity.clock_offset(clock.get("offset_error_ns"), where, info.problems)
     props = raw.trace.deviceProperties
     if props is not None and not (isinstance(props, list) and all(isinstance(p, dict) for p in props)):
-        info.problems.append(f"{raw.path}: deviceProperties is not a list of objects; ignored")
+        info.problems.append(Problem(f"{raw.path}: deviceProperties is not a list of objects; ignored",
+                                     Kind.BAD_FIELD, raw.path))
         props = None
     dev = meta.get("device")
     total = device_memory(props, dev if isinstance(dev, str) else None)
@@ -294,17 +320,24 @@ def _str(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def _groups(cfg: Any) -> list[dict[str, Any]]:
-    """Process groups from distributedInfo.pg_config; odd entries are skipped."""
-    if not isinstance(cfg, list):
+def _groups(cfg: Any, path: str, problems: list[str]) -> list[dict[str, Any]]:
+    """Process groups from distributedInfo.pg_config; odd entries (not an object, members not a list
+    of ranks) are left out with one line."""
+    from rankscope.model.sanity import MAX_WORLD
+
+    if cfg is None:
         return []
+    items = cfg if isinstance(cfg, list) else [cfg]
     out = []
-    for p in cfg:
-        if not isinstance(p, dict):
-            continue
-        ranks = p.get("ranks")
-        out.append({"name": _str(p.get("pg_name")) or "", "desc": _str(p.get("pg_desc")) or "",
-                    "ranks": ranks if isinstance(ranks, (list, str)) and len(ranks) < (1 << 20) else None})
+    for p in items:
+        ranks = p.get("ranks") if isinstance(p, dict) else False
+        if ranks is None or (isinstance(ranks, list) and len(ranks) <= MAX_WORLD
+                             and all(type(r) is int and 0 <= r < MAX_WORLD for r in ranks)):
+            out.append({"name": _str(p.get("pg_name")) or "", "desc": _str(p.get("pg_desc")) or "", "ranks": ranks})
+    if len(out) < len(items):
+        n = len(items) - len(out)
+        problems.append(Problem(f"{path}: {n} entries of distributedInfo.pg_config are not process groups "
+                                "(an object with a list of ranks); left out", Kind.BAD_FIELD, path, count=n))
     return out
 
 

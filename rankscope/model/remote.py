@@ -12,14 +12,15 @@ run lists the run and reads only the cache.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import posixpath
 from pathlib import Path
 from typing import Any
 
 from rankscope.errors import RankscopeError
-from rankscope.model.discover import Found, rank_from_name
+from rankscope.model import sanity
+from rankscope.model.discover import Found, check_run, rank_from_name
+from rankscope.model.info import Kind, Problem, compact_meta
 from rankscope.model.ingest import RankTask
 
 SKIP = ("meta.json", "MANIFEST.json", "run.json", "info.json", "synth_truth.json")
@@ -77,11 +78,9 @@ def discover(url: str, cache: Path | str) -> Found:
     if not listing:
         raise RankscopeError(f"{url}: no such run (nothing stored under this prefix)")
     manifest: dict[str, Any] = {}
+    problems: list[str] = []  # run.json and meta.json checked as for a local run, one line each
     if f"{root}/run.json" in listing:
-        try:
-            manifest = json.loads(source.read_text(full(f"{root}/run.json")))
-        except ValueError as exc:
-            raise RankscopeError(f"{url}/run.json: not valid JSON ({exc})") from exc
+        manifest = check_run(_object(full(f"{root}/run.json"), problems), full(f"{root}/run.json"), problems)
     by_rank: dict[str, list[str]] = {}
     for path in sorted(listing):
         rel = path[len(root) + 1:]
@@ -90,11 +89,15 @@ def discover(url: str, cache: Path | str) -> Found:
             by_rank.setdefault(parts[1], []).append(path)
     tasks = []
     for name, files in sorted(by_rank.items()):
-        meta = _meta(full(f"{root}/ranks/{name}/meta.json"), f"{root}/ranks/{name}/meta.json" in listing)
-        hint = meta.get("rank")
-        source_name = "meta.json" if isinstance(hint, int) else "directory name"
-        if not isinstance(hint, int):
-            hint = int(name) if name.isdigit() else None
+        meta_url = full(f"{root}/ranks/{name}/meta.json")
+        said: list[str] = []
+        meta = compact_meta(sanity.clean(_object(meta_url, said), sanity.META, meta_url, said)) \
+            if f"{root}/ranks/{name}/meta.json" in listing else {}
+        hint = sanity.rank(meta.get("rank"), meta_url, said)
+        source_name = "meta.json" if hint is not None else "directory name"
+        if hint is None:
+            hint = int(name) if name.isdigit() and len(name) < 8 else None
+        problems += [p.with_rank(hint) if isinstance(p, Problem) else p for p in said]
         tasks.append(RankTask(tuple(full(f) for f in files), str(cache), hint, meta, source_name))
     if not tasks:
         files = [p for p in sorted(listing) if _is_trace(posixpath.basename(p)) and "/analysis/" not in p]
@@ -103,18 +106,17 @@ def discover(url: str, cache: Path | str) -> Found:
     if not tasks:
         raise RankscopeError(f"{url}: no trace files found (expected *.json or *.json.gz, or a rankscope "
                              "run directory with ranks/<rank>/)")
-    return Found(tasks, manifest if isinstance(manifest, dict) else {})
+    return Found(tasks, manifest, problems)
 
 
-def _meta(url: str, exists: bool) -> dict[str, Any]:
+def _object(url: str, problems: list[str]) -> dict[str, Any]:
+    """A small JSON object file on remote storage ({} with one line when it is not one)."""
     from rankscope.store import source
 
-    if not exists:
-        return {}
     try:
-        got = json.loads(source.read_text(url))
-    except ValueError:
-        return {"problem": f"{url}: not valid JSON"}
-    from rankscope.model.info import compact_meta
-
-    return compact_meta(got) if isinstance(got, dict) else {"problem": f"{url}: not a JSON object"}
+        with source.open_binary(url) as fh:
+            data = fh.read((64 << 20) + 1)  # larger is refused by parse_object
+    except OSError as exc:
+        problems.append(Problem(f"{url}: cannot read ({exc.strerror or exc}); ignored", Kind.FILE_UNREADABLE, url))
+        return {}
+    return sanity.parse_object(data, url, problems)

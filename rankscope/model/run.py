@@ -18,7 +18,7 @@ from rankscope.errors import RankscopeError, TraceError, safe
 from rankscope.intlist import format_int_list
 from rankscope.model.discover import TRACE_SUFFIXES, discover
 from rankscope.engine.executors import run_tasks
-from rankscope.model.info import RankInfo
+from rankscope.model.info import Kind, Problem, RankInfo, at_rank, records, restore
 from rankscope.model.ingest import RankTask, ingest, system_pool
 
 __all__ = ["Run", "load_run", "discover", "cache_root", "TRACE_SUFFIXES"]
@@ -87,7 +87,8 @@ class Run:
 
     def to_json(self) -> dict[str, Any]:
         return {"format_version": self.format_version, "path": self.path, "run_id": self.run_id,
-                "world_size": self.world_size, "missing": self.missing, "problems": self.problems,
+                "world_size": self.world_size, "missing": self.missing, "problems": [str(p) for p in self.problems],
+                "issues": records(self.problems),  # each line's kind, rank, file and count (model/info.Problem)
                 "coverage": self.coverage(), "absent": {str(k): v for k, v in self.absent.items()},
                 "manifest": self.manifest, "ranks": [self.ranks[r].to_json() for r in self.rank_ids]}
 
@@ -95,7 +96,7 @@ class Run:
     def from_json(cls, d: dict[str, Any]) -> "Run":
         ranks = {i.rank: i for i in (RankInfo.from_json(x) for x in d["ranks"])}
         return cls(path=d["path"], run_id=d["run_id"], ranks=ranks, world_size=d.get("world_size"),
-                   missing=list(d.get("missing", [])), problems=list(d.get("problems", [])),
+                   missing=list(d.get("missing", [])), problems=restore(list(d.get("problems", [])), d.get("issues")),
                    manifest=d.get("manifest", {}), format_version=d.get("format_version", 1),
                    absent={int(k): v for k, v in d.get("absent", {}).items()})
 
@@ -205,20 +206,26 @@ def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_mis
         else _map(found.tasks, jobs, progress)
     for task, res in zip(found.tasks, results):
         if isinstance(res, TraceError):
-            problems.append(str(res))
+            problems.append(Problem(str(res), res.kind, res.path, _rank_of(task, res)))
             failed.append((task, res))
         else:
             infos.append(res)
     run = _assemble(p, infos, problems, found.manifest)
     for task, err in failed:  # an unreadable rank whose number is known is missing *for a reason*
-        if task.rank_hint is not None and task.rank_hint not in run.ranks:
-            run.absent.setdefault(task.rank_hint, err.problem)
-            if task.rank_hint not in run.missing and (run.world_size is None or task.rank_hint < run.world_size):
-                run.missing = sorted(run.missing + [task.rank_hint])
+        r = _rank_of(task, err)
+        if r is not None and r not in run.ranks:
+            run.absent.setdefault(r, err.problem)
+            if r not in run.missing and (run.world_size is None or r < run.world_size):
+                run.missing = sorted(run.missing + [r])
     for r, why in found.absent.items():
         run.absent.setdefault(r, why)
     _check(run, strict)
     return run
+
+
+def _rank_of(task: RankTask, err: TraceError) -> int | None:
+    """The rank an unreadable task was for: discovery's hint, else what its reader learned first."""
+    return task.rank_hint if task.rank_hint is not None else err.rank
 
 
 def _assemble(p: Path | str, infos: list[RankInfo], problems: list[str], manifest: dict[str, Any]) -> Run:
@@ -230,13 +237,13 @@ def _assemble(p: Path | str, infos: list[RankInfo], problems: list[str], manifes
     next_free = max((i.rank for i in known), default=-1) + 1
     for n, info in enumerate(unknown):
         info.rank, info.rank_source = next_free + n, "assigned"
-        problems.append(f"{info.files[0]}: rank unknown (no distributedInfo, meta.json or rank in the "
-                        f"file name); analyzed as rank {info.rank}")
+        problems.append(Problem(f"{info.files[0]}: rank unknown (no distributedInfo, meta.json or rank in the "
+                                f"file name); analyzed as rank {info.rank}", Kind.RANK_UNKNOWN, info.files[0], info.rank))
     for info in known + unknown:
         if info.rank in ranks:
             other = ranks[info.rank]
-            problems.append(f"duplicate rank {info.rank}: {other.files[0]} and {info.files[0]} both claim it; "
-                            f"keeping the first")
+            problems.append(Problem(f"duplicate rank {info.rank}: {other.files[0]} and {info.files[0]} both claim it; "
+                                    "keeping the first", Kind.IDENTITY, info.files[0], info.rank))
             continue
         ranks[info.rank] = info
     run_ids = {i.run_id for i in ranks.values() if i.run_id}
@@ -249,8 +256,8 @@ def _assemble(p: Path | str, infos: list[RankInfo], problems: list[str], manifes
         expected_id = None
     for r, info in list(ranks.items()):
         if expected_id and info.run_id and info.run_id != expected_id:
-            problems.append(f"rank {r} ({info.files[0]}) belongs to run {info.run_id!r}, not {expected_id!r}; "
-                            "left out")
+            problems.append(Problem(f"rank {r} ({info.files[0]}) belongs to run {info.run_id!r}, not {expected_id!r}; "
+                                    "left out", Kind.IDENTITY, info.files[0], r))
             del ranks[r]
     world = manifest.get("world_size") or max((i.world_size or 0 for i in ranks.values()), default=0) or None
     expected = manifest.get("ranks_expected") or (range(world) if world else [])
@@ -259,10 +266,32 @@ def _assemble(p: Path | str, infos: list[RankInfo], problems: list[str], manifes
     if len(run_ids) > 1 and not expected_id:
         problems.append(f"ranks come from {len(run_ids)} different runs: {', '.join(sorted(run_ids))}")
     for info in ranks.values():
-        problems += [f"rank {info.rank}: {x}" for x in info.problems]
+        problems += [at_rank(x, info.rank) for x in info.problems]
     name = p.name if isinstance(p, Path) else p.rstrip("/").rsplit("/", 1)[-1]
     return Run(path=str(p), run_id=expected_id or name, ranks=ranks, world_size=world,
-               missing=missing, problems=problems, manifest=manifest)
+               missing=missing, problems=problems, manifest=all_groups(manifest, ranks))
+
+
+def all_groups(manifest: dict[str, Any], ranks: dict[int, RankInfo]) -> dict[str, Any]:
+    """run.json with the process groups of every rank: rank 0 writes it knowing only the groups it is in
+    (torch tells a rank nothing of a group it is not in), every rank's trace and meta.json lists its own.
+    Groups are keyed by name and members; a new dict (the manifest read from disk is not changed)."""
+    from rankscope.model.info import compact_groups
+
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    own = manifest.get("process_groups") if isinstance(manifest.get("process_groups"), list) else []
+    for g in compact_groups(own) + [g for r in sorted(ranks) for g in ranks[r].process_groups or []]:
+        name = str(g.get("name", g.get("pg_name", "")))
+        key = (name, str(g.get("ranks", "")))
+        if key not in seen:
+            seen[key] = {"name": name, "desc": str(g.get("desc", g.get("pg_desc", ""))), "ranks": g.get("ranks", "")}
+    if not seen:
+        return manifest
+    return {**manifest, "process_groups": sorted(seen.values(), key=lambda g: (_num(g["name"]), g["name"]))}
+
+
+def _num(name: str) -> int:
+    return int(name) if name.isdigit() else 1 << 62
 
 
 def _check(run: Run, strict: bool) -> None:

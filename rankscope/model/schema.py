@@ -50,7 +50,12 @@ EVENTS = pa.schema([
     ("correlation", pa.int64()), ("external_id", pa.int64()),
     ("depth", pa.int16()), ("is_comm", pa.bool_()),
     ("input_dims", _dict),
+    # memcpy / memset: the bytes moved and Kineto's "memory bandwidth (GB/s)" (-1 elsewhere);
+    # cuda_profiler_range (CUPTI range profiler): its counters as one JSON object ("" elsewhere)
+    ("bytes", pa.int64()), ("bandwidth", pa.float64()), ("counters", _dict),
 ])
+# What a reader that does not know a column of EVENTS writes there (one value per event).
+EVENT_FILL: dict[str, object] = {"bytes": -1, "bandwidth": -1.0, "counters": ""}
 
 COLLECTIVES = pa.schema([
     ("op", _dict), ("name", _dict),
@@ -61,7 +66,13 @@ COLLECTIVES = pa.schema([
     ("nelems_in", pa.int64()), ("nelems_out", pa.int64()), ("dtype", _dict),
     ("bytes_in", pa.int64()), ("bytes_out", pa.int64()),
     ("external_id", pa.int64()),
+    # point-to-point: the other side's global rank (-1: not p2p, or unknown); when the training thread
+    # issued the call (gloo runs collectives on its own threads; -1: unknown); all_to_all: bytes sent to /
+    # received from each member of the group, in group order ("166,462,209,187"; "": even or unknown)
+    ("peer", pa.int64()), ("issue_ts", pa.int64()), ("split_out", _dict), ("split_in", _dict),
 ])
+# What a reader that does not know a column of COLLECTIVES writes there.
+COLLECTIVE_FILL: dict[str, object] = {"peer": -1, "issue_ts": -1, "split_out": "", "split_in": ""}
 
 MEMORY = pa.schema([
     ("ts", pa.int64()), ("device", pa.int32()), ("bytes_delta", pa.int64()),
@@ -109,6 +120,9 @@ DTYPE_BYTES: dict[str, int] = {
     "float": 4, "float32": 4, "float64": 8, "double": 8, "half": 2, "float16": 2, "bfloat16": 2,
     "int": 4, "int32": 4, "int64": 8, "long": 8, "int8": 1, "uint8": 1, "byte": 1, "char": 1,
     "bool": 1, "short": 2, "int16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "complexfloat": 8,
+    # as torch's profiler writes "Input type" (C++ type names, lower-cased here)
+    "long int": 8, "short int": 2, "signed char": 1, "unsigned char": 1, "c10::half": 2, "c10::bfloat16": 2,
+    "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
 }
 
 

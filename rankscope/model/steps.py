@@ -18,6 +18,18 @@ from rankscope.model import schema
 _STEP_RE = re.compile(r"^ProfilerStep#(\d{1,15})$")  # a longer number is not a step (int64)
 
 
+_LONG_STEP_RE = re.compile(r"^ProfilerStep#\d{16,}$")
+
+
+def unread_steps(events: pa.Table) -> int:
+    """ProfilerStep spans whose number is too long to be a step (not read as steps: said by the caller)."""
+    if events.num_rows == 0:
+        return 0
+    names = events.column("name").combine_chunks()
+    hit = np.array([bool(_LONG_STEP_RE.match(s)) for s in names.dictionary.to_pylist()] + [False])
+    return int(hit[names.indices.to_numpy(zero_copy_only=False)].sum())
+
+
 def _step_rows(events: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     names = events.column("name").combine_chunks()
     dic = names.dictionary.to_pylist()

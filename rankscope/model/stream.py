@@ -16,7 +16,7 @@ from typing import Iterator
 import msgspec
 
 from rankscope.model import inflate
-from rankscope.model.readers.kineto import _DECODER, Event, RawTrace, Trace, decode_events
+from rankscope.model.readers.kineto import _DECODER, BOM, Event, RawTrace, Trace, bom_skipped, decode_events
 
 PIECE = 2 << 20
 # Files inflating to at least this many bytes are streamed (RANKSCOPE_STREAM_BYTES overrides).
@@ -101,6 +101,9 @@ class StreamTrace(RawTrace):
                         raise StreamFallback("no traceEvents list near the start")
                     continue
                 head, buf = buf[:m.start()], buf[m.end():]
+                if head.startswith(BOM):  # skipped, and said (as the whole-file reader does)
+                    head = head[len(BOM):]
+                    self.problems.append(bom_skipped())
             cut = _last(_BOUNDARY, buf)
             if cut is not None:
                 body, buf = buf[:cut.start() + 1], buf[buf.index(b"{", cut.start() + 1):]

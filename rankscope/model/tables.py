@@ -15,8 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rankscope.model import schema
-from rankscope.model.readers.kineto import Args, Event, RawTrace
+from rankscope.model import inflate, schema
+from rankscope.model.info import Kind, Problem
+from rankscope.model.readers.kineto import Args, Event, RawTrace, bad_comm_args
 
 _NOARGS = Args()
 MAX_TS_US = 4.1e15  # epoch µs of year 2100 (model/sanity.py MAX_EPOCH_NS)
@@ -25,7 +26,7 @@ _ARGS_ENC = msgspec.json.Encoder()
 _ARGS_DEC = msgspec.json.Decoder(list[Optional[Args]])
 
 _HOST_KINDS = ("cpu_op", "user_annotation", "python_function")
-_COMM_MARKERS = ("nccl", "rccl", "hccl", "hcom_", "gloo", "record_param_comms", "c10d::")
+# Which names are communication (or a framework's wait for it): model/comm_issue.py.
 
 
 def to_ns(ts: np.ndarray, base_ns: int) -> np.ndarray:
@@ -34,16 +35,29 @@ def to_ns(ts: np.ndarray, base_ns: int) -> np.ndarray:
     return whole.astype(np.int64) * 1000 + np.rint((ts - whole) * 1000).astype(np.int64) + base_ns
 
 
-def _ids(values: Sequence[Any], names: dict[str, int] | None = None) -> np.ndarray:
-    """pid/tid may be ints or strings ("Spans", "PyTorch Profiler"); strings get stable negatives."""
+def _ids(values: Sequence[Any], names: dict[str, int] | None = None, probs: "_Problems | None" = None) -> np.ndarray:
+    """pid/tid may be ints or strings ("Spans", "PyTorch Profiler"); strings get stable negatives.
+    Anything else (1.5, [1], {}, an int beyond int64, missing) gets a negative of its own, counted:
+    the thread stays distinct (1.5 is not thread 1), nothing overflows."""
     try:
-        return np.asarray(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        pass
+        got = np.asarray(values)
+    except (TypeError, ValueError, OverflowError):  # [1] among ints: an inhomogeneous array
+        got = None
+    if got is not None and got.dtype.kind == "i":
+        return got.astype(np.int64, copy=False)
     names = {} if names is None else names
-    # Ints beyond int64 (a tid of 2**70) are named like strings: the thread stays distinct, nothing overflows.
-    out = [v if type(v) is int and -(1 << 63) <= v < (1 << 63) else names.setdefault(str(v)[:64], -1 - len(names))
-           for v in values]
+    out, bad = [], 0
+    for v in values:
+        if type(v) is int and -(1 << 63) <= v < (1 << 63):
+            out.append(v)
+        elif isinstance(v, str):
+            out.append(names.setdefault(v[:64], -1 - len(names)))
+        else:
+            bad += 1
+            out.append(names.setdefault(f"\0{str(v)[:64]}", -1 - len(names)))
+    if probs is not None:
+        probs.count("pid / tid values that are not integers (e.g. 1.5, [1], 2**70) were kept as threads of "
+                    "their own", bad, Kind.BAD_PID_TID)
     return np.asarray(out, dtype=np.int64)
 
 
@@ -81,11 +95,12 @@ def _floats(values: Sequence[Any]) -> np.ndarray:
         return np.asarray(out, dtype=np.float64)
 
 
-def _flag_names(names: pa.DictionaryArray, markers: tuple[str, ...]) -> np.ndarray:
-    """Vectorized name test over the (small) dictionary, then gathered by index."""
-    dic = [str(s).lower() for s in names.dictionary.to_pylist()]
-    hit = np.array([any(m in s for m in markers) for s in dic] + [False], dtype=bool)
-    return hit[names.indices.to_numpy(zero_copy_only=False)]
+def _comm_names(names: pa.DictionaryArray) -> np.ndarray:
+    """``comm_issue.is_comm_name`` over the (small) dictionary, then gathered by index."""
+    from rankscope.model.comm_issue import comm_mask
+
+    hit = np.append(comm_mask(names.dictionary.to_pylist()), False)
+    return hit[names.indices.fill_null(len(names.dictionary)).to_numpy(zero_copy_only=False)]
 
 
 def nesting_depth(tid: np.ndarray, ts: np.ndarray, dur: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -110,16 +125,29 @@ class _Problems:
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
+        self.kinds: dict[str, Kind] = {}
         self.unknown: set[str] = set()
+        self.args: dict[str, int] = {}  # collective metadata field -> values read as unknown
 
-    def count(self, what: str, n: int) -> None:
+    def count(self, what: str, n: int, kind: Kind) -> None:
         if n:
             self.counts[what] = self.counts.get(what, 0) + n
+            self.kinds[what] = kind
+
+    def comm_args(self, args: list[Any]) -> None:
+        for field, n in bad_comm_args(args).items():
+            self.args[field] = self.args.get(field, 0) + n
 
     def lines(self) -> list[str]:
-        out = [f"{n} {what}" for what, n in self.counts.items()]
+        out: list[str] = [Problem(f"{n} {what}", self.kinds[what], count=n) for what, n in self.counts.items()]
+        if self.args:
+            n = sum(self.args.values())
+            fields = ", ".join(f"{f} ({k})" for f, k in self.args.items())
+            out.append(Problem(f"{n} collective metadata values that torch does not write were read as unknown: "
+                               f"{fields}", Kind.BAD_COLLECTIVE_ARGS, count=n))
         if self.unknown:
-            out.append(f"unknown event categories kept as 'other': {', '.join(sorted(self.unknown))}")
+            out.append(Problem(f"unknown event categories kept as 'other': {', '.join(sorted(self.unknown))}",
+                               Kind.UNKNOWN_CATEGORY, count=len(self.unknown)))
         return out
 
 
@@ -138,16 +166,17 @@ def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
         xs = [e for e in chunk if e.ph == "X"]
         phs = _get(chunk, "ph")
         probs.count("begin/end ('B'/'E') events are not supported and were left out",
-                    phs.count("B") + phs.count("E"))
+                    phs.count("B") + phs.count("E"), Kind.UNSUPPORTED_EVENTS)
         mems.append(_memory([e for e in chunk if e.ph == "i" and e.name == "[memory]"], 0))
         del chunk
         cols, xs = _chunk_columns(xs, 0, probs, ids)
-        comm = np.flatnonzero(_flag_names(cols["name"], _COMM_MARKERS))
+        comm = np.flatnonzero(_comm_names(cols["name"]))
         if len(comm):
             # Only the args of communication events are kept, re-encoded as one JSON blob: live
             # structs scattered over every chunk's memory would keep all of it from being reused
             # (heap fragmentation), and their Raw fields would pin the chunk's JSON buffer.
             keep = [xs[i].args for i in comm.tolist()]
+            probs.comm_args(keep)
             kept.append((offset, comm, _ARGS_ENC.encode(keep) if raw.streamed else keep))
         offset += len(xs)
         parts.append(pa.table(cols))
@@ -164,9 +193,13 @@ def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
     comm_args: dict[int, Args | None] = {}
     for off, idx, blob in kept:
         comm_args.update(zip((idx + off).tolist(), _ARGS_DEC.decode(blob) if isinstance(blob, bytes) else blob))
+    if "cuda_profiler_range" in events.column("cat").combine_chunks().dictionary.to_pylist():
+        events = _with_counters(events, raw)
     tables = {"events": events, "memory": memory}
     tables["collectives"] = _collectives(events, comm_args, raw)
     tables["steps"] = _steps(events)
+    probs.count("ProfilerStep spans with a number too long to be a step (over 15 digits) were not read as steps",
+                unread_steps(events), Kind.BAD_STEP)
     return tables, probs.lines()
 
 
@@ -185,7 +218,7 @@ def _finish_events(parts: list[pa.Table], base: int) -> pa.Table:
         ts = ts + base
         cols["ts"] = pa.array(ts)
     cols["depth"] = pa.array(nesting_depth(tid, ts, dur, host))
-    cols["is_comm"] = pa.array(_flag_names(t.column("name").combine_chunks(), _COMM_MARKERS))
+    cols["is_comm"] = pa.array(_comm_names(t.column("name").combine_chunks()))
     return pa.table({f.name: cols[f.name] for f in schema.EVENTS}, schema=schema.EVENTS)
 
 
@@ -204,7 +237,7 @@ def _strings(values: Sequence[str | None], probs: "_Problems | None" = None) -> 
         fixed = [v if v is None else _repair(v) for v in values]
         if probs is not None:
             probs.count("names or categories with invalid text (lone surrogates, non-strings) were repaired",
-                        sum(1 for a, b in zip(values, fixed) if a is not b and a != b))
+                        sum(1 for a, b in zip(values, fixed) if a is not b and a != b), Kind.INVALID_TEXT)
         arr = pa.array(fixed, type=pa.string())
     return pc.fill_null(arr, "").dictionary_encode()
 
@@ -236,12 +269,13 @@ def _valid_times(xs: list[Event], probs: _Problems) -> tuple[list[Event], np.nda
     absurd = ~bad_ts & ((ts_f > MAX_TS_US) | (ts_f < -MAX_TS_US))
     bad_dur = ~np.isfinite(dur_f) | (dur_f < 0)
     long_dur = ~bad_dur & (dur_f > MAX_DUR_US)
-    probs.count("events without a valid 'ts' were dropped", int(bad_ts.sum()))
-    probs.count("events with an absurd 'ts' (beyond year 2100) were dropped", int(absurd.sum()))
+    probs.count("events without a valid 'ts' were dropped", int(bad_ts.sum()), Kind.BAD_TIMESTAMP)
+    probs.count("events with an absurd 'ts' (beyond year 2100) were dropped", int(absurd.sum()), Kind.BAD_TIMESTAMP)
     bad_ts |= absurd
     probs.count("events with missing, negative or NaN 'dur' were kept with duration 0",
-                int((bad_dur & ~bad_ts).sum()))
-    probs.count("events with a 'dur' over a day were kept with duration 0", int((long_dur & ~bad_ts).sum()))
+                int((bad_dur & ~bad_ts).sum()), Kind.BAD_DURATION)
+    probs.count("events with a 'dur' over a day were kept with duration 0", int((long_dur & ~bad_ts).sum()),
+                Kind.BAD_DURATION)
     bad_dur |= long_dur
     if bad_ts.any():
         keep = ~bad_ts
@@ -256,20 +290,23 @@ def _chunk_columns(xs: list[Event], base: int, probs: _Problems,
     xs, ts_f, dur_f = _valid_times(xs, probs)
     names_l, cats_l, pids, tids, args = _get(xs, "name", "cat", "pid", "tid", "args")
     args = [a or _NOARGS for a in args]
-    stream, device, corr, ext = _get(args, "stream", "device", "correlation", "external_id")
+    stream, device, corr, ext, nbytes, bw = _get(args, "stream", "device", "correlation", "external_id",
+                                                 "copy_bytes", "bandwidth")
     names = _strings(names_l, probs)
     if "" in names.dictionary.to_pylist():
         probs.count("events without a name were kept with an empty name",
-                    int(pc.sum(pc.equal(names.dictionary.take(names.indices), "")).as_py() or 0))
+                    int(pc.sum(pc.equal(names.dictionary.take(names.indices), "")).as_py() or 0), Kind.UNNAMED_EVENTS)
     cat = _strings(cats_l, probs)
     dims = pa.array([bytes(a.input_dims) for a in args], type=pa.binary()).cast(pa.string())
     return {
         "name": names, "cat": cat, "kind": _kinds(cat, probs),
         "ts": to_ns(ts_f, base), "dur": np.rint(dur_f * 1000).astype(np.int64),
-        "pid": _ids(pids, ids), "tid": _ids(tids, ids),
+        "pid": _ids(pids, ids, probs), "tid": _ids(tids, ids, probs),
         "stream": _opt(stream), "device": _opt(device).astype(np.int32),
         "correlation": _opt(corr), "external_id": _opt(ext),
         "input_dims": dims.dictionary_encode(),
+        "bytes": _opt(nbytes), "bandwidth": np.nan_to_num(_floats(bw), nan=-1.0),
+        "counters": pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(xs), np.int32)), pa.array([""])),
     }, xs
 
 
@@ -286,5 +323,38 @@ def _memory(ms: list[Event], base: int) -> pa.Table:
     }, schema=schema.MEMORY)
 
 
+class _RangeEvent(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: Optional[str] = None
+    args: Optional[dict[str, Any]] = None
+
+
+class _RangeTrace(msgspec.Struct, gc=False):
+    traceEvents: list[_RangeEvent] = []
+
+
+def _with_counters(events: pa.Table, raw: RawTrace) -> pa.Table:
+    """The ``counters`` column of CUPTI range-profiler events ("cuda_profiler_range": one per kernel, its
+    metrics as arbitrary args keys, which the typed decoding drops): the file is read a second time,
+    only for such traces (small: the range profiler serializes kernels). The k-th such 'X' event of the
+    file is the k-th of the table; when the counts differ the column stays empty."""
+    try:
+        data = inflate.Source(raw.path).read_all()
+        doc = msgspec.json.decode(data, type=_RangeTrace)
+    except (OSError, msgspec.DecodeError, ValueError):
+        return events
+    found = [_ARGS_ENC.encode({k: v for k, v in (e.args or {}).items() if isinstance(v, (int, float))}).decode()
+             for e in doc.traceEvents if e.ph == "X" and e.cat == "cuda_profiler_range"]
+    cat = events.column("cat").combine_chunks()
+    rows = np.flatnonzero(cat.indices.to_numpy(zero_copy_only=False)
+                          == cat.dictionary.to_pylist().index("cuda_profiler_range"))
+    if len(rows) != len(found):
+        return events
+    col = np.full(events.num_rows, "", dtype=object)
+    col[rows] = found
+    i = events.schema.get_field_index("counters")
+    return events.set_column(i, "counters", pa.array(col, pa.string()).dictionary_encode())
+
+
 from rankscope.model.comms import collectives as _collectives  # noqa: E402
-from rankscope.model.steps import steps as _steps  # noqa: E402
+from rankscope.model.steps import steps as _steps, unread_steps  # noqa: E402

@@ -8,8 +8,21 @@ from __future__ import annotations
 from typing import Any
 
 _MARGIN = dict(l=50, r=20, t=30, b=40)
-COMPONENTS = (("computing", "compute", "#4c78a8"), ("comm_exposed", "exposed communication", "#e45756"),
-              ("data_wait", "data wait", "#f58518"), ("free", "idle", "#bab0ac"))
+# One colour per category in every view (report, rank page, diff): the only place colours are chosen.
+PALETTE: dict[str, str] = {
+    "compute": "#4c78a8", "exposed communication": "#e45756", "data wait": "#f58518", "idle": "#bab0ac",
+    "gap before compute": "#9d755d", "forward + backward": "#54a24b", "tail after compute": "#6f4e7c",
+    "wait for the last rank": "#ff9da6", "transfer": "#72b7b2", "clock offset": "#eeca3b",
+    "residual after alignment": "#79706e", "peak allocated": "#8cd17d", "collective arrivals": "#555555",
+    "last to arrive": "#b3261e",
+}
+COMPONENTS = tuple((key, label, PALETTE[label]) for key, label in (
+    ("computing", "compute"), ("comm_exposed", "exposed communication"), ("data_wait", "data wait"), ("free", "idle")))
+# rank lines (steps, memory): plotly's colours without the reds, oranges and greys of the categories
+RANK_COLORS = ("#636efa", "#00cc96", "#ab63fa", "#19d3f3", "#b6e880", "#ff97ff", "#fecb52", "#8c564b", "#17becf",
+               "#bcbd22")
+NAMED_BARS = 16  # bars named "rank 3" up to this many; beyond, "3" under an axis titled "rank"
+LEGEND_TOP = dict(orientation="h", y=1.02, yanchor="bottom", x=0, xanchor="left")
 
 
 def figure_div(fig: Any, div_id: str, href: str | None = None) -> str:
@@ -49,12 +62,14 @@ def breakdown_figure(per_rank: Any, stragglers: set[int], labels: list[str] | No
     import plotly.graph_objects as go
 
     rows = rows_of(per_rank)
-    ranks = labels or [f"rank {r['rank']}" + (" ⚠" if r["rank"] in stragglers else "") for r in rows]
+    many = len(rows) > NAMED_BARS
+    ranks = labels or [("" if many else "rank ") + f"{r['rank']}" + (" ⚠" if r["rank"] in stragglers else "")
+                       for r in rows]
     fig = go.Figure()
     for col, label, color in COMPONENTS:
         fig.add_bar(name=label, x=ranks, y=[r[col] / 1e6 for r in rows], marker_color=color)
-    fig.update_layout(barmode="stack", yaxis_title=ytitle, height=380, margin=_MARGIN,
-                      legend=dict(orientation="h"))
+    fig.update_layout(barmode="stack", yaxis_title=ytitle, height=380, margin=_MARGIN, legend=LEGEND_TOP,
+                      xaxis=dict(title="rank" if many and not labels else "", type="category"))
     return fig
 
 
@@ -69,19 +84,49 @@ def steps_figure(bd: Any) -> Any:
     for r in sorted(by_rank):
         sub = by_rank[r]
         fig.add_scatter(name=f"rank {r}", x=[x["step"] for x in sub], y=[x["wall"] / 1e6 for x in sub],
-                        mode="lines+markers")
-    fig.update_layout(xaxis_title="step", yaxis_title="step time (ms)", height=320, margin=_MARGIN)
+                        mode="lines+markers", line=dict(color=rank_color(r)), marker=dict(color=rank_color(r)))
+    steps = {x["step"] for sub in by_rank.values() for x in sub}
+    fig.update_layout(xaxis=dict(title="step", tickformat="d", dtick=max(1, -(-len(steps) // 15))),
+                      yaxis_title="step time (ms)", height=320, margin=_MARGIN)
     return fig
 
 
-def heatmap_figure(matrix: list[list[float]], labels: list[str], title: str, unit: str) -> Any:
-    """A rank × rank heatmap (e.g. bytes, time or bandwidth between ranks)."""
+def rank_color(rank: int) -> str:
+    """The colour of a rank's line, the same in every chart."""
+    return RANK_COLORS[int(rank) % len(RANK_COLORS)]
+
+
+def heatmap_figure(matrix: list[list[float | None]], starts: list[int], title: str, unit: str,
+                   width: int = 1) -> Any:
+    """A rank × rank heatmap (bytes, time or bandwidth between ranks). Cells sit at the first rank of their
+    block of ``width`` ranks (``starts``) on numeric axes, so ticks thin out by themselves at any number of
+    ranks. ``None`` cells (a rank with itself) stay blank, so the colour scale spans the pairs only."""
     import plotly.graph_objects as go
 
-    fig = go.Figure(go.Heatmap(z=matrix, x=labels, y=labels, colorscale="Viridis",
-                               colorbar=dict(title=unit)))
-    fig.update_layout(title=title, height=420, margin=dict(l=60, r=20, t=40, b=50),
-                      xaxis_title="to rank", yaxis_title="from rank", yaxis_autorange="reversed")
+    who = "rank %{y} to rank %{x}" if width == 1 else f"ranks %{{y}}+ to ranks %{{x}}+ (blocks of {width})"
+    fig = go.Figure(go.Heatmap(z=matrix, x=starts, y=starts, colorscale="Viridis",
+                               colorbar=dict(title=unit, thickness=14), xgap=1 if len(starts) <= 32 else 0,
+                               ygap=1 if len(starts) <= 32 else 0,
+                               hovertemplate="from " + who + ": %{z:,.4g} " + unit + "<extra></extra>"))
+    fig.update_layout(title=dict(text=title, x=0, xanchor="left"), height=420, margin=dict(l=60, r=20, t=40, b=50),
+                      xaxis=dict(title="to rank", tickformat="d", zeroline=False, showgrid=False),
+                      yaxis=dict(title="from rank", tickformat="d", autorange="reversed", zeroline=False,
+                                 showgrid=False), plot_bgcolor="#ffffff")
+    return fig
+
+
+def calls_figure(names: list[str], parts: list[tuple[str, list[float]]], ytitle: str, xtitle: str) -> Any:
+    """Stacked bars, one per call in order (numbered on the x axis, named on hover), one series per
+    ``(label, values)``: readable at 10 calls or 300, with no rotated labels under the chart."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    xs = list(range(1, len(names) + 1))
+    for label, ys in parts:
+        fig.add_bar(name=label, x=xs, y=ys, customdata=names, marker_color=PALETTE[label],
+                    hovertemplate="%{customdata}<br>" + label + ": %{y:,.2f} " + ytitle + "<extra></extra>")
+    fig.update_layout(barmode="stack", yaxis_title=ytitle, xaxis_title=xtitle, height=340, margin=_MARGIN,
+                      legend=LEGEND_TOP, xaxis=dict(tickformat="d"))
     return fig
 
 
@@ -91,10 +136,13 @@ def bars_figure(rows: list[dict[str, Any]], x: str, ys: list[str], title: str, u
     import plotly.graph_objects as go
 
     fig = go.Figure()
+    many = len(rows) > NAMED_BARS  # beyond that, bare numbers under the bars and the axis says what they are
     for y in ys:
-        fig.add_bar(name=(labels or {}).get(y, y), x=[f"{xlabel} {r.get(x)}".strip() for r in rows],
-                    y=[r.get(y) for r in rows])
-    fig.update_layout(title=title, height=340, margin=_MARGIN, yaxis_title=unit, legend=dict(orientation="h"))
+        name = (labels or {}).get(y, y)
+        fig.add_bar(name=name, x=[str(r.get(x)) if many else f"{xlabel} {r.get(x)}".strip() for r in rows],
+                    y=[r.get(y) for r in rows], marker_color=PALETTE.get(name))
+    fig.update_layout(title=dict(text=title, x=0, xanchor="left"), height=340, margin=dict(l=50, r=20, t=60, b=40),
+                      yaxis_title=unit, xaxis=dict(title=xlabel if many else "", type="category"), legend=LEGEND_TOP)
     return fig
 
 
@@ -119,7 +167,9 @@ def lines_figure(series: dict[str, tuple[list[float], list[float]]], xtitle: str
 
     fig = go.Figure()
     for name, (xs, ys) in series.items():
-        fig.add_scatter(name=name, x=xs, y=ys, mode="lines")
+        rank = name.split()[1] if name.startswith("rank ") and name.split()[1].isdigit() else None
+        fig.add_scatter(name=name, x=xs, y=ys, mode="lines",
+                        line=dict(color=rank_color(int(rank))) if rank is not None else None)
     fig.update_layout(xaxis_title=xtitle, yaxis_title=ytitle, height=340, margin=_MARGIN)
     return fig
 
@@ -141,23 +191,27 @@ def stacked_figure(rows: list[dict[str, Any]], x: str, parts: list[tuple[str, st
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    xs = [f"{label_prefix}{r[x]}" for r in rows]
+    many = len(rows) > NAMED_BARS and label_prefix.strip() != ""
+    xs = [f"{r[x]}" if many else f"{label_prefix}{r[x]}" for r in rows]
     for col, label in parts:
-        fig.add_bar(name=label, x=xs, y=[(r.get(col) or 0) / scale for r in rows])
-    fig.update_layout(barmode="stack", yaxis_title=ytitle, height=360, margin=_MARGIN, legend=dict(orientation="h"))
+        fig.add_bar(name=label, x=xs, y=[(r.get(col) or 0) / scale for r in rows], marker_color=PALETTE.get(label))
+    fig.update_layout(barmode="stack", yaxis_title=ytitle, height=360, margin=_MARGIN, legend=LEGEND_TOP,
+                      xaxis=dict(title=label_prefix.strip() if many else "", type="category"))
     return fig
 
 
-def points_figure(rows: list[dict[str, Any]], x: str, y: str, ytitle: str) -> Any:
-    """One marker per row, grouped on the x axis by ``x`` (e.g. bandwidth of each call by group)."""
+def points_figure(rows: list[dict[str, Any]], x: str, y: str, ytitle: str, xtitle: str = "") -> Any:
+    """One marker per row, one horizontal row of markers per ``x`` value (e.g. bandwidth of each call by
+    group): group names read left of their row, unrotated, at any number of groups."""
     import plotly.graph_objects as go
 
-    fig = go.Figure(go.Box(x=[str(r.get(x)) for r in rows], y=[r.get(y) for r in rows], boxpoints="all"))
-    fig.update_layout(yaxis_title=ytitle, xaxis_title=x, height=320, margin=_MARGIN)
+    groups = list(dict.fromkeys(str(r.get(x)) for r in rows))
+    fig = go.Figure(go.Box(y=[str(r.get(x)) for r in rows], x=[r.get(y) for r in rows], boxpoints="all",
+                           orientation="h", marker_color=PALETTE["transfer"], line_color=PALETTE["transfer"],
+                           hovertemplate="%{y}: %{x:,.2f} " + ytitle + "<extra></extra>"))
+    fig.update_layout(xaxis_title=ytitle, yaxis=dict(title=xtitle, automargin=True, autorange="reversed"),
+                      height=max(220, 26 * len(groups) + 90), margin=_MARGIN, showlegend=False)
     return fig
-
-
-CLASS_COLORS = ("#4c78a8", "#e45756", "#f58518", "#d9d6d2")
 
 
 def cluster_figure(tl: dict[str, Any]) -> Any:
@@ -168,10 +222,10 @@ def cluster_figure(tl: dict[str, Any]) -> Any:
 
     lanes = tl["lanes"]
     fig = go.Figure()
-    for k, (name, color) in enumerate(zip(tl["classes"], CLASS_COLORS)):
+    for k, name in enumerate(tl["classes"]):
         bs = [b for b in tl["blocks"] if b[3] == k]
         fig.add_bar(name=name, orientation="h", y=[lanes[b[0]] for b in bs], x=[b[2] - b[1] for b in bs],
-                    base=[b[1] for b in bs], marker_color=color, marker_line_width=0,
+                    base=[b[1] for b in bs], marker_color=PALETTE[name], marker_line_width=0,
                     customdata=[tl["ranks"][b[0]] for b in bs],
                     hovertemplate="%{y}<br>" + name + ": %{x:.2f} ms from %{base:.2f} ms<extra></extra>")
     xs: list[Any] = []
@@ -183,15 +237,21 @@ def cluster_figure(tl: dict[str, Any]) -> Any:
         last = max(pts, key=lambda p: p[1])
         lx.append(last[1])
         ly.append(lanes[last[0]])
-    fig.add_scatter(name="collective arrivals", x=xs, y=ys, mode="lines+markers", line=dict(color="#555", width=1),
-                    marker=dict(size=4, color="#555"), hoverinfo="skip")
-    fig.add_scatter(name="last to arrive", x=lx, y=ly, mode="markers", marker=dict(size=9, color="#b3261e",
-                                                                                  symbol="diamond"),
+    grey = PALETTE["collective arrivals"]
+    fig.add_scatter(name="collective arrivals", x=xs, y=ys, mode="lines+markers", line=dict(color=grey, width=1),
+                    marker=dict(size=4, color=grey), hoverinfo="skip")
+    fig.add_scatter(name="last to arrive", x=lx, y=ly, mode="markers",
+                    marker=dict(size=9, color=PALETTE["last to arrive"], symbol="diamond"),
                     hovertemplate="%{y} arrived last at %{x:.2f} ms<extra></extra>")
+    # step starts: a dotted line through the lanes, its label above the plot area (inside it, the label
+    # would sit on the first rank's lane)
     for step, x in tl["step_starts"].items():
-        fig.add_vline(x=x, line_dash="dot", line_color="#888", annotation_text=f"step {step}",
-                      annotation_position="top left")
-    fig.update_layout(barmode="overlay", height=max(220, 34 * len(lanes) + 110), margin=dict(l=180, r=20, t=40, b=40),
+        fig.add_shape(type="line", x0=x, x1=x, y0=0, y1=1, yref="paper", line=dict(dash="dot", color="#888", width=1))
+        fig.add_annotation(x=x, y=1, yref="paper", yanchor="bottom", xanchor="left", text=f"step {step}",
+                           showarrow=False, font=dict(size=11, color="#555"))
+    plot_h = 34 * len(lanes) + 20
+    fig.update_layout(barmode="overlay", height=plot_h + 30 + 100, margin=dict(l=20, r=20, t=30, b=100),
                       xaxis_title="ms (clocks aligned)" if tl.get("aligned") else "ms (each rank's own clock)",
-                      yaxis=dict(autorange="reversed", type="category"), legend=dict(orientation="h", y=-0.25))
+                      yaxis=dict(autorange="reversed", type="category", automargin=True),
+                      legend=dict(orientation="h", y=-70 / plot_h, yanchor="top", x=0, xanchor="left"))
     return fig

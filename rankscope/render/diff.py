@@ -1,13 +1,14 @@
 """Render a run-vs-run diff (``rankscope.analysis.compare.diff``): terminal tables, JSON, an HTML section.
 
-Columns follow X / XBase / XDiff; times in the step and rank tables are shown in ms.
+The analysis's columns follow X / XBase / XDiff; the HTML view shows the readable subset declared in
+``render.declare.DIFF_TABLES`` (labels, human units, signed changes), the terminal its own 80-column tables.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from rankscope.analysis.base import Result
-from rankscope.render.charts import columns_of, figure_div, rows_of
+from rankscope.render.charts import figure_div, rows_of
 
 _NS_TABLES = ("steps", "ranks")
 _NS_COLS = ("wall", "computing", "comm_exposed", "data_wait", "free")
@@ -88,40 +89,39 @@ def terminal_tables(diff: Result, top: int = 15) -> list[Any]:
 
 
 def html_section(diff: Result) -> str:
-    """The report's diff view: findings, a per-rank delta chart, and the delta tables."""
-    from rankscope.render.html import esc, findings_html, table_html
+    """The report's diff view: findings, a per-rank delta chart, and the delta tables as declared in
+    ``render.declare.DIFF_TABLES`` (labels and human units; every column is in ``rankscope diff --json``)."""
+    from rankscope.render.declare import DIFF_TABLES
+    from rankscope.render.html import declared_table, esc, findings_html
 
     parts = [f"<section><p>this run <b>{esc(diff.summary.get('run', ''))}</b> vs baseline "
              f"<b>{esc(diff.summary.get('baseline', ''))}</b></p>{findings_html(diff)}"]
     ranks = diff.tables.get("ranks")
     if ranks is not None and rows_of(ranks):
-        parts.append(figure_div(_rank_delta_figure(_ms_rows("ranks", ranks)), "diff-ranks-chart"))
+        parts.append("<h3>change per rank against the baseline (ms per step, medians)</h3>"
+                     + figure_div(_rank_delta_figure(_ms_rows("ranks", ranks)), "diff-ranks-chart"))
     parts.append("</section>")
-    titles = {"ranks": "per rank (ms per step, medians)", "steps": "per rank and step (ms)",
-              "rank_operator_totals": "per rank and operator (µs per step; Norm: this run − speed factor × baseline)",
-              "rank_operators": "per rank, operator and input shapes (µs per step)",
-              "operators": "operators (µs per step, mean over ranks)", "kernels": "kernels (µs per step, mean over ranks)",
-              "collectives": "collectives (per rank over the capture, µs)"}
-    for name, title in titles.items():
-        t = diff.tables.get(name)
+    for tv in DIFF_TABLES:
+        t = diff.tables.get(tv.table)
         if t is None:
             continue
-        rows = _ms_rows(name, t)
-        if not rows:
-            why = "no device kernels in either run (CPU-only traces)" if name == "kernels" else "no rows"
-            parts.append(f'<section><h3>{esc(title)}</h3><p class="muted">{esc(why)}</p></section>')
-            continue
-        parts.append(f"<section><h3>{esc(title)}</h3>{table_html(rows)}</section>")
+        rows = rows_of(t)
+        body = declared_table(rows, tv.cols) if rows else f'<p class="muted">{esc(tv.empty)}</p>'
+        parts.append(f'<section class="diff-table" id="diff-{esc(tv.table)}"><h3>{esc(tv.title)}</h3>{body}</section>')
     return "".join(parts)
 
 
 def _rank_delta_figure(rows: list[dict[str, Any]]) -> Any:
     import plotly.graph_objects as go
 
+    from rankscope.render.charts import COMPONENTS, LEGEND_TOP, NAMED_BARS
+
     fig = go.Figure()
-    for c, label, color in (("computingDiff", "compute", "#4c78a8"), ("comm_exposedDiff", "exposed communication", "#e45756"),
-                            ("data_waitDiff", "data wait", "#f58518"), ("freeDiff", "idle", "#bab0ac")):
-        fig.add_bar(name=label, x=[f"rank {r['rank']}" for r in rows], y=[r[c] for r in rows], marker_color=color)
+    many = len(rows) > NAMED_BARS
+    for c, label, color in COMPONENTS:
+        fig.add_bar(name=label, x=[f"{r['rank']}" if many else f"rank {r['rank']}" for r in rows],
+                    y=[r[f"{c}Diff"] for r in rows], marker_color=color)
     fig.update_layout(barmode="relative", yaxis_title="Δ ms per step (median) vs baseline", height=360,
-                      margin=dict(l=50, r=20, t=30, b=40), legend=dict(orientation="h"))
+                      margin=dict(l=50, r=20, t=30, b=40), legend=LEGEND_TOP,
+                      xaxis=dict(title="rank" if many else "", type="category"))
     return fig

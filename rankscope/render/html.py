@@ -54,6 +54,7 @@ td,th{border-bottom:1px solid #eceef2;padding:4px 10px;text-align:right}th{backg
 td:first-child,th:first-child{text-align:left}.muted{color:#6b7280;font-size:12px}
 tr.hot td{background:#fdecea}.sev-critical{color:#b3261e;font-weight:600}.sev-warning{color:#b36b00}
 .scroll{max-height:520px;overflow:auto}code{font-size:12px;word-break:break-all}
+table{max-width:100%}td{overflow-wrap:anywhere}td[data-v]{white-space:nowrap}td.t,th.t{text-align:left}.rs-fig{width:100%}
 table.facts td{text-align:left;border:0;padding:1px 10px 1px 0}
 """
 
@@ -68,11 +69,12 @@ const r=d.points[0].customdata;if(r!==undefined&&r!==null)location.href=h+'&rank
 function rsSort(th){const t=th.closest('table'),b=t.tBodies[0],i=[...th.parentNode.children].indexOf(th),
 d=th.dataset.dir==='asc'?'desc':'asc';th.dataset.dir=d;const num=s=>{const x=parseFloat(s.replace(/,/g,''));
 return isNaN(x)?null:x};const rows=[...b.rows].sort((r1,r2)=>{const a=r1.cells[i].textContent,c=r2.cells[i].textContent,
-x=num(a),y=num(c);const k=(x!==null&&y!==null)?x-y:a.localeCompare(c);return d==='asc'?k:-k});rows.forEach(r=>b.appendChild(r));}
+x=num(r1.cells[i].dataset.v??a),y=num(r2.cells[i].dataset.v??c);const k=(x!==null&&y!==null)?x-y:a.localeCompare(c);return d==='asc'?k:-k});rows.forEach(r=>b.appendChild(r));}
 document.addEventListener('click',e=>{const a=e.target.closest('nav a');if(a){e.preventDefault();
 history.replaceState(null,'','#'+a.dataset.view);rsShow(a.dataset.view);}
 const th=e.target.closest('th');if(th&&th.closest('table.sortable'))rsSort(th);});
-function rsHash(){const v=location.hash.slice(1);rsShow(document.getElementById('view-'+v)?v:'overview');}
+function rsHash(){const v=location.hash.slice(1),first=document.querySelector('.view');
+rsShow(document.getElementById('view-'+v)?v:document.getElementById('view-overview')?'overview':first?first.id.slice(5):'');}
 window.addEventListener('DOMContentLoaded',rsHash);window.addEventListener('hashchange',rsHash);
 """
 
@@ -96,12 +98,21 @@ def fmt(v: Any) -> str:
 
 
 def table_html(rows: list[dict[str, Any]], cols: list[str] | None = None, *, hot: set[int] | None = None,
-               limit: int = MAX_ROWS, total: int | None = None) -> str:
-    """A sortable table of at most ``limit`` rows; rows whose index is in ``hot`` are highlighted."""
+               limit: int = MAX_ROWS, total: int | None = None, sort_keys: list[dict[str, Any]] | None = None) -> str:
+    """A sortable table of at most ``limit`` rows; rows whose index is in ``hot`` are highlighted.
+    ``sort_keys`` (per row, per column) are the raw numbers a column sorts by when its text has units."""
     cols = cols or (list(rows[0]) if rows else [])
-    head = "".join(f"<th>{esc(c)}</th>" for c in cols)
+    # words (names, shapes, groups) read from the left; numbers with units line up on the right
+    text = {c for c in cols if sort_keys and not any(c in k for k in sort_keys)}
+    head = "".join(f'<th{" class=t" if c in text else ""}>{esc(c)}</th>' for c in cols)
+
+    def td(i: int, c: str, v: Any) -> str:
+        k = sort_keys[i].get(c) if sort_keys else None
+        attr = f' data-v="{k!r}"' if isinstance(k, (int, float)) and not isinstance(k, bool) else ""
+        return f'<td{attr}{" class=t" if c in text else ""}>{esc(fmt(v))}</td>'
+
     body = "".join(
-        f'<tr{" class=hot" if hot and i in hot else ""}>' + "".join(f"<td>{esc(fmt(r.get(c)))}</td>" for c in cols)
+        f'<tr{" class=hot" if hot and i in hot else ""}>' + "".join(td(i, c, r.get(c)) for c in cols)
         + "</tr>" for i, r in enumerate(rows[:limit]))
     total = len(rows) if total is None else total
     more = (f'<p class="muted">first {limit:,} of {total:,} rows; the full table is in '
@@ -111,9 +122,11 @@ def table_html(rows: list[dict[str, Any]], cols: list[str] | None = None, *, hot
 
 def findings_html(result: Result) -> str:
     """Findings as a list: severity, title, ranks, and the evidence as labelled facts in human units."""
+    from rankscope.intlist import format_int_list
+
     items = []
     for f in result.findings:
-        ranks = f" (ranks {esc(', '.join(map(str, f.ranks)))})" if len(f.ranks) > 1 else ""
+        ranks = f" (ranks {esc(format_int_list(sorted(f.ranks)))})" if len(f.ranks) > 1 else ""
         conf = f" · confidence {f.confidence:.0%}" if f.confidence is not None else ""
         items.append(f'<li><span class="sev-{esc(f.severity.value)}">{esc(f.severity.value)}</span> '
                      f"{esc(f.title)}{ranks}{conf}{_evidence(f.evidence)}</li>")
@@ -137,7 +150,8 @@ def declared_table(rows: list[dict[str, Any]], cols: Any, *, hot: set[int] | Non
 
     cols = [c for c in cols if rows and c.key in rows[0]]
     shown = [{c.label: cell(r.get(c.key), c.unit) for c in cols} for r in rows[:limit]]
-    return table_html(shown, [c.label for c in cols], hot=hot, limit=limit, total=len(rows))
+    keys = [{c.label: r.get(c.key) for c in cols if c.unit not in ("text", "ranks")} for r in rows[:limit]]
+    return table_html(shown, [c.label for c in cols], hot=hot, limit=limit, total=len(rows), sort_keys=keys)
 
 
 def result_html(name: str, result: Result, *, skip_tables: tuple[str, ...] = ()) -> str:

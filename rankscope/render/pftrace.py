@@ -9,8 +9,9 @@ Messages and fields used:
   Trace.packet=1; TracePacket: timestamp=8, trusted_packet_sequence_id=10, track_event=11,
   interned_data=12, sequence_flags=13, track_descriptor=60; TrackDescriptor: uuid=1, name=2,
   process=3, thread=4, parent_uuid=5, counter=8; ProcessDescriptor: pid=1, process_name=6;
-  ThreadDescriptor: pid=1, tid=2, thread_name=5; CounterDescriptor: unit=3 (3 = bytes);
+  ThreadDescriptor: pid=1, tid=2, thread_name=5; CounterDescriptor: unit=3 (2 = count, 3 = bytes);
   TrackEvent: type=9 (1 begin, 2 end, 4 counter), name_iid=10, track_uuid=11, counter_value=30,
+  double_counter_value=44 (fixed64),
   flow_ids=47 (fixed64), terminating_flow_ids=48 (fixed64); InternedData.event_names=2;
   EventName: iid=1, name=2.
 """
@@ -63,8 +64,10 @@ def thread_track(uuid: int, parent: int, pid: int, tid: int, name: str) -> bytes
     return packet(f_bytes(60, f_varint(1, uuid) + f_varint(5, parent) + f_bytes(4, th)))
 
 
-def counter_track(uuid: int, parent: int, name: str) -> bytes:
-    return packet(f_bytes(60, f_varint(1, uuid) + f_varint(5, parent) + f_bytes(2, name) + f_bytes(8, f_varint(3, 3))))
+def counter_track(uuid: int, parent: int, name: str, unit: int = 3) -> bytes:
+    """A counter track; ``unit``: CounterDescriptor.Unit (0 unspecified, 2 count, 3 bytes)."""
+    desc = f_varint(3, unit) if unit else b""
+    return packet(f_bytes(60, f_varint(1, uuid) + f_varint(5, parent) + f_bytes(2, name) + f_bytes(8, desc)))
 
 
 def interned_names(names: list[str]) -> bytes:
@@ -146,15 +149,18 @@ CHUNK = 65536
 
 
 def track_events(ts: np.ndarray, typ: np.ndarray, track: np.ndarray, name_iid: np.ndarray,
-                 flow: np.ndarray, flow_end: np.ndarray, counter: np.ndarray) -> bytes:
+                 flow: np.ndarray, flow_end: np.ndarray, counter: np.ndarray,
+                 dcounter: np.ndarray | None = None) -> bytes:
     """Encoded ``Trace.packet`` entries, one per row. ``flow`` < 0: no flow; ``name_iid`` 0: none;
-    rows of type COUNTER carry ``counter`` as counter_value. Encoded in chunks to bound memory."""
-    cols = (ts, typ, track, name_iid, flow, flow_end, counter)
+    rows of type COUNTER carry ``counter`` as counter_value, or ``dcounter`` (where not NaN) as
+    double_counter_value (field 44). Encoded in chunks to bound memory."""
+    dc = np.full(len(ts), np.nan) if dcounter is None else np.asarray(dcounter, dtype=np.float64)
+    cols = (ts, typ, track, name_iid, flow, flow_end, counter, dc)
     return b"".join(_track_events(*(c[i:i + CHUNK] for c in cols)) for i in range(0, len(ts), CHUNK))
 
 
 def _track_events(ts: np.ndarray, typ: np.ndarray, track: np.ndarray, name_iid: np.ndarray,
-                  flow: np.ndarray, flow_end: np.ndarray, counter: np.ndarray) -> bytes:
+                  flow: np.ndarray, flow_end: np.ndarray, counter: np.ndarray, dcounter: np.ndarray) -> bytes:
     n = len(ts)
     if n == 0:
         return b""
@@ -163,7 +169,9 @@ def _track_events(ts: np.ndarray, typ: np.ndarray, track: np.ndarray, name_iid: 
     ev = (v_field_varint(9, typ) + v_field_varint(11, track) + v_field_varint(10, name_iid, name_iid > 0)
           + [v_const(varint((47 << 3) | 1), n, has_flow & ~flow_end), v_fixed64(flow, has_flow & ~flow_end),
              v_const(varint((48 << 3) | 1), n, has_flow & flow_end), v_fixed64(flow, has_flow & flow_end)]
-          + v_field_varint(30, counter, ~is_slice))
+          + v_field_varint(30, counter, ~is_slice & np.isnan(dcounter))
+          + [v_const(varint((44 << 3) | 1), n, ~is_slice & ~np.isnan(dcounter)),
+             v_fixed64(np.nan_to_num(dcounter).view(np.uint64), ~is_slice & ~np.isnan(dcounter))])
     pkt = (v_field_varint(8, ts) + v_field_varint(10, np.full(n, SEQ)) + v_field_varint(13, np.full(n, SEQ_NEEDS))
            + nested(11, ev))
     data, _ = concat_rows(nested(1, pkt))

@@ -10,9 +10,10 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:,.2f}"
 
 
-def rank_table(per_rank: Any, verdict: str, stragglers: set[int]) -> Table:
-    """Per rank: mean step time, compute, exposed communication, data wait, idle (ms)."""
-    t = Table(title="Per-rank step breakdown (median over steps, ms)", caption=f"verdict: {verdict}")
+def rank_table(per_rank: Any, stragglers: set[int]) -> Table:
+    """Per rank: mean step time, compute, exposed communication, data wait, idle (ms); the straggler rows
+    in red. The verdict is not in it: the CLI prints it once, under the table."""
+    t = Table(title="Per-rank step breakdown (median over steps, ms)")
     for col in ("rank", "step time", "compute", "exposed comm.", "data wait", "idle"):
         t.add_column(col, justify="right")
     for row in per_rank.to_pylist():

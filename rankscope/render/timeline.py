@@ -110,11 +110,14 @@ def rank_frames(run: Any, rank: int, al: Any, steps: set[int] | None) -> dict[st
     co = co.with_columns(lane=pl.Series("lane", lanes(co["ts"].to_numpy(), co["dur"].to_numpy()), pl.Int32))
     mem = frame(run.table(rank, "memory", columns=["ts", "total_allocated"]))
     mem = _in_window(mem, win, None).with_columns(aligned(pl.col("ts")))
+    from rankscope.analysis.gpu.counters import rank_counters
+
+    cnt = _in_window(rank_counters(run, rank), win, None).with_columns(aligned(pl.col("ts")))
     rem, names = remote_events(run, rank, win)
     if rem.height:
         rem = rem.with_columns(aligned(pl.col("ts")).alias("ts"))
         ev = pl.concat([ev, rem.cast(ev.schema)])  # type: ignore[arg-type]
-    return {"events": ev, "collectives": co, "memory": mem, "remote": names}
+    return {"events": ev, "collectives": co, "memory": mem, "remote": names, "counters": cnt}
 
 
 def remote_events(run: Any, rank: int, win: tuple[int, int] | None) -> tuple[Any, dict[int, str]]:
@@ -291,8 +294,31 @@ def perfetto_bytes(sel: dict[str, Any]) -> bytes:
         rows.append(pl.DataFrame({"name": None, "ts": mem["ts"], "dur": -1, "uuid": proc | (1 << 31),
                                   "flow": -1, "last": False, "value": mem["total_allocated"]},
                                  schema_overrides={"name": pl.Utf8, "uuid": pl.UInt64}))
+        rows += counter_rows(f.get("counters"), proc, head)
     allr = pl.concat(rows, how="diagonal_relaxed").join(iid, on="name", how="left").with_columns(pl.col("iid").fill_null(0))
+    if "dvalue" not in allr.columns:
+        allr = allr.with_columns(dvalue=pl.lit(None, pl.Float64))
     return b"".join(head) + _encode_rows(allr)
+
+
+def counter_rows(cnt: Any, proc: int, head: list[bytes]) -> list[Any]:
+    """The GPU counter series of one rank (analysis/gpu/counters.py) as counter tracks (queue length per
+    stream, memory bandwidth per copy kind): a track descriptor each into ``head``, rows returned."""
+    import polars as pl
+
+    from rankscope.render import pftrace as pf
+
+    if cnt is None or not cnt.height:
+        return []
+    names = sorted(cnt["name"].unique().to_list())
+    units = dict(cnt.select("name", "unit").unique("name").iter_rows())
+    uu = {n: proc | (1 << 31) | (i + 1) for i, n in enumerate(names)}
+    head += [pf.counter_track(uu[n], proc, n, 2 if units[n] == "count" else 0) for n in names]
+    m = pl.DataFrame({"name": names, "uuid": [uu[n] for n in names]}, schema={"name": pl.Utf8, "uuid": pl.UInt64})
+    c = cnt.join(m, on="name")
+    return [c.select(pl.lit(None, pl.Utf8).alias("name"), "ts", pl.lit(-1).alias("dur"), "uuid",
+                     pl.lit(-1, pl.Int64).alias("flow"), pl.lit(False).alias("last"), pl.lit(0).alias("value"),
+                     pl.col("value").alias("dvalue"))]
 
 
 def coll_uuid(proc: int, lane: int) -> int:
@@ -312,9 +338,9 @@ def _encode_rows(df: Any) -> bytes:
     end = sl.with_columns(typ=pl.lit(pf.TYPE_END), o2=-pl.col("ts"), ts=pl.col("ts") + pl.col("dur"),
                           o1=pl.lit(0), iid=pl.lit(0, pl.Int64), flow=pl.lit(-1, pl.Int64))
     cnt = df.filter(pl.col("dur") < 0).with_columns(typ=pl.lit(pf.TYPE_COUNTER), o1=pl.lit(2), o2=pl.lit(0))
-    cols = ["ts", "typ", "uuid", "iid", "flow", "last", "value", "o1", "o2"]
+    cols = ["ts", "typ", "uuid", "iid", "flow", "last", "value", "dvalue", "o1", "o2"]
     allp = pl.concat([x.select([c for c in cols if c in x.columns]) for x in (begin, end, cnt)], how="diagonal_relaxed")
     allp = allp.with_columns(pl.col("value").fill_null(0)).sort("uuid", "ts", "o1", "o2")
     return pf.track_events(allp["ts"].to_numpy(), allp["typ"].to_numpy(), allp["uuid"].to_numpy(),
                            allp["iid"].to_numpy(), allp["flow"].to_numpy(), allp["last"].to_numpy(),
-                           allp["value"].to_numpy())
+                           allp["value"].to_numpy(), allp["dvalue"].fill_null(float("nan")).to_numpy())

@@ -3,7 +3,8 @@
 Timestamps are µs relative to the earliest aligned event (``metadata.base_ns`` holds it), so that
 doubles keep sub-µs precision. Rows are serialized per event type by polars (no Python loop per
 event): complete slices ``X``, collective slices on tid ``collectives``, flows ``s``/``t``/``f``
-(binding to the enclosing slice), counters ``C`` for memory, metadata ``M`` for names.
+(binding to the enclosing slice), counters ``C`` for memory and the GPU series (launch queue length,
+memory bandwidth), metadata ``M`` for names.
 """
 from __future__ import annotations
 
@@ -73,7 +74,10 @@ def chrome_json(sel: dict[str, Any], run_id: str) -> str:
                                  pl.lit(pid).alias("pid"),
                                  pl.struct((pl.col("total_allocated") / 2**20).round(3).alias("allocated_MiB"))
                                  .alias("args"))
-        parts += [x for x in (_rows(ev), _rows(cx), _rows(mem)) if x]
+        cnt = f.get("counters")
+        gpu = cnt.select(pl.lit("C").alias("ph"), "name", us("ts").alias("ts"), pl.lit(pid).alias("pid"),
+                         pl.struct(pl.col("value")).alias("args")) if cnt is not None and cnt.height else None
+        parts += [x for x in (_rows(ev), _rows(cx), _rows(mem), _rows(gpu) if gpu is not None else "") if x]
     parts += [x for x in [_flow_rows(flows)] if x]
     meta = {"rankscope": {"run_id": run_id, "base_ns": base, "clock_offsets_ns": {str(k): v for k, v in
                                                                                    sel["offsets"].items()},

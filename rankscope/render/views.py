@@ -12,8 +12,8 @@ from rankscope.analysis.base import Result
 from rankscope.model.run import Run
 from rankscope.render import charts
 from rankscope.analysis.diagnosis.work import first_dims
-from rankscope.render.declare import BREAKDOWN_COLS, Col as C
-from rankscope.render.html import declared_table, esc, findings_html, table_html
+from rankscope.render.declare import BREAKDOWN_COLS, Col as C, cell
+from rankscope.render.html import declared_table, esc, findings_html
 
 DRAWN: dict[str, tuple[str, ...]] = {"breakdown": ("breakdown",), "straggler": ("per_rank",),
                                      "trajectory": ("trajectory",)}
@@ -103,8 +103,9 @@ def trajectory(run: Run, results: dict[str, Result]) -> str:
     parts = []
     if tr is not None and "per_rank" in tr.tables:
         rows = charts.rows_of(tr.tables["per_rank"])
-        fig = charts.stacked_figure(rows, "rank", [("iteration_gap", "gap"), ("fwd_bwd", "forward+backward"),
-                                                   ("iteration_tail", "tail")], "ms per step (median)", 1e6)
+        fig = charts.stacked_figure(rows, "rank", [("iteration_gap", "gap before compute"),
+                                                   ("fwd_bwd", "forward + backward"),
+                                                   ("iteration_tail", "tail after compute")], "ms per step (median)", 1e6)
         parts.append("<h3>iteration trajectory per rank (median over steps)</h3>"
                      + charts.figure_div(fig, "trajectory-chart"))
     src = tr.tables.get("trajectory") if tr is not None else None
@@ -141,18 +142,19 @@ def communication(run: Run, results: dict[str, Result]) -> str:
     coll = _ok(results, "collectives")
     inst = coll.tables.get("instances") if coll else None
     if inst is not None and {"max_wait", "transfer", "op", "instance"} <= set(charts.columns_of(inst)):
-        rows = charts.rows_of(inst)[:300]
-        for r in rows:
-            r["call"] = f"{r['op']}#{r['instance']} [{r.get('pg_ranks', '')}]"
-        fig = charts.stacked_figure(rows, "call", [("max_wait", "wait (slowest arrival)"), ("transfer", "transfer")],
-                                    "ms", 1e6, label_prefix="")
-        out.append("<h3>per collective: wait for the last rank vs transfer</h3>" + charts.figure_div(fig, "wait-chart"))
-        bw = [r for r in rows if r.get("busbw_gbps")]
+        allrows = charts.rows_of(inst)
+        rows = allrows[:300]
+        names = [f"{r['op']} #{r['instance']}, ranks {cell(r.get('pg_ranks', ''), 'group')}" for r in rows]
+        fig = charts.calls_figure(names, [("wait for the last rank", [(r["max_wait"] or 0) / 1e6 for r in rows]),
+                                          ("transfer", [(r["transfer"] or 0) / 1e6 for r in rows])],
+                                  "ms", "collective, in the order matched (hover a bar for its operation and group)")
+        first = f"the first {len(rows):,} of {len(allrows):,}" if len(allrows) > len(rows) else f"all {len(rows):,}"
+        out.append(f"<h3>per collective: wait for the last rank vs transfer ({first} collectives)</h3>"
+                   + charts.figure_div(fig, "wait-chart"))
+        bw = [{**r, "group": f"ranks {cell(r.get('pg_ranks', ''), 'group')}"} for r in allrows if r.get("busbw_gbps")]
         if "busbw_gbps" in charts.columns_of(inst) and bw:
-            for r in bw:
-                r["group"] = f"ranks {r.get('pg_ranks', '')}"
-            fig = charts.points_figure(bw, "group", "busbw_gbps", "bus bandwidth (GB/s)")
-            out.append("<h3>bus bandwidth by process group</h3>" + charts.figure_div(fig, "busbw-chart"))
+            fig = charts.points_figure(bw, "group", "busbw_gbps", "GB/s", "process group")
+            out.append("<h3>bus bandwidth of each collective, by process group</h3>" + charts.figure_div(fig, "busbw-chart"))
         else:
             out.append('<h3>bus bandwidth by process group</h3><p class="muted">no bandwidth: the collectives '
                        "carry no sizes or transfer times (profile with record_shapes=True)</p>")
@@ -163,8 +165,10 @@ def communication(run: Run, results: dict[str, Result]) -> str:
 
 
 _HEAT_CELLS = 128
-_HEAT_TITLES = {"bytes": ("data sent, rank → rank", "MB", 1e6), "time_ns": ("communication time, rank → rank", "ms", 1e6),
-                "count": ("calls, rank → rank", "", 1.0), "bandwidth (GB/s)": ("bandwidth, rank → rank", "GB/s", 1.0)}
+_HEAT_TITLES = {"bytes": ("data sent, rank → rank", "MB", 1e6, "bytes"),
+                "time_ns": ("communication time, rank → rank", "ms", 1e6, "ns"),
+                "count": ("calls, rank → rank", "", 1.0, "count"),
+                "bandwidth (GB/s)": ("bandwidth, rank → rank", "GB/s", 1.0, "gbps")}
 
 
 def _heatmaps(name: str, tname: str, t: object) -> list[str]:
@@ -188,16 +192,28 @@ def _heatmaps(name: str, tname: str, t: object) -> list[str]:
     byt, tim = _pick(sums, ("bytes",)), _pick(sums, ("time_ns", "time", "dur"))
     if byt and tim:
         z["bandwidth (GB/s)"] = [[b / t if t else 0.0 for b, t in zip(rb, rt)] for rb, rt in zip(z[byt], z[tim])]
-    labels = ([str(r) for r in ranks] if width == 1 else
-              [f"{ranks[i * width]}-{ranks[min(len(ranks), (i + 1) * width) - 1]}" for i in range(n)])
+    starts = [ranks[i * width] for i in range(n)]
     out = []
     for i, (m, zz) in enumerate(z.items()):
         if m == "count":
             continue
-        title, unit, scale = _HEAT_TITLES.get(m, (m.replace("_", " "), "", 1.0))
+        title, unit, scale, kind = _HEAT_TITLES.get(m, (m.replace("_", " "), "", 1.0, "float"))
         title += f" (blocks of {width} ranks)" if width > 1 else ""
-        zz = [[float(f"{v / scale:.4g}") for v in row] for row in zz]
-        out.append(charts.figure_div(charts.heatmap_figure(zz, labels, title, unit), f"heat-{tname}-{i}"))
+        # a rank with itself is no pair: left blank, so the colour scale spans the pairs only
+        pairs: list[list[float | None]] = [[None if a == b and width == 1 else v for b, v in enumerate(row)]
+                                           for a, row in enumerate(zz)]
+        shown = [v for row in pairs for v in row if v is not None]
+        if not shown:
+            continue
+        lo, hi = min(shown), max(shown)
+        if hi - lo <= 0.005 * max(abs(hi), abs(lo)):  # one colour would say nothing: say the value
+            what = "pairs of ranks" if width == 1 else f"pairs of blocks of {width} ranks"
+            out.append(f'<p id="heat-{esc(tname)}-{i}" class="heat-equal"><b>{esc(title)}</b>: '
+                       f"{esc(cell(hi, kind))} for every one of the {len(shown):,} {what} (all equal, so no "
+                       "matrix is drawn)</p>")
+            continue
+        cells = [[None if v is None else float(f"{v / scale:.4g}") for v in row] for row in pairs]
+        out.append(charts.figure_div(charts.heatmap_figure(cells, starts, title, unit, width), f"heat-{tname}-{i}"))
     return out
 
 
@@ -229,39 +245,49 @@ def operators(run: Run, results: dict[str, Result]) -> str:
 
 
 def memory(run: Run, results: dict[str, Result]) -> str:
-    """Allocated memory over time per rank (at most 400 points per rank, 16 ranks), from the memory tables."""
+    """Memory per rank from the ``memory`` analysis: the largest peak and the operator running at it, each
+    rank's peak (bars), and allocated memory over time for the ranks with the highest peaks (at most 16
+    lines of 400 points). Without memory events, says why (the skipped reason is in "Problems")."""
     mem = _ok(results, "memory")
-    if mem is not None and "timeline" in mem.tables:
-        return _memory_from(mem)
-    series: dict[str, tuple[list[float], list[float]]] = {}
-    for r in run.rank_ids[:_MEM_RANKS]:
-        if run.ranks[r].counts.get("memory", 1) == 0:
-            continue
-        t = run.table(r, "memory", columns=["ts", "total_allocated"])
-        if t.num_rows == 0:
-            continue
-        step = max(1, t.num_rows // _MEM_POINTS)
-        ts = t.column("ts").to_numpy()[::step]
-        alloc = t.column("total_allocated").to_numpy()[::step]
-        series[f"rank {r}"] = (((ts - ts[0]) / 1e6).tolist(), (alloc / 2**20).tolist())
-    if not series:
-        return '<section><p class="muted">no memory events in the traces (profile with profile_memory=True)</p></section>'
-    fig = charts.lines_figure(series, "ms since the rank's first memory event", "allocated (MiB)")
-    return f'<section>{charts.figure_div(fig, "memory-chart")}</section>'
-
-
-def _memory_from(mem: Result) -> str:
-    rows = charts.rows_of(mem.tables["timeline"])
+    if mem is None or "timeline" not in mem.tables:
+        why = results["memory"].skipped if "memory" in results else "the memory analysis did not run"
+        return (f'<section><p class="muted">no memory to show: {esc(why)}. Profile with profile_memory=True to '
+                "see each rank's allocated memory over time, its peak and the operator at the peak.</p></section>")
+    peaks = sorted(charts.rows_of(mem.tables.get("peaks")), key=lambda p: -(p["peak_allocated"] or 0))
+    parts = []
+    if peaks:
+        top = peaks[0]
+        op = f", while <b>{esc(top['operator_at_peak'])}</b> ran" if top.get("operator_at_peak") else ""
+        parts.append(f'<p id="memory-peak">largest peak: <b>{esc(cell(top["peak_allocated"], "bytes"))}</b> allocated '
+                     f"on rank {esc(top['rank'])}{op}</p>")
+        by_rank = sorted(peaks, key=lambda p: (p["rank"], p["device"]))
+        unit, scale = _mem_unit(top["peak_allocated"] or 0)
+        fig = charts.bars_figure([{**p, "peak": (p["peak_allocated"] or 0) / scale} for p in by_rank],
+                                 "rank", ["peak"], "peak allocated memory per rank", unit,
+                                 {"peak": "peak allocated"}, "rank")
+        parts.append(charts.figure_div(fig, "memory-peaks-chart"))
+    shown = {(p["rank"], p["device"]) for p in peaks[:_MEM_RANKS]}
+    rows = [r for r in charts.rows_of(mem.tables["timeline"]) if (r["rank"], r.get("device", -1)) in shown]
     by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        by.setdefault(f"rank {r['rank']}" + (f" dev {r['device']}" if r.get("device", -1) != -1 else ""), []).append(r)
+        by.setdefault(f"rank {r['rank']}" + (f" device {r['device']}" if r.get("device", -1) != -1 else ""),
+                      []).append(r)
     series = {}
-    for k, rs in list(by.items())[:_MEM_RANKS]:
+    unit, scale = _mem_unit(peaks[0]["peak_allocated"] or 0 if peaks else 0)
+    for k, rs in sorted(by.items(), key=lambda kv: (kv[1][0]["rank"], kv[1][0].get("device", -1))):
         rs = rs[:: max(1, len(rs) // _MEM_POINTS)]
         t0 = rs[0]["ts"]
-        series[k] = ([(x["ts"] - t0) / 1e6 for x in rs], [(x["allocated"] or 0) / 2**20 for x in rs])
-    fig = charts.lines_figure(series, "ms since the rank's first memory event", "allocated (MiB)")
-    return f'<section>{charts.figure_div(fig, "memory-chart")}</section>'
+        series[k] = ([(x["ts"] - t0) / 1e6 for x in rs], [(x["allocated"] or 0) / scale for x in rs])
+    if series:
+        which = (f" ({len(series)} ranks with the highest peaks of {len(peaks)})" if len(peaks) > len(series) else "")
+        fig = charts.lines_figure(series, "ms since the rank's first memory event", f"allocated ({unit})")
+        parts.append(f"<h3>allocated memory over time{esc(which)}</h3>" + charts.figure_div(fig, "memory-chart"))
+    return f'<section>{"".join(parts)}</section>'
+
+
+def _mem_unit(largest: float) -> tuple[str, float]:
+    """The unit a chart of memory sizes up to ``largest`` bytes reads best in."""
+    return ("GB", 1e9) if largest >= 1e9 else ("MB", 1e6) if largest >= 1e6 else ("kB", 1e3)
 
 
 def clock(run: Run, results: dict[str, Result]) -> str:
@@ -273,18 +299,16 @@ def clock(run: Run, results: dict[str, Result]) -> str:
                                    "residual_ms": (x["residual_ns"] or 0) / 1e6} for x in rows],
                                  "rank", ["offset_ms", "residual_ms"], "clock offset to the reference rank and "
                                  "residual skew after alignment", "ms",
-                                 {"offset_ms": "offset", "residual_ms": "residual after alignment"}, "rank")
+                                 {"offset_ms": "clock offset", "residual_ms": "residual after alignment"}, "rank")
         return f'<section>{charts.figure_div(fig, "clock-chart")}</section>'
-    rows = [{"rank": r, "host": run.ranks[r].host or "", "offset_ms": _ms(run.ranks[r].clock_offset_ns),
-             "error_ms": _ms(run.ranks[r].clock_error_ns)} for r in run.rank_ids]
-    if all(x["offset_ms"] is None for x in rows) and "clock" not in results:
+    rows = [{"rank": r, "host": run.ranks[r].host or "", "offset": run.ranks[r].clock_offset_ns,
+             "error": run.ranks[r].clock_error_ns} for r in run.rank_ids]
+    if all(x["offset"] is None for x in rows) and "clock" not in results:
         return ('<section><p class="muted">no clock offsets recorded: timelines are shown on each rank\'s own '
                 "clock</p></section>")
-    return f"<section><h3>clock offsets to rank 0</h3>{table_html(rows)}</section>"
-
-
-def _ms(ns: int | None) -> float | None:
-    return None if ns is None else ns / 1e6
+    cols = (C("rank", "rank", "count"), C("host", "host"), C("offset", "offset to rank 0", "ns"),
+            C("error", "error bound", "ns"))
+    return f"<section><h3>clock offsets to rank 0 (as recorded)</h3>{declared_table(rows, cols)}</section>"
 
 
 def flame_view(run: Run, results: dict[str, Result]) -> str:

@@ -106,11 +106,15 @@ class Emitter:
         ``[start0..3, dur0..3, launch ts, launch dur, device ts, device dur]`` (us, depth 0..3).
         """
         t, d = st.t[:, 0], st.cpu[:, 0]
-        delta = d // 33
+        # ``loss.item()`` blocks the host until its device-to-host copy is done, inside the copy's
+        # runtime call as in real CUDA traces: its ops nest 1 us apart, the call is issued at once
+        # and returns after the copy ended (the host's time there is the wait for the device).
+        sync = self.prog.kind == SYNC
+        delta = np.where(sync, 1_000, d // 33)
         starts = [t + j * delta for j in range(4)]
         ends = [t + d - j * delta for j in range(4)]
-        ls = t + d * 55 // 100
-        le = np.where(self.prog.kind == SYNC, t + d - 4 * delta, ls + d * 30 // 100)
+        ls = np.where(sync, t + 2_000, t + d * 55 // 100)
+        le = np.where(sync, t + d - 1_500, ls + d * 30 // 100)
         ts = self.clock.ts_us(np.stack(starts + ends + [ls, le]))
         de = self.clock.ts_us(np.stack([st.ks[:, 0], st.ks[:, 0] + st.kd[:, 0]]))
         durs = np.round(ts[4:8] - ts[:4], 3)

@@ -45,20 +45,21 @@ def page(run: Any, results: dict[str, Any], rank: int, name: str) -> str:
             href = f"/runs/{name}/timeline?steps={format_int_list(chosen)}&ranks={rank}"
             parts.append(f'<p><a id="rank-timeline-link" href="{esc(href)}">download rank {rank}\'s slice of the '
                          f"merged timeline, steps {esc(format_int_list(chosen))}</a> (open it in ui.perfetto.dev)</p>")
-    us = (Col("name", "operator"), Col("calls", "calls per step", "float"), Col("total", "time per step", "ns"),
-          Col("mean", "mean per call", "ns"))
-    for title, kinds in (("top operators", ("cpu_op",)), ("top kernels", ("kernel", "memcpy", "memset"))):
+    for title, what, kinds in (("top operators", "operator", ("cpu_op",)),
+                               ("top kernels", "kernel", ("kernel", "memcpy", "memset"))):
         rows = top_ops(run, rank, kinds)
+        cols = (Col("name", what), Col("calls", "calls per step", "count"), Col("total", "time per step", "ns"),
+                Col("mean", "mean per call", "ns"))
         if rows:
-            parts.append(f"<h3>{title}</h3>" + declared_table(rows, us))
+            parts.append(f"<h3>{title}</h3>" + declared_table(rows, cols))
     mem = frame(run.table(rank, "memory", columns=["ts", "total_allocated"])) if run.ranks[rank].counts.get(
         "memory", 1) else pl.DataFrame()
     if mem.height:
         mem = mem.gather_every(max(1, mem.height // 400))
         t0 = int(mem["ts"][0])
         fig = charts.lines_figure({f"rank {rank}": (((mem["ts"] - t0) / 1e6).to_list(),
-                                                    (mem["total_allocated"] / 2**20).to_list())},
-                                  "ms since the first memory event", "allocated (MiB)")
+                                                    (mem["total_allocated"] / 1e6).to_list())},
+                                  "ms since the first memory event", "allocated (MB)")
         parts.append("<h3>memory</h3>" + charts.figure_div(fig, "rank-memory-chart"))
     else:
         parts.append('<p class="muted">no memory events (profile with profile_memory=True)</p>')

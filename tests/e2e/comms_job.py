@@ -35,7 +35,7 @@ def main(out: str, mode: str) -> None:
     elif mode == "exit":
         print(f"DONE {rank}", flush=True)  # no rec.stop(): the exit dump happens after the group is gone
     else:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 180  # the test writes STOP when it has seen the dump
         while time.monotonic() < deadline and not os.path.exists(os.path.join(out, "STOP")):
             time.sleep(0.05)
         rec.stop()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import sys
 import time
 
@@ -41,9 +40,9 @@ def main(out: str, mode: str) -> None:
     torch.cuda.synchronize()
     time.sleep(0.5)  # the pollers (ours every 0.1 s, NCCL's watchdog) see the events
     if mode == "fr":
-        import torch._C._distributed_c10d as c10d
+        from rankscope.collect import comms
 
-        entries = pickle.loads(c10d._dump_fr_trace(True, False, False))["entries"]  # type: ignore[attr-defined]
+        entries = comms.fr_doc()["entries"]  # NCCL's ring (_dump_nccl_trace), not gloo's
     else:
         from rankscope.collect.comms import timed_pg
 

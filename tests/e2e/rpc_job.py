@@ -17,6 +17,7 @@ import time
 
 import torch
 import torch.distributed.rpc as rpc
+from torch.distributed.rpc import rpc_sync as bound_rpc_sync  # bound at import: never rankscope's wrapper
 
 N = 384  # a remote matmul of a few ms on this machine
 
@@ -32,6 +33,12 @@ def fails(x: int) -> int:
 def calls_third(a: torch.Tensor) -> torch.Tensor:
     # torch's own function, looked up at call time: patched while this runs under a profiled call
     return rpc.rpc_sync("worker2", remote_mm, args=(a, a)) + 1
+
+
+def calls_third_bound(a: torch.Tensor) -> torch.Tensor:
+    # torch's own function bound before any profile: not captured, and it must still work while the
+    # call is recorded (torch profiles it its own way, the legacy RPC profiling)
+    return bound_rpc_sync("worker2", remote_mm, args=(a, a)) + 2
 
 
 def calls_back(a: torch.Tensor) -> torch.Tensor:
@@ -82,6 +89,7 @@ def caller(out: str, run_dir: str | None) -> None:
         res["busy_ok"] = bool(torch.allclose(back, torch.mm(a, a)))
         n = rpc.rpc_sync("worker1", calls_third, args=(a,))
         res["nested_ok"] = bool(torch.allclose(n, torch.mm(a, a) + 1))
+        res["bound_ok"] = bool(torch.allclose(rpc.rpc_sync("worker1", calls_third_bound, args=(a,)), a @ a + 2))
     res["patched_after"] = rr.patched()
     res["torch_fns_after"] = {n: getattr(rpc, n).__module__ + "." + getattr(rpc, n).__qualname__
                               for n in ("rpc_sync", "rpc_async", "remote")}

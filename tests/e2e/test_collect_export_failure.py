@@ -36,5 +36,7 @@ def test_export_failure_loses_the_window_not_the_job(tmp_path: Path) -> None:
     assert p.returncode == 0 and "DONE 9" in p.stdout, p.stderr[-2000:]
     lost = [line for line in p.stderr.splitlines() if "could not be saved" in line]
     assert len(lost) == 2 and "No space left on device" in lost[0], p.stderr[-2000:]
+    said = [line for line in p.stderr.splitlines() if line.startswith("rankscope: traces written")]
+    assert said == [f"rankscope: traces written to {run} (0 windows, 2 lost)"], p.stderr[-2000:]
     meta = json.loads((run / "ranks" / "0" / "meta.json").read_text())
     assert [w["steps"] for w in meta["lost_windows"]] == [[2, 3], [6, 7]]

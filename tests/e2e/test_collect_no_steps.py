@@ -27,6 +27,8 @@ def test_forgotten_step_is_noticed_at_exit_and_by_the_analysis(tmp_path: Path) -
     assert p.returncode == 0 and "DONE" in p.stdout, p.stderr[-2000:]
     warn = [line for line in p.stderr.splitlines() if "prof.step() was never called" in line]
     assert len(warn) == 1, p.stderr[-2000:]
+    said = [line for line in p.stderr.splitlines() if line.startswith("rankscope: traces written")]
+    assert said == [f"rankscope: traces written to {run} (0 windows)"], p.stderr[-2000:]
     meta = json.loads((run / "ranks" / "0" / "meta.json").read_text())
     assert "prof.step() was never called" in meta["no_steps"] and meta["windows"] == []
     a = subprocess.run([sys.executable, "-m", "rankscope.cli", "analyze", str(run)], env=env,

@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 WORKER = os.path.join(ROOT, "tests", "e2e", "collect_worker.py")
 
 
-def torchrun(run: str, mode: str, tmp_path, env: dict[str, str] | None = None, timeout: int = 90):
+def torchrun(run: str, mode: str, tmp_path, env: dict[str, str] | None = None, timeout: int = 300):
     e = dict(env or os.environ)
     e.update(PYTHONPATH=ROOT, RS_SPOOL=str(tmp_path / "spool"), OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--master-addr=127.0.0.1",
@@ -29,7 +29,7 @@ def _resume(spool: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     code = ("import sys; from rankscope.commands.upload import run, add_arguments; import argparse;"
             "p=argparse.ArgumentParser(); add_arguments(p); sys.exit(run(p.parse_args(sys.argv[1:])))")
     return subprocess.run([sys.executable, "-c", code, "--resume", spool, "--timeout", "30"],
-                          env={**env, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=90)
+                          env={**env, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=300)
 
 
 def test_profile_two_ranks_local(tmp_path):
@@ -37,6 +37,9 @@ def test_profile_two_ranks_local(tmp_path):
     hostmap = tmp_path / "private" / "hosts.json"
     p = torchrun(str(run), "ok", tmp_path, {**os.environ, "RS_HOSTMAP": str(hostmap)})
     assert p.returncode == 0, p.stderr[-3000:]
+    # where the traces went, said once for the job (by rank 0; rank 1 stays quiet)
+    said = [line for line in p.stderr.splitlines() if line.startswith("rankscope: traces written")]
+    assert said == [f"rankscope: traces written to {run} (2 windows)"], p.stderr[-3000:]
     rj = json.loads((run / "run.json").read_text())
     assert rj["world_size"] == 2 and rj["ranks_expected"] == [0, 1] and rj["hosts"] == ["node-0"]
     assert rj["layout"] == {"dp": 2, "tp": 1, "pp": 1}
@@ -47,8 +50,11 @@ def test_profile_two_ranks_local(tmp_path):
         assert [a["when"] for a in m["clock"]["anchors"]] == ["start", "end"]
         assert m["metadata"] == {"mode": "ok"} and m["process_groups"][0]["ranks"] == [0, 1]
         man = json.loads((run / f"ranks/{r}/MANIFEST.json").read_text())
+        # each window's trace and, the recorder being on by default, its collectives (group, sequence)
         assert {f["path"] for f in man["files"]} == {"meta.json", "window-0000.pt.trace.json.gz",
-                                                     "window-0001.pt.trace.json.gz"}
+                                                     "window-0001.pt.trace.json.gz",
+                                                     "window-0000.collectives.json.gz",
+                                                     "window-0001.collectives.json.gz"}
         trace = json.load(gzip.open(run / f"ranks/{r}/window-0001.pt.trace.json.gz"))
         assert trace["distributedInfo"]["rank"] == r
         names = {e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}
@@ -95,6 +101,9 @@ def test_profile_only_some_ranks_with_metadata(tmp_path):
     run = tmp_path / "run"
     p = torchrun(str(run), "subset", tmp_path)
     assert p.returncode == 0 and p.stdout.count("TRAINING-DONE") == 2, p.stderr[-3000:]
+    # said once, by the first profiled rank (1; rank 0 has no traces)
+    said = [line for line in p.stderr.splitlines() if line.startswith("rankscope: traces written")]
+    assert said == [f"rankscope: traces written to {run} (2 windows)"], p.stderr[-3000:]
     assert json.loads((run / "run.json").read_text())["ranks_expected"] == [1]
     assert not list((run / "ranks/0").glob("*.pt.trace.json.gz"))
     m1 = json.loads((run / "ranks/1/meta.json").read_text())
@@ -120,7 +129,10 @@ def test_profile_two_ranks_s3(tmp_path, moto_server):
     assert fs.exists(f"{bucket}/exp/run.json")
     for r in (0, 1):
         man = json.loads(fs.cat_file(f"{bucket}/exp/ranks/{r}/MANIFEST.json"))
-        assert len(man["files"]) == 3
+        assert {f["path"] for f in man["files"]} == {"meta.json", "window-0000.pt.trace.json.gz",
+                                                     "window-0001.pt.trace.json.gz",
+                                                     "window-0000.collectives.json.gz",
+                                                     "window-0001.collectives.json.gz"}
 
 
 def test_storage_unreachable_training_finishes_then_resume(tmp_path, moto_server):

@@ -10,31 +10,45 @@ from rankscope.commands.gather import gather, open_source
 from rankscope.store.uploader import UploadConfig
 from tests.fixtures_s3 import moto_server, s3_env  # noqa: F401
 
-FAST = UploadConfig(jitter_s=0.05, backoff_base_s=0.05, exit_timeout_s=5)
+FAST = UploadConfig(jitter_s=0.05, backoff_base_s=0.05, exit_timeout_s=60)  # at close: waits only while uploads run
 
 
-def test_trigger_starts_capture_within_two_seconds(tmp_path):
+def _train_until_triggered(p, run: str, trigger_at: int = 5, limit_s: float = 120.0) -> tuple[str, str]:
+    """Steps of ~50 ms (a matmul and a sleep); the request is written at step ``trigger_at``; training goes on
+    until the triggered window is saved, with only a hang bound (how soon: bench/timing_limits.py)."""
     import torch
 
+    x = torch.randn(16, 16)
+    rid = path = ""
+    deadline = time.monotonic() + limit_s
+    for i in range(100_000):
+        x = x @ x / 16
+        time.sleep(0.05)
+        if i == trigger_at:
+            rid, path = write_request(run, steps=2, warmup=1)
+        p.step()
+        if rid and any(w.get("trigger") == rid for w in p.collector.windows):
+            break
+        assert time.monotonic() < deadline, f"no window for trigger {rid} after {limit_s:g} s"
+    for _ in range(3):  # a few more steps after the window, as a job would go on
+        p.step()
+    return rid, path
+
+
+def test_trigger_starts_capture_at_the_next_step_after_adoption(tmp_path):
     from rankscope.collect.profiler import profile
 
     run = str(tmp_path / "run")
-    x = torch.randn(16, 16)
+    t_req = time.time_ns()
     with profile(run=run, on_demand=True, spool_dir=str(tmp_path / "sp"), upload=FAST) as p:
-        t_req = None
-        for i in range(60):
-            x = x @ x / 16
-            time.sleep(0.05)
-            if i == 5:
-                rid, _ = write_request(run, steps=2, warmup=1)
-                t_req = time.time_ns()
-            p.step()
+        rid, _ = _train_until_triggered(p, run)
     meta = json.loads((tmp_path / "run/ranks/0/meta.json").read_text())
     (win,) = meta["windows"]
     assert win["trigger"] == rid and len(win["steps"]) == 2
-    # the rank adopted the request < 2 s after it was written, and capture (warm-up) began at the next step
+    # the rank adopted the request after it was written (how soon: bench/timing_limits.py), and capture
+    # (warm-up) began at the next step
     (trig,) = meta["triggers"]
-    assert trig["id"] == rid and (trig["seen_wall_ns"] - t_req) / 1e9 < 2.0
+    assert trig["id"] == rid and trig["seen_wall_ns"] >= t_req
     assert win["steps"][0] == trig["start_step"] + 1  # one warm-up step first
     assert (tmp_path / "run/ranks/0" / win["file"]).exists()
 
@@ -43,19 +57,12 @@ def test_trigger_through_s3(tmp_path, s3_env):
     """The request is an object on a real S3 server (moto): written by write_request, listed and read
     by the rank's background watcher, and the triggered window lands in the bucket."""
     import s3fs
-    import torch
 
     from rankscope.collect.profiler import profile
 
     run = f"s3://{s3_env.bucket()}/trig"
-    x = torch.randn(16, 16)
     with profile(run=run, on_demand=True, spool_dir=str(tmp_path / "sp"), upload=FAST) as p:
-        for i in range(50):
-            x = x @ x / 16
-            time.sleep(0.05)
-            if i == 3:
-                rid, path = write_request(run, steps=2, warmup=1)
-            p.step()
+        rid, path = _train_until_triggered(p, run, trigger_at=3)
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     assert fs.exists(path)
     meta = json.loads(fs.cat_file(run + "/ranks/0/meta.json"))
@@ -66,7 +73,8 @@ def test_trigger_through_s3(tmp_path, s3_env):
 
 def test_trigger_two_ranks_through_c10d_store(tmp_path):
     """`rankscope trigger` (the real CLI) at a running 2-rank torchrun job (gloo): both ranks capture
-    the same steps, agreed through the c10d store, within 2 s plus one step of the request."""
+    the same steps, agreed through the c10d store (how soon after the request: bench/timing_limits.py and
+    bench/trigger_latency.py; here only TriggerJob's hang bound)."""
     from tests.e2e.trigger_job import TriggerJob
 
     job = TriggerJob(tmp_path)
@@ -80,9 +88,10 @@ def test_trigger_two_ranks_through_c10d_store(tmp_path):
     for cap, n in zip(caps, (3, 2)):
         s0, s1 = cap.windows[0]["steps"], cap.windows[1]["steps"]
         assert s0 == s1 and len(s0) == n and s0 == list(range(s0[0], s0[0] + n))
-        lat = cap.latency_s()
-        assert max(lat.values()) < 2.0 + job.step_time_s(cap) + 0.5, lat  # +0.5 s: 2 shared cores under load
-        assert cap.seen_ns is not None and (cap.seen_ns - cap.created_ns) / 1e9 < 1.5
+        # rank 0 adopted the request after it was written and recorded after adopting; both ranks recorded
+        # only after the request (order, not speed)
+        assert cap.seen_ns is not None and cap.created_ns <= cap.seen_ns <= cap.windows[0]["start_wall_ns"]
+        assert all(w["start_wall_ns"] >= cap.created_ns for w in cap.windows.values()), cap.windows
     assert caps[1].windows[0]["steps"][0] > caps[0].windows[0]["steps"][-1]
     meta = json.loads((tmp_path / "run/ranks/1/meta.json").read_text())
     assert [w["trigger"] for w in meta["windows"]] == [c.id for c in caps] + [only1.id]
@@ -112,7 +121,8 @@ def test_gather_builds_one_run_from_node_copies(tmp_path):
 
 
 def test_gather_over_real_sftp(tmp_path):
-    """Real OpenSSH server on 127.0.0.1 with a generated key (skipped where sshd is not installed)."""
+    """Real OpenSSH server on 127.0.0.1 with a generated key (`make test` installs openssh-server; missing,
+    this fails with the command, never skips)."""
     import shutil
     import subprocess
 
@@ -120,9 +130,8 @@ def test_gather_over_real_sftp(tmp_path):
 
     sshd = shutil.which("sshd") or "/usr/sbin/sshd"
     if not os.path.exists(sshd):
-        if os.environ.get("CI"):  # .ci/run installs it: in CI a missing sshd is a failure, not a skip
-            pytest.fail("openssh-server is not installed; .ci/run should have installed it")
-        pytest.skip("openssh-server not installed (CI installs it)")
+        pytest.fail("openssh-server is not installed: `sudo apt-get install -y openssh-server` (or `make sysdeps` "
+                    "as root; `make test` runs it)", pytrace=False)
     from fsspec.implementations.sftp import SFTPFileSystem
 
     from tests.fixtures_s3 import _wait_port, free_port

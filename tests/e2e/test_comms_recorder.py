@@ -72,13 +72,20 @@ class Job:
 def test_watchdog_dumps_every_waiting_rank_and_hang_names_the_culprit(tmp_path: Path) -> None:
     out = tmp_path / "comms"
     job = Job(out, "hang")
+
+    def fired() -> list[re.Match[str]]:
+        """The watchdog's line of each rank (they may share a line of torchrun's merged output)."""
+        return list(re.finditer(r"rankscope: watchdog fired after (?P<after>[\d.]+) s on rank (?P<rank>\d+), "
+                                r"dumps in (?P<dir>\S+)", "".join(job.lines)))
     try:
-        job.wait_for(lambda: len(re.findall(r"READY \d+ \d+", "".join(job.lines))) == 3, 90)
-        t0 = time.monotonic()
-        job.wait_for(lambda: all((out / f"fr_rank_{r}").exists() for r in range(3)), 30)
-        assert time.monotonic() - t0 < 15  # within the watchdog's 1.5 s plus polling, on a loaded host
+        job.wait_for(lambda: len(re.findall(r"READY \d+ \d+", "".join(job.lines))) == 3, 180)
+        # how soon after the watchdog's 1.5 s: bench/timing_limits.py (RESULTS.md); here only a hang bound
+        job.wait_for(lambda: all((out / f"fr_rank_{r}").exists() for r in range(3)) and len(fired()) == 3, 120)
     finally:
         job.kill()
+    # every waiting rank said where its dump went, once, after at least the watchdog's 1.5 s
+    said = {int(m["rank"]): (float(m["after"]), m["dir"]) for m in fired()}
+    assert sorted(said) == [0, 1, 2] and all(a >= 1.5 and d == str(out) for a, d in said.values()), said
     p = subprocess.run([sys.executable, "-m", "rankscope.cli", "hang", str(out), "--json", "--world-size", "3"],
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
     v = json.loads(p.stdout)
@@ -99,12 +106,12 @@ def test_sigusr1_dumps_and_the_job_goes_on(tmp_path: Path) -> None:
     out = tmp_path / "comms"
     job = Job(out, "sigusr1")
     try:
-        job.wait_for(lambda: len(re.findall(r"READY \d+ \d+", "".join(job.lines))) == 3, 90)
+        job.wait_for(lambda: len(re.findall(r"READY \d+ \d+", "".join(job.lines))) == 3, 180)
         pid = int(re.search(r"READY 0 (\d+)", "".join(job.lines)).group(1))  # type: ignore[union-attr]
         os.kill(pid, signal.SIGUSR1)
-        job.wait_for(lambda: (out / "fr_rank_0").exists(), 20)
+        job.wait_for(lambda: (out / "fr_rank_0").exists(), 120)
         (out / "STOP").write_text("x")
-        assert job.ended_well(60), job.ranks_said()
+        assert job.ended_well(180), job.ranks_said()
     finally:
         if job.proc.poll() is None:
             job.kill()

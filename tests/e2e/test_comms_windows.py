@@ -79,7 +79,10 @@ def test_gloo_collectives_matched_by_group_and_sequence(run_dir):
     assert sorted(sub["instance"].to_list())[0] < sorted(world["instance"].to_list())[0]
 
 
-def test_without_the_window_files_order_matching_mixes_the_groups(run_dir, tmp_path):
+def test_without_the_window_files_subgroup_calls_are_not_mixed_by_order(run_dir, tmp_path):
+    """Without the recorder's files, ranks 0 and 1 (in the world and in a sub-group) cannot say which group
+    each gloo call used: matched by order across the world they would mix the groups' calls (one "instance"
+    holding calls of different sizes, before issue 25). They are matched with nothing, and said."""
     bare = tmp_path / "bare"
     shutil.copytree(run_dir, bare)
     for f in bare.glob("ranks/*/window-*.collectives.json.gz"):
@@ -90,8 +93,12 @@ def test_without_the_window_files_order_matching_mixes_the_groups(run_dir, tmp_p
             if isinstance(doc.get("files"), dict) else doc.get("files")
         m.write_text(json.dumps(doc))
     df = _matched(bare)
-    per = df.group_by(["pg_name", "instance"]).agg(pl.col("bytes").n_unique().alias("sizes"))
-    assert per["sizes"].max() > 1  # one "instance" holds calls of different sizes: different collectives
+    assert set(df["rank"].to_list()) == {2}  # rank 2 is in no sub-group: its calls are the world's
+    from rankscope.analysis.registry import run_all
+    from rankscope.model.run import load_run
+
+    res = run_all(load_run(bare, jobs=1, cache_dir=bare.parent / "cache-bare"), names=["collectives"])["collectives"]
+    assert [(f.kind, f.ranks) for f in res.findings] == [("collectives_unattributed", (0, 1))]
 
 
 def test_merged_timeline_names_group_sequence_and_size_and_links_the_same_call(run_dir, tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from rankscope.analysis.registry import run_all
 from rankscope.model.run import load_run
+from tests.helpers import one_line, straggler_note
 
 pytestmark = pytest.mark.slow
 
@@ -48,16 +49,17 @@ def test_demo_healthy_run_has_every_rank_and_step(healthy):
 def test_demo_healthy_verdict_is_no_straggler(healthy):
     """No code-level cause is invented on a healthy run. Two ranks share this machine's two cores with
     gloo's threads (and, in CI, whatever else runs): a rank can be slower only because it waited for a
-    CPU. Then the verdict must say so ("contention") with the run-queue wait that explains it."""
+    CPU. Then the verdict must say so ("contention") with the run-queue wait that explains it. Read from
+    the findings (structured); the terminal prints the verdict once, as the analysis words it."""
     stdout, run_dir = healthy
-    if "no straggler" in stdout:
-        return
     print(stdout)  # shown by pytest on failure: the verdict and the per-rank table
     st = run_all(load_run(run_dir, jobs=1))["straggler"]
     for f in st.findings:
-        assert f.evidence["cause"] == "contention", f.title
-        assert f.evidence["cpu_wait"]["share_of_excess"] >= 0.5
-        assert f"rank {f.ranks[0]} is slow: contention" in stdout
+        assert f.kind == "likely_straggler" or f.evidence["cause"] == "contention", f.title
+        if f.kind == "straggler":
+            assert f.evidence["cpu_wait"]["share_of_excess"] >= 0.5
+            straggler_note(f)  # the headline's grammar, whichever measure and cost it printed
+    assert one_line(stdout).count(one_line(st.summary["verdict"])) == 1, stdout
 
 
 def test_demo_records_cpu_time_and_wait_per_captured_step(healthy):
@@ -83,9 +85,11 @@ def test_demo_breakdown_sums_to_step_time(healthy):
 @pytest.mark.parametrize("kind", ["compute", "data", "comm", "host"])
 def test_demo_slow_rank_named_with_cause(tmp_path, kind):
     stdout, run_dir = _demo(tmp_path, "--slow-rank", "1", "--slow-kind", kind)
-    assert f"rank 1 is slow: {kind}" in stdout
-    # the slow rank's breakdown shows where its extra time went
     st = run_all(load_run(run_dir, jobs=1))["straggler"]
+    assert [(f.ranks, f.evidence["cause"]) for f in st.findings] == [((1,), kind)], st.summary["verdict"]
+    straggler_note(st.findings[0])  # the headline's grammar, whichever measure and cost it printed
+    assert one_line(stdout).count(one_line(st.summary["verdict"])) == 1, stdout  # printed once, as analyzed
+    # the slow rank's breakdown shows where its extra time went
     excess = st.findings[0].evidence["excess_ns"]
     component = {"compute": "compute", "comm": "compute", "data": "data", "host": "host"}[kind]
     assert excess[component] == max(excess.values())

@@ -31,7 +31,9 @@ def test_example_notebook_runs(tmp_path_factory, tmp_path, monkeypatch):
             except SyntaxError:
                 exec(compile(tail, str(NOTEBOOK), "exec"), ns)  # noqa: S102
     a = ns["a"]
-    assert a.verdict.startswith("rank 1 is slow")
+    st = a.results["straggler"]  # the notebook's run has rank 1 slow: named, with a cause (structured)
+    assert [f.ranks for f in st.findings] == [(1,)] and st.findings[0].evidence["cause"], a.verdict
+    assert a.verdict == st.summary["verdict"]
     per_rank = ns["per_rank"]
     assert per_rank.sort("own_ms", descending=True)["rank"][0] == 1
     assert list(ns["ops"].columns)[:3] == ["name", "ranks", "calls"]  # a pandas DataFrame

@@ -67,7 +67,7 @@ def test_remote_triggers_during_a_4_rank_jobs_own_window(tmp_path: Path) -> None
         job.wait_started()
         for _ in range(8):
             time.sleep(rng.uniform(0.0, 0.3))  # about 0-6 steps: lands in wait, warm-up or recording
-            cap = job.trigger(steps=2, warmup=1, timeout=60)
+            cap = job.trigger(steps=2, warmup=1, timeout=120)
             assert sorted(cap.windows) == [0, 1, 2, 3]
             assert all(len(w["steps"]) == 2 for w in cap.windows.values())
     finally:

@@ -55,7 +55,7 @@ class TriggerJob:
         for line in self.proc.stdout:
             self.lines.append(line)
 
-    def wait_started(self, timeout: float = 60.0) -> None:
+    def wait_started(self, timeout: float = 180.0) -> None:
         deadline = time.monotonic() + timeout
         # count occurrences, not lines: two ranks writing at once can share one line
         while sum(x.count("TRAINING-STARTED") for x in self.lines) < self.nproc:
@@ -70,7 +70,7 @@ class TriggerJob:
         except (OSError, ValueError):
             return {}
 
-    def trigger(self, steps: int = 3, warmup: int = 1, timeout: float = 30.0, ranks: str | None = None) -> Capture:
+    def trigger(self, steps: int = 3, warmup: int = 1, timeout: float = 120.0, ranks: str | None = None) -> Capture:
         """``rankscope trigger RUN --steps N [--ranks R]``, then wait until those ranks published the window."""
         before = set(os.listdir(self.run / "control")) if (self.run / "control").is_dir() else set()
         cmd = [sys.executable, "-m", "rankscope.cli", "trigger", str(self.run), "--steps", str(steps),

@@ -16,9 +16,13 @@ import pytest
 
 from rankscope.synth.ascend_run import write_run
 from tests import msprof_oracle
+from tests.helpers import require
 
-pytest.importorskip("msprof_analyze", reason="msprof-analyze is not installed (pip install msprof-analyze, "
-                                             "in the dev extra); it is the oracle of this test")
+
+@pytest.fixture(scope="module", autouse=True)
+def oracle_installed() -> None:
+    """msprof-analyze is the oracle of every test here: missing, they fail with its install command (never a skip)."""
+    require("msprof_analyze", "msprof-analyze>=26.2")
 
 
 @pytest.fixture(scope="module")

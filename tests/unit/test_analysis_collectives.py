@@ -84,3 +84,30 @@ def test_comm_matrix_splits_bus_bytes_over_peers(tmp_path):
     assert m[(0, 1)]["bytes"] == 4000 and m[(0, 1)]["time_ns"] == 30_000
     pg = res.tables["process_groups"].to_pylist()
     assert pg[0]["type"] == "collective" and pg[0]["size"] == 2 and pg[0]["desc"] in ("default_pg", "")
+
+
+def _recorded(tmp_path, per_rank):
+    """gloo traces with the recorder's window file beside each (what rankscope.profile keeps): ``per_rank``
+    maps a rank to the sequence numbers of the all_reduces in its window, one every 100 µs by number."""
+    import gzip
+    import json
+
+    for r, seqs in per_rank.items():
+        d = tmp_path / "ranks" / str(r)
+        write_trace(d / "window-0001.pt.trace.json", [x("gloo:all_reduce", 100 * s, 50, "user_annotation", tid=2, **AR)
+                                                      for s in seqs], rank=r, world=len(per_rank))
+        doc = {"groups": {"0": {"ranks": str(list(per_rank))}},
+               "entries": [["0", s, 0, "gloo:all_reduce", 100_000 * s - 20_000, "[[1000]]"] for s in seqs]}
+        (d / "window-0001.collectives.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return load_run(tmp_path, jobs=1)
+
+
+def test_a_collective_cut_by_the_window_edge_is_no_count_mismatch(tmp_path):
+    run = _recorded(tmp_path / "edge", {0: [1, 2, 3, 4, 5], 1: [2, 3, 4, 5, 6]})
+    res = run_all(run, names=["collectives"])["collectives"]
+    assert res.findings == [] and res.summary["matched_by"] == {"seq": 6}
+    n = {r["instance"]: r["n_ranks"] for r in res.tables["instances"].to_pylist()}
+    assert n == {1: 1, 2: 2, 3: 2, 4: 2, 5: 2, 6: 1}
+    gap = run_all(_recorded(tmp_path / "gap", {0: [1, 2, 3, 4, 5], 1: [1, 2, 4, 5]}), names=["collectives"])
+    (f,) = gap["collectives"].findings
+    assert f.kind == "collective_count_mismatch" and f.ranks == (1,) and f.evidence["counts"] == {0: 5, 1: 4}

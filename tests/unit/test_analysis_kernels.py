@@ -20,9 +20,10 @@ def test_launch_stats_and_idle_breakdown(tmp_path):
     write_trace(tmp_path / "r0.json", _launches(), rank=0, world=1)
     res = run_all(load_run(tmp_path, jobs=1), names=["opstats", "kernels"])["kernels"]
     (ls,) = res.tables["launch_stats"].to_pylist()
-    # delays 5, 5, 18, 76 µs
-    assert ls["kernels"] == 4 and ls["linked"] == 4 and ls["launch_delay_max"] == 76_000
-    assert ls["launch_delay_p50"] == pytest.approx(11_500) and ls["short_kernels"] == 0
+    # delays from the end of each 2 µs launch (HTA's definition, cuda_kernel_analysis.py:616-621): 3, 3, 16, 74 µs
+    assert ls["kernels"] == 4 and ls["linked"] == 4 and ls["launch_delay_max"] == 74_000
+    assert ls["launch_delay_p50"] == pytest.approx(9_500) and ls["short_kernels"] == 0
+    assert ls["long_runtime"] == 0 and ls["long_delays"] == 0
     (idle,) = res.tables["idle_breakdown"].to_pylist()
     # gap 15->25 launched at 20 (after prev end): host wait 10; 35->40 (queued) < 30 µs: kernel
     # wait 5; 45->100 (queued) >= 30 µs: other 55

@@ -8,8 +8,9 @@ import threading
 import pytest
 
 from rankscope.store.uploader import UploadConfig
+from tests.helpers import require
 
-torch = pytest.importorskip("torch")
+torch = require("torch", "torch==2.13.0")  # missing: this fails with the install command, never skips
 FAST = UploadConfig(jitter_s=0.0, backoff_base_s=0.05, exit_timeout_s=20)
 N_EVENTS = 3000
 

@@ -62,3 +62,15 @@ def test_group_members_come_from_observed_ranks_not_truncated_strings():
     found = slow_groups(instances(m, {}))
     assert {g["pg_name"]: g["ranks"] for g in found} == {"2": [2, 3], "6": [1, 3, 5, 7]}
     assert comm_stragglers(found) == [3]
+
+
+def test_no_ratio_over_peers_that_took_no_time():
+    """Issue 25: "all_gather of 0.2 MiB takes 2337792.0x its 1 peer(s)": gloo transfers clipped at 0 are
+    no baseline. Groups whose peers' median transfer is zero are not compared; a real baseline still is."""
+    def inst(transfers: dict[str, int]) -> pl.DataFrame:
+        return pl.DataFrame([{"op": "all_gather", "bytes": 200_000, "n": 2, "pg_name": g, "transfer": t, "skew": 0,
+                              "members": [2 * i, 2 * i + 1]} for i, (g, t) in enumerate(transfers.items())
+                             for _ in range(5)])
+    assert slow_groups(inst({"1": 2_337_792, "2": 0})) == []
+    found = slow_groups(inst({"1": 2_337_792, "2": 1_000_000}))
+    assert [g["pg_name"] for g in found] == ["1"] and abs(found[0]["ratio"] - 2.337792) < 1e-6

@@ -95,7 +95,7 @@ def test_ranks_hosts_steps_and_collectives(cluster, tmp_path):
     from rankscope.analysis.registry import run_all
 
     st = run_all(run, ["breakdown", "straggler"])["straggler"]
-    assert [f.ranks for f in st.findings] == [(SLOW,)] and "compute" in st.summary["verdict"], st.summary
+    assert [(f.ranks, f.evidence["cause"]) for f in st.findings] == [((SLOW,), "compute")], st.summary
 
 
 def test_no_host_ip_reaches_any_output(cluster, tmp_path, capsys):

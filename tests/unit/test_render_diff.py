@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -37,9 +38,22 @@ def test_operator_and_step_deltas(pair):
 
 
 def test_diff_view_in_report(pair):
+    """Issue 23: the diff view shows declared labels and human units, never the X / XBase / XDiff columns."""
     a, ra, _, _ = pair
-    page = build(a, ra, diff=run_diff(*pair))
-    assert 'id="view-diff"' in page and 'id="diff-ranks-chart"' in page and "meanDiff" in page
+    d = run_diff(*pair)
+    page = build(a, ra, diff=d)
+    view = page.split('id="view-diff"')[1].split('<div class="view"')[0]
+    assert 'id="diff-ranks-chart"' in view and "<th>Δ compute</th>" in view and "<th>baseline</th>" in view
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", view)
+    assert heads and not [h for h in heads if re.search(r"[a-z][A-Z]|_", h)], heads
+    # mm is 150 µs longer per step on both ranks: a signed duration in the step table
+    steps = view.split('id="diff-steps"')[1].split("</section>")[0]
+    assert "<td data-v=\"150000\">+0.15 ms</td>" in steps, steps[:600]
+    big = d.tables["operators"].with_columns(meanDiff=d.tables["operators"]["meanDiff"] * 1000)
+    from rankscope.analysis.compare.diff import _findings
+
+    title = next(f.title for f in _findings({"operators": big}, {}) if f.kind == "largest_operator_change")
+    assert title == "operator aten::mm: +150.0 ms per step", title  # µs above 1 ms said in ms
 
 
 def test_cli_diff_json(pair, capsys):

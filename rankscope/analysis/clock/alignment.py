@@ -1,22 +1,22 @@
 """Clock alignment across ranks: explicit per-rank offsets to rank 0's clock, never baked in.
 
-Pattern: two sources, combined.
-1. Collection-time anchors (``RankInfo.clock_offset_ns`` from meta.json's NTP-style exchange with
-   rank 0), when present, give a first offset per rank.
-2. Matched collectives refine it: the *end* of one collective instance is nearly simultaneous on
-   every rank of its group (device kernel end when there is one, else the host span end). With
-   every group, each rank's offset to the group's lowest rank is the *median* over instances of
-   the end-time difference (gloo spans end tens of µs apart with single pairs up to ±9 ms, so a
-   mean would be dragged); the pairwise edges of all groups are solved by weighted least squares
-   with ``o_ref = 0``. The residual per rank is the
-   median absolute end-time mismatch after alignment.
-3. Drift: a clock that runs fast or slow shows as an end-time difference to the reference rank
-   that grows across the window. It is the slope of that difference over time (least squares after
-   dropping outliers, :func:`fit_drift`), *applied* only when it is real: ``DRIFT_Z`` standard
-   errors from zero and moving the clock by more than ``DRIFT_MIN_NS`` between the window's centre
-   and its ends (long windows, hosts without a disciplined clock). The
-   correction is then ``offset + drift_ppm * 1e-6 * (ts - offset - t_ref_ns)``, ``t_ref_ns`` being
-   the window's centre on the reference clock, where the constant offset was measured.
+Pattern: anchors first, edges that really pair second, causality as the referee.
+1. Collection-time anchors (``RankInfo.clock_offset_ns``, meta.json's NTP-style exchange with rank 0,
+   with its error bound) give each rank's offset.
+2. Only edges that really pair measure it again: collectives matched by (group, sequence), or by order in
+   a group whose members recorded the same number of calls (:func:`trusted`); never send / receive as a
+   group. The *end* of one instance is nearly simultaneous on every rank of its group: per group, each
+   rank's offset to the group's lowest rank is the *median* end-time difference (gloo spans end up to
+   ±9 ms apart), all groups solved by weighted least squares with ``o_ref = 0`` (``edgesolve``).
+3. Causality bounds every offset (``clock_bounds``: a receive ends after its send started, a
+   synchronising collective ends after every rank started it), and decides: a rank on the reference's
+   host keeps its anchors (one clock; an estimate that disagrees is rejected and said); elsewhere the
+   anchors stand unless the bounds contradict them; without anchors the estimate, held inside the bounds.
+4. Drift: the slope of the end-time difference to the reference over the window (:func:`fit_drift`),
+   applied only to offsets taken from the collectives, when ``DRIFT_Z`` standard errors from zero, moving
+   the clock by more than ``DRIFT_MIN_NS``, and no larger than a clock can drift. The correction is then
+   ``offset + drift_ppm * 1e-6 * (ts - offset - t_ref_ns)``, ``t_ref_ns`` the window's centre.
+Every offset or drift rejected or resting on too little is a warning finding (:func:`findings`).
 
 Convention: ``offset_ns[r] = clock_r - clock_ref``; time on the reference clock = ``ts - offset``
 (``ts - correction`` with a drift: :meth:`ClockAlignment.shift`, :func:`correction_expr`).
@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from rankscope.analysis.clock import bounds as clock_bounds
 from rankscope.analysis.clock import edgesolve
 from rankscope.analysis.base import Finding, Result, Severity, frame
 from rankscope.analysis.stats import as_int
@@ -42,38 +43,14 @@ log = logging.getLogger(__name__)
 
 DRIFT_Z = 5.0
 DRIFT_MIN_NS = 10_000
-MATCHED_COLUMNS = ["pg_name", "pg_ranks", "instance", "op", "rank", "ts", "end", "dur", "dev_ts", "dev_end", "bytes"]
 
 
-
-
-def _fallback_match(run: Run) -> pl.DataFrame:
-    """Minimal matcher (used only until rankscope.analysis.comm.collectives exists): n-th call per group."""
-    parts = []
-    for r in run.rank_ids:
-        c = frame(run.table(r, "collectives"))
-        if c.height == 0:
-            continue
-        parts.append(c.sort("ts").with_columns(
-            pl.col("pg_name").cast(pl.Utf8), pl.col("pg_ranks").cast(pl.Utf8), pl.col("op").cast(pl.Utf8),
-            rank=pl.lit(r, pl.Int64), end=pl.col("ts") + pl.col("dur"),
-            dev_end=pl.when(pl.col("dev_dur") >= 0).then(pl.col("dev_ts") + pl.col("dev_dur")).otherwise(-1),
-            bytes=pl.max_horizontal("bytes_in", "bytes_out"),
-        ).with_columns(instance=pl.int_range(pl.len()).over("pg_name")))
-    if not parts:
-        return pl.DataFrame(schema={c: pl.Int64 for c in MATCHED_COLUMNS})
-    df = pl.concat([p.select(MATCHED_COLUMNS) for p in parts])
-    size = df.group_by("pg_name", "instance").agg(n=pl.len(), nops=pl.col("op").n_unique())
-    return df.join(size.filter((pl.col("n") > 1) & (pl.col("nops") == 1)), on=["pg_name", "instance"]
-                   ).drop("n", "nops")
 
 
 def matched_collectives(run: Run) -> pl.DataFrame:
     """Collectives matched across ranks (one row per instance × rank), on the ranks' own clocks."""
-    try:
-        from rankscope.analysis.comm.collectives import match_collectives
-    except ImportError:
-        return _fallback_match(run)
+    from rankscope.analysis.comm.collectives import match_collectives
+
     return frame(match_collectives(run)).with_columns(
         pl.col("pg_name").cast(pl.Utf8), pl.col("op").cast(pl.Utf8))
 
@@ -92,6 +69,11 @@ class ClockAlignment:
     applied_drift_ppm: dict[int, float] = field(default_factory=dict)  # significant drifts only
     t_ref_ns: int = 0  # where the constant offsets hold (the centre of the matched collectives)
     note: str = ""  # why the alignment fell back (a linear-algebra failure), shown in the summary
+    # what the alignment could not support (analysis/clock/bounds.py), each said as a warning
+    rejected: dict[int, dict[str, int]] = field(default_factory=dict)
+    contradicted: dict[int, dict[str, int]] = field(default_factory=dict)
+    weak: dict[int, dict[str, int]] = field(default_factory=dict)
+    implausible_drift_ppm: dict[int, float] = field(default_factory=dict)
 
     def correction(self, rank: int, ts: Any) -> Any:
         """How far ``rank``'s clock is ahead of the reference at local time(s) ``ts`` (numpy)."""
@@ -269,70 +251,139 @@ def _align(run: Run, matched: pl.DataFrame | None = None, *, enabled: bool | Non
         return ClockAlignment(ref, {r: 0 for r in ranks}, source={r: "off" for r in ranks}, enabled=False)
     anchors = {r: run.ranks[r].clock_offset_ns for r in ranks} if use_anchors else {}
     prior = {r: int(v) for r, v in anchors.items() if v is not None}
-    source = {r: "anchors" if r in prior else "none" for r in ranks}
-    matched = matched_collectives(run) if matched is None else matched
-    if matched.height == 0:
-        base = prior.get(ref, 0)
-        return ClockAlignment(ref, {r: prior.get(r, base) - base for r in ranks}, source=source)
-    sync = sync_times(matched)
-    off, rows = refine(sync, prior)
-    q = {int(row["rank"]): row for row in _quality(rows).iter_rows(named=True)}
-    kept = _anchors_that_agree(run, off, prior, q, ref)
-    off.update({r: prior[r] for r in kept})
-    base = off.get(ref, 0)
-    out = ClockAlignment(ref, {r: off.get(r, 0) - base for r in ranks}, source=source)
+    p2p = _p2p(run) if matched is None else None
+    matched = trusted(matched_collectives(run) if matched is None else matched)
+    base = prior.get(ref, 0)
+    rel_anchor = {r: v - base for r, v in prior.items()}
+    if matched.height == 0 and (p2p is None or p2p.height == 0):
+        return ClockAlignment(ref, {r: rel_anchor.get(r, 0) for r in ranks},
+                              source={r: "anchors" if r in prior else "none" for r in ranks})
+    est: dict[int, int] = {}
+    q: dict[int, Any] = {}
+    rows = pl.DataFrame()
+    sync = sync_times(matched) if matched.height else None
+    if sync is not None:
+        off, rows = refine(sync, prior)
+        q = {int(row["rank"]): row for row in _quality(rows).iter_rows(named=True)}
+        est = {r: v - off.get(ref, base) for r, v in off.items() if r in q}
+    bnd = clock_bounds.bounds(matched, p2p, ref)
+    errors = {r: int(run.ranks[r].clock_error_ns or 0) for r in ranks}
+    hosts = {r: run.ranks[r].host for r in ranks}
+    d = clock_bounds.decide(ranks, ref, est, rel_anchor, errors, hosts, q, bnd)
+    out = ClockAlignment(ref, {r: d.offset_ns.get(r, 0) for r in ranks}, source=d.source)
+    out.rejected, out.contradicted, out.weak = d.rejected, d.contradicted, d.weak
     for r, row in q.items():
-        out.source[r] = "anchors (collectives agree)" if r in kept else (
-            "anchors+collectives" if r in prior else "collectives")
         out.residual_ns[r], out.samples[r] = int(row["residual"]), int(row["samples"])
-    for r, (ppm, sig) in drifts(rows, ref).items():
-        out.drift_ppm[r] = ppm
-        if sig and r not in kept:
-            out.applied_drift_ppm[r] = ppm
-    # refine measures times from the earliest synchronising end; t_ref is the centre on that scale
-    out.t_ref_ns = as_int(sync["t"].min()) + as_int(rows["c"].median()) if rows.height else 0
+    if sync is not None and rows.height:
+        _drifts(out, rows, ref, d)
+        # refine measures times from the earliest synchronising end; t_ref is the centre on that scale
+        out.t_ref_ns = as_int(sync["t"].min()) + as_int(rows["c"].median())
     return out
 
 
-def _anchors_that_agree(run: Run, off: dict[int, int], prior: dict[int, int], q: dict[int, Any],
-                        ref: int) -> set[int]:
-    """Ranks whose collective-based correction is within its own noise plus the anchor's error.
-
-    Host-side gloo spans end up to milliseconds apart (MEASUREMENTS.md), so a correction smaller
-    than 3 standard errors of the median end-time mismatch (plus the anchor's round-trip error)
-    is noise: the measured anchor is kept. Large real shifts (another host, a moved clock) pass.
-    """
-    kept = set()
-    for r, row in q.items():
-        if r not in prior or r == ref or not row["samples"]:
+def _drifts(out: ClockAlignment, rows: pl.DataFrame, ref: int, d: clock_bounds.Decision) -> None:
+    """Drift estimated for every rank; applied only where the offset came from the collectives (one host
+    has one clock; an anchored rank keeps its anchor) and the drift is one a clock can have."""
+    for r, (ppm, sig) in drifts(rows, ref).items():
+        out.drift_ppm[r] = ppm
+        if not sig:
             continue
-        delta = (off[r] - off.get(ref, 0)) - (prior[r] - prior.get(ref, 0))
-        stderr = 1.4826 * float(row["residual"] or 0) / float(row["samples"]) ** 0.5
-        if abs(delta) <= 3 * stderr + abs(run.ranks[r].clock_error_ns or 0):
-            kept.add(r)
-    return kept
+        if d.source.get(r, "").startswith("collectives") and clock_bounds.plausible_drift(ppm):
+            out.applied_drift_ppm[r] = ppm
+        elif not clock_bounds.plausible_drift(ppm) or r in d.rejected:
+            out.implausible_drift_ppm[r] = ppm
+
+
+def trusted(matched: pl.DataFrame) -> pl.DataFrame:
+    """Only instances that really pair: matched by (group, sequence), or by order in a group whose members
+    all recorded the same number of calls (else the n-th call of one rank may be the (n+1)-th of another)."""
+    if matched.height == 0 or "matched_by" not in matched.columns:
+        return matched
+    n = matched.group_by("pg_name", "rank").agg(n=pl.len()).group_by("pg_name").agg(
+        same=pl.col("n").n_unique() == 1)
+    ok = n.filter(pl.col("same"))["pg_name"].to_list()
+    return matched.filter((pl.col("matched_by") == "seq") | pl.col("pg_name").is_in(ok))
+
+
+def _p2p(run: Run) -> pl.DataFrame | None:
+    """Paired sends and receives on the ranks' own clocks (the bounds are taken on them)."""
+    try:
+        from rankscope.analysis.comm.p2p import p2p_pairs
+
+        return p2p_pairs(run)
+    except Exception:  # noqa: BLE001 - a run without per-rank tables (hand-made) has no p2p to bound with
+        log.debug("no point-to-point pairs for clock bounds", exc_info=True)
+        return None
 
 
 def run_clock(run: Run, results: dict[str, Result]) -> Result:
-    """Registered analysis "clock": the offsets table, and a finding when clocks differ noticeably."""
+    """Registered analysis "clock": the offsets table, and findings on what the alignment did and could not
+    support (each a warning: an unsupported offset scrambles who waited for whom)."""
     al = align(run)
     max_abs = max((abs(v) for v in al.offset_ns.values()), default=0)
     summary: dict[str, Any] = {
         "enabled": al.enabled, "ref": al.ref, "offsets_ns": {str(r): v for r, v in al.offset_ns.items()},
         "max_abs_offset_ns": max_abs, "max_residual_ns": max(al.residual_ns.values(), default=0),
         "drift_applied_ppm": {str(r): round(v, 3) for r, v in al.applied_drift_ppm.items()},
-        "t_ref_ns": al.t_ref_ns}
+        "t_ref_ns": al.t_ref_ns, "source": {str(r): s for r, s in al.source.items()},
+        "rejected_estimates": {str(r): v for r, v in al.rejected.items()}}
     if al.note:
         summary["note"] = al.note
-    findings = []
-    if al.enabled and max_abs > 1_000_000:
-        worst = max(al.offset_ns, key=lambda r: abs(al.offset_ns[r]))
-        findings.append(Finding(
+    return Result("clock", tables={"offsets": al.to_frame().to_arrow()}, findings=findings(al), summary=summary)
+
+
+def findings(al: ClockAlignment) -> list[Finding]:
+    """What the alignment says: clocks that differ (info, when anchored or agreeing), and every offset or
+    drift it rejected or could not support (warnings)."""
+    out: list[Finding] = []
+    if not al.enabled:
+        return out
+    far = {r: v for r, v in al.rejected.items() if abs(v["estimate_ns"] - v["anchor_ns"]) > clock_bounds.WARN_REJECTED_NS}
+    if far:
+        worst = max(far, key=lambda r: abs(far[r]["estimate_ns"] - far[r]["anchor_ns"]))
+        w = al.rejected[worst]
+        out.append(Finding(
+            kind="clock_estimate_rejected", severity=Severity.WARNING, ranks=tuple(sorted(far)),
+            title=f"the collectives put rank {worst}'s clock {(w['estimate_ns'] - w['anchor_ns']) / 1e6:+.3f} ms off "
+                  f"its clock anchors (error ±{max(w['error_ns'], 0) / 1e3:.0f} µs), "
+                  + (f"but it shares rank {al.ref}'s host and clock" if w["same_host"] else
+                     "and the order of events does not require it")
+                  + ": the anchors are kept; collectives or point-to-point pairs matched wrongly are the likely cause",
+            evidence={"ranks": {str(r): v for r, v in far.items()}}))
+    if al.contradicted:
+        worst = max(al.contradicted, key=lambda r: abs(al.contradicted[r]["offset_ns"] - al.contradicted[r]["anchor_ns"]))
+        c = al.contradicted[worst]
+        out.append(Finding(
+            kind="clock_anchors_contradicted", severity=Severity.WARNING, ranks=tuple(sorted(al.contradicted)),
+            title=f"rank {worst}'s clock moved {(c['offset_ns'] - c['anchor_ns']) / 1e6:+.3f} ms from its clock anchors "
+                  f"(with the anchors, collectives would end before other ranks started them); aligned from "
+                  f"{c['samples']} matched collectives instead", evidence={"ranks": {str(r): v for r, v in al.contradicted.items()}}))
+    if al.weak:
+        worst = max(al.weak, key=lambda r: abs(al.weak[r]["offset_ns"]))
+        out.append(Finding(
+            kind="clock_offset_unsupported", severity=Severity.WARNING, ranks=tuple(sorted(al.weak)),
+            title=f"rank {worst}'s clock offset of {al.weak[worst]['offset_ns'] / 1e6:+.3f} ms rests on "
+                  f"{al.weak[worst]['samples']} matched collectives and no clock anchors: cross-rank times may be off "
+                  "by that much (profile with rankscope.profile to record anchors)",
+            evidence={"ranks": {str(r): v for r, v in al.weak.items()}}))
+    if al.implausible_drift_ppm:
+        worst = max(al.implausible_drift_ppm, key=lambda r: abs(al.implausible_drift_ppm[r]))
+        out.append(Finding(
+            kind="clock_drift_rejected", severity=Severity.WARNING, ranks=tuple(sorted(al.implausible_drift_ppm)),
+            title=f"a clock drift of {al.implausible_drift_ppm[worst]:,.0f} ppm on rank {worst} was not applied: no clock "
+                  f"drifts that much (over {clock_bounds.MAX_DRIFT_PPM:,.0f} ppm) or it shares its host's clock",
+            evidence={"drift_ppm": {str(r): round(v, 1) for r, v in al.implausible_drift_ppm.items()}}))
+    # ranks on the reference's host share its clock: their offsets are the anchors' error, not a difference
+    other = {r: v for r, v in al.offset_ns.items() if not al.source.get(r, "").startswith("anchors (same host)")}
+    max_abs = max((abs(v) for v in other.values()), default=0)
+    if max_abs > 1_000_000 and not (al.contradicted or al.weak):
+        worst = max(other, key=lambda r: abs(other[r]))
+        out.append(Finding(
             kind="clock_skew", severity=Severity.INFO, ranks=(worst,),
-            title=f"host clocks differ by up to {max_abs / 1e6:.1f} ms (rank {worst}); "
+            title=f"host clocks differ by up to {max_abs / 1e6:.1f} ms (rank {worst}, {al.source.get(worst, '')}); "
                   "cross-rank analyses are aligned",
-            evidence={"offsets_ns": summary["offsets_ns"], "residual_ns": al.residual_ns}))
-    return Result("clock", tables={"offsets": al.to_frame().to_arrow()}, findings=findings, summary=summary)
+            evidence={"offsets_ns": {str(r): v for r, v in al.offset_ns.items()}, "residual_ns": al.residual_ns}))
+    return out
 
 
 def alignment_from(results: dict[str, Result]) -> ClockAlignment | None:

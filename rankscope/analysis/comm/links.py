@@ -5,7 +5,10 @@ of its device kernel (host span when there is none), and the instance's *transfe
 median end minus the last arrival: the time the group needed once everyone was there. Arrival
 skew (last minus first arrival) is waiting for a slow rank, not a slow link. For each class of
 peers (op, message size, group size) the median transfer per group is tested with
-``stats.high_outliers``; an outlier group is a slow link / group. A rank that sits in every slow
+``stats.high_outliers``; an outlier group is a slow link / group. No ratio is taken over peers whose
+median transfer is below ``MIN_BASELINE_NS`` (nothing measurable to compare with). With a single peer (a
+2 x 2 mesh's two dp groups) a group is slow only when every one of its instances is: on a busy host the
+medians of two groups differ 3-8x either way from run to run (tests/e2e/test_edges_jobs.py). A rank that sits in every slow
 group, and in at least two of them, is a communication straggler (its NIC or link is slow).
 """
 from __future__ import annotations
@@ -19,6 +22,9 @@ from rankscope.analysis.stats import high_outliers
 from rankscope.model.run import Run
 
 MIN_REL = 0.2  # a group must move the same bytes at least 20 % slower than its peers
+# Peers' median transfer below this is no baseline: Kineto's host timestamps are µs, and a transfer
+# clipped at 0 (gloo spans that end before the last arrival) is not a duration to divide by.
+MIN_BASELINE_NS = 1_000
 
 
 def instances(matched: pl.DataFrame, offsets: ClockAlignment | dict[int, int] | None) -> pl.DataFrame:
@@ -44,7 +50,8 @@ def slow_groups(inst: pl.DataFrame, min_rel: float = MIN_REL) -> list[dict]:
     if inst.height == 0:
         return []
     per = (inst.group_by("op", "bytes", "n", "pg_name").agg(
-        transfer=pl.col("transfer").median(), skew=pl.col("skew").median(), count=pl.len(),
+        transfer=pl.col("transfer").median(), fastest=pl.col("transfer").min(), skew=pl.col("skew").median(),
+        count=pl.len(),
         members=pl.col("members").first()).sort("op", "bytes", "n", "pg_name"))
     out = []
     for (op, nbytes, n), peers in per.group_by(["op", "bytes", "n"], maintain_order=True):
@@ -54,11 +61,15 @@ def slow_groups(inst: pl.DataFrame, min_rel: float = MIN_REL) -> list[dict]:
         for o in high_outliers(vals, min_rel):
             row = peers.row(o.index, named=True)
             others = np.delete(vals, o.index)
+            if float(np.median(others)) < MIN_BASELINE_NS:
+                continue  # peers that took no measurable time: no ratio to take (gloo's clipped transfers)
+            if peers.height == 2 and row["fastest"] <= float(np.median(others)) * (1 + min_rel):
+                continue  # one peer: slow in every instance, or it cannot be told from the other being fast
             # Members as observed (pg_ranks strings are truncated after 30 ranks by the profiler).
             out.append({"pg_name": row["pg_name"], "ranks": [int(x) for x in row["members"]],
                         "op": op, "bytes": int(nbytes), "group_size": int(n),
                         "transfer_ns": float(row["transfer"]), "peers_median_ns": float(np.median(others)),
-                        "ratio": float(row["transfer"] / max(np.median(others), 1.0)), "peers": int(peers.height),
+                        "ratio": float(row["transfer"] / np.median(others)), "peers": int(peers.height),
                         "arrival_skew_ns": float(row["skew"]), "instances": int(row["count"]),
                         "test": o.test, "statistic": round(o.statistic, 3)})
     return out

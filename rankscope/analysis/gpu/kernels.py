@@ -4,12 +4,15 @@ Pattern (Holistic Trace Analysis's definitions, vectorized):
 
 - kernel breakdown: device time per class (communication, memory = memcpy/memset, computation)
   per rank and its share; top-N kernels with sum/mean/min/max/std over ranks (``opstats``).
-- launch statistics: each kernel joined to its runtime launch by ``correlation``: CPU launch
-  duration, GPU duration, launch delay (kernel start − launch start); counts of short kernels
-  (GPU duration < CPU launch duration) and of launch delays over ``LAUNCH_DELAY_NS``.
-- idle-time breakdown per stream: each gap before a kernel is "host wait" when the kernel was
-  launched after the previous one ended (the device waited for the host), "kernel wait" when the
-  gap is shorter than ``KERNEL_WAIT_NS`` (back-to-back launch overhead), else "other".
+- launch statistics: each kernel, memcpy and memset joined to its runtime call by ``correlation``:
+  CPU call duration, GPU duration, launch delay = device start − end of the call, clipped at 0
+  (HTA's definition, hta/analyzers/cuda_kernel_analysis.py:616-621); counts of short kernels (GPU
+  duration < CPU call duration), of launch delays over ``LAUNCH_DELAY_NS`` and of runtime calls over
+  ``RUNTIME_CUTOFF_NS`` (HTA's cutoffs; per-launch rows: ``analysis/gpu/launch_delay.py``).
+- idle-time breakdown: each gap before a device event on its stream is "host wait" when its call
+  started after the previous one ended (strictly, as HTA: breakdown_analysis.py:769), "kernel wait"
+  when the gap is shorter than ``KERNEL_WAIT_NS`` (back-to-back launch overhead), else "other";
+  summed over the rank's streams (per stream: ``analysis/gpu/idle_time.py``).
 
 Needs GPU kernels; reads one rank's events at a time.
 """
@@ -26,6 +29,7 @@ from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
 LAUNCH_DELAY_NS = 100_000
+RUNTIME_CUTOFF_NS = 50_000
 KERNEL_WAIT_NS = 30_000
 _COLS = ["name", "kind", "ts", "dur", "stream", "is_comm", "external_id", "correlation"]
 
@@ -65,15 +69,16 @@ def rank_kernels(run: Run, rank: int, data: RankData | None = None) -> dict[str,
 
 def _launch_row(rank: int, is_kernel: np.ndarray, ts: np.ndarray, dur: np.ndarray, launch: np.ndarray,
                 ldur: np.ndarray) -> dict[str, Any]:
-    ok = is_kernel & (launch >= 0)
-    delay = ts[ok] - launch[ok]
+    ok = launch >= 0  # kernels, memcpy and memset with their runtime call
+    delay = np.clip(ts[ok] - (launch[ok] + ldur[ok]), 0, None)
     pct = (lambda q: float(np.percentile(delay, q)) if len(delay) else 0.0)
     return {"rank": rank, "kernels": int(is_kernel.sum()), "linked": int(ok.sum()),
             "launch_cpu_mean": float(ldur[ok].mean()) if ok.any() else 0.0,
             "launch_delay_p50": pct(50), "launch_delay_p95": pct(95),
             "launch_delay_max": float(delay.max()) if len(delay) else 0.0,
             "short_kernels": int((dur[ok] < ldur[ok]).sum()),
-            "long_delays": int((delay > LAUNCH_DELAY_NS).sum())}
+            "long_delays": int((delay > LAUNCH_DELAY_NS).sum()),
+            "long_runtime": int((ldur[ok] > RUNTIME_CUTOFF_NS).sum())}
 
 
 def _idle_row(rank: int, ts: np.ndarray, dur: np.ndarray, stream: np.ndarray, launch: np.ndarray) -> dict[str, Any]:
@@ -82,7 +87,7 @@ def _idle_row(rank: int, ts: np.ndarray, dur: np.ndarray, stream: np.ndarray, la
     prev_end = _prev_end(s, e)
     has_prev = prev_end > np.iinfo(np.int64).min
     gap = (t - np.where(has_prev, prev_end, t)).clip(0)
-    host = has_prev & (la >= 0) & (la >= prev_end) & (gap > 0)
+    host = has_prev & (la >= 0) & (la > prev_end) & (gap > 0)
     kwait = has_prev & ~host & (gap > 0) & (gap < KERNEL_WAIT_NS)
     other = has_prev & ~host & ~kwait & (gap > 0)
     return {"rank": rank, "idle": int(gap.sum()), "host_wait": int(gap[host].sum()),

@@ -40,10 +40,15 @@ def ranges(steps: list[int] | set[int] | tuple[int, ...]) -> str:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    """A JSON object, {} when missing or damaged (ingest already said what is wrong with it)."""
-    from rankscope.model.sanity import read_object
+    """A JSON object, {} when missing or damaged (ingest already said what is wrong with it); a
+    meta.json checked against its declared shape (model/sanity.py META) like the ranks' own."""
+    import os
 
-    return read_object(path, []) if path.exists() else {}
+    from rankscope.model.sanity import read_meta, read_object
+
+    if not os.path.exists(path):  # False also when it cannot be looked at (an unreadable rank directory)
+        return {}
+    return read_meta(path, []) if path.name == "meta.json" else read_object(path, [])
 
 
 def _ints(xs: Any) -> list[int]:

@@ -12,7 +12,8 @@ exists: ``enable()`` (or ``TORCH_FR_BUFFER_SIZE`` in the job's environment) befo
   empty, which stops torch's own analyzer), so ``rankscope hang <dir>`` and ``torchfrtrace <dir>
   --prefix fr_rank_`` both read it;
 - a watchdog thread: a collective still pending after ``watchdog_s`` seconds makes the rank dump
-  (every waiting rank does, so the dumps show who never arrived);
+  (every waiting rank does, so the dumps show who never arrived) and say so on stderr, "rankscope:
+  watchdog fired after N s on rank R, dumps in DIR" (``where``: the run directory under rankscope.profile);
 - SIGUSR1 (main thread only; the previous handler is chained and restored on ``stop``);
 - ``at_exit=True``: a dump when the process exits normally.
 
@@ -31,9 +32,13 @@ import logging
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 from typing import Any
+
+from rankscope.collect.comms.steps import STEPS
+from rankscope.collect.comms.watch import TIMEOUT_S, Listener, thread_stacks
 
 log = logging.getLogger(__name__)
 DEFAULT_BUFFER = 2000
@@ -69,10 +74,38 @@ def _fr_entries(only_active: bool = False) -> list[dict[str, Any]]:
     t = _timed()
     if t is not None:
         return t.entries()
+    return fr_doc(False, only_active).get("entries", [])
+
+
+def fr_doc(stacks: bool = False, only_active: bool = False, nccl_stacks: bool | None = None) -> dict[str, Any]:
+    """Flight Recorder's dump of this process: NCCL's ring and the other backends' (gloo's) are two
+    recorders in torch (``_dump_nccl_trace``, in CUDA builds, and ``_dump_fr_trace``); where both hold
+    entries (a job with NCCL and gloo groups) their entries are merged by creation time, each keeping its
+    ring's record id (``fr_ring`` says which ring: "nccl" or "fr"). ``nccl_stacks`` (default: ``stacks``):
+    NCCL's dump with stack traces waits while the GPU is busy (measured on torch 2.11, H100: 6.0 s during a
+    kernel that ran 3 s more, 0.008 s without them), so a dump for a watchdog leaves them out."""
     import torch._C._distributed_c10d as c10d
 
-    return pickle.loads(c10d._dump_fr_trace(True, False, only_active)).get(  # type: ignore[attr-defined]
-        "entries", [])
+    doc = pickle.loads(c10d._dump_fr_trace(True, stacks, only_active))  # type: ignore[attr-defined]
+    nccl = getattr(c10d, "_dump_nccl_trace", None)
+    if nccl is None:
+        return doc
+    try:
+        other = pickle.loads(nccl(True, stacks if nccl_stacks is None else nccl_stacks, only_active))
+    except Exception:  # noqa: BLE001 - no NCCL in this process
+        return doc
+    if not other.get("entries"):
+        return doc
+    if not doc.get("entries"):
+        return other
+    for name, d in (("fr", doc), ("nccl", other)):
+        for e in d["entries"]:
+            e["fr_ring"] = name
+    other["entries"] = sorted(doc["entries"] + other["entries"], key=lambda e: int(e.get("time_created_ns") or 0))
+    for key in ("pg_config", "pg_status"):
+        if isinstance(doc.get(key), dict) and isinstance(other.get(key), dict):
+            other[key] = {**doc[key], **other[key]}
+    return other
 
 
 def recording() -> bool:
@@ -81,10 +114,26 @@ def recording() -> bool:
 
 
 def ring_sized() -> bool:
-    """Whether Flight Recorder records (its ring sized by TORCH_FR_BUFFER_SIZE when the group was made)."""
+    """Whether Flight Recorder records: its ring is sized by TORCH_FR_BUFFER_SIZE when the first collective
+    is recorded (``import rankscope`` sets 2000 where nothing set it); with the variable unset, torch's own
+    default decides (2000 in torch 2.13, 0 in older ones), read from a dump: a ring that exists lists the
+    process groups."""
+    raw = os.environ.get("TORCH_FR_BUFFER_SIZE", os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE"))
+    if raw is not None:
+        try:
+            return int(raw or 0) > 0
+        except ValueError:
+            return False
     try:
-        return int(os.environ.get("TORCH_FR_BUFFER_SIZE", "0") or 0) > 0
-    except ValueError:
+        import json
+
+        import torch._C._distributed_c10d as c10d
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            return False
+        return bool(json.loads(c10d._dump_fr_trace_json(False, True)).get("pg_config"))  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - an older torch without the JSON dump: no ring known
         return False
 
 
@@ -114,9 +163,12 @@ class Recorder:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._old_handler: Any = None
-        self._dumped_for: set[int] = set()
+        self._dumped_for: set[tuple[str, int]] = set()  # (ring, record id) of the entries already dumped for
+        self._listener = Listener()  # "every rank dumps" through the job's c10d store (comms_watch)
+        self._asked_ns = 0  # when this rank last asked the others to dump, or was asked
         self.rank: int = 0
         self._pg: dict[str, dict[str, str]] = {}
+        self.where: str | None = None  # what the watchdog's line names (default: out_dir)
 
     def start(self) -> Recorder:
         self.since_ns, self.until_ns = time.time_ns(), None
@@ -145,7 +197,7 @@ class Recorder:
         self._stop.set()
         atexit.unregister(self._on_exit)
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=TIMEOUT_S + 1)  # a store call in flight ends by then
             self._thread = None
         if self._old_handler is not None:
             signal.signal(signal.SIGUSR1, self._old_handler)
@@ -161,18 +213,18 @@ class Recorder:
         """Write this rank's entries (inside the started interval) and return the file; None on failure."""
         try:
             import torch.distributed as dist
-            import torch._C._distributed_c10d as c10d
 
             t = _timed()
             doc = ({"version": "2.10", "entries": t.entries(), "timed": {"counts": dict(t.RING.counts),
                     "timed": t.RING.timed, "ring": t.RING.size, "sample_every": t.RING.sample_every}}
-                   if t is not None else pickle.loads(c10d._dump_fr_trace(True, True, False)))  # type: ignore[attr-defined]
+                   if t is not None else fr_doc(True, False, nccl_stacks="watchdog" not in reason))
             lo, hi = self.since_ns or 0, self.until_ns or (1 << 63)
             doc["entries"] = [e for e in doc.get("entries", []) if lo <= int(e.get("time_created_ns") or 0) <= hi]
             doc["pg_config"] = _groups() if dist.is_initialized() else self._pg
-            doc["rankscope"] = {"reason": reason, "wall_ns": time.time_ns()}
-            rank = dist.get_rank() if dist.is_initialized() else self.rank
-            out = path or os.path.join(self.out_dir, f"fr_rank_{rank}")
+            doc["rankscope"] = {"reason": reason, "wall_ns": time.time_ns(), "step": STEPS.current}
+            doc["rankscope_steps"] = STEPS.as_list()
+            doc["rankscope_stacks"] = thread_stacks()  # where every thread is (this one left out)
+            out = path or os.path.join(self.out_dir, f"fr_rank_{self._rank()}")
             os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
             tmp = f"{out}.tmp-{os.getpid()}"
             with open(tmp, "wb") as f:
@@ -192,7 +244,7 @@ class Recorder:
     def _on_exit(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=TIMEOUT_S + 1)  # a store call in flight ends by then
             self._thread = None
         if self.at_exit:
             self.dump("exit")
@@ -204,23 +256,58 @@ class Recorder:
             old(signum, frame)
 
     def _watch(self) -> None:
-        """Every ~second: a pending collective older than ``watchdog_s`` makes this rank dump once."""
+        """Every ~second: a pending collective older than ``watchdog_s`` makes this rank dump once and ask
+        every rank to dump (through the c10d store); another rank's request makes this one dump."""
         assert self.watchdog_s is not None
         period = min(1.0, self.watchdog_s / 4)
         while not self._stop.wait(period):
             try:
-                active = _fr_entries(only_active=True)
-                now = time.time_ns()
-                # the timed engine knows completion only for the entries it timed (sampling: 1 in N); its
-                # gloo send / recv complete when the caller's wait() returns: pending from that wait on
-                stuck = [e for e in active if not e.get("retired") and e.get("timed", True)
-                         and now - int(_pending_since(e) or now) > self.watchdog_s * 1e9]
-                new = [e for e in stuck if e.get("record_id") not in self._dumped_for]
-                if new:
-                    self._dumped_for.update(int(e.get("record_id") or 0) for e in new)
-                    self.dump("watchdog")
+                self._check_own()
             except Exception:  # noqa: BLE001 - the watchdog must never take the job down
                 log.debug("comms watchdog poll failed", exc_info=True)
+            try:
+                req = self._listener.poll()
+                if req is not None and not self._stop.is_set():
+                    self._asked_ns = time.time_ns()
+                    who = req.get("rank")
+                    self.dump(f"watchdog of rank {who}" if who is not None else "watchdog of another rank")
+            except Exception:  # noqa: BLE001
+                log.debug("comms dump request failed", exc_info=True)
+
+    def _check_own(self) -> None:
+        assert self.watchdog_s is not None
+        active = _fr_entries(only_active=True)
+        now = time.time_ns()
+        # the timed engine knows completion only for the entries it timed (sampling: 1 in N); its
+        # gloo send / recv complete when the caller's wait() returns: pending from that wait on
+        stuck = [e for e in active if not e.get("retired") and e.get("timed", True)
+                 and now - int(_pending_since(e) or now) > self.watchdog_s * 1e9]
+        new = [e for e in stuck if (str(e.get("fr_ring", "")), int(e.get("record_id") or 0)) not in self._dumped_for]
+        if not new:
+            return
+        self._dumped_for.update((str(e.get("fr_ring", "")), int(e.get("record_id") or 0)) for e in new)
+        if self.dump("watchdog") is None:
+            return
+        # one request per hang: not again while a request (ours or another rank's) is younger than watchdog_s
+        asked = now - self._asked_ns < self.watchdog_s * 1e9 or not self._listener.announce(self._rank(), "watchdog")
+        self._asked_ns = now
+        age = (now - min(int(_pending_since(e) or now) for e in new)) / 1e9
+        self._say(f"rankscope: watchdog fired after {age:.1f} s on rank {self._rank()}, dumps in "
+                  f"{self.where or os.path.abspath(self.out_dir)}" + ("" if asked else " (every rank asked to dump)"))
+
+    def _rank(self) -> int:
+        """This process's rank: the process group's while it exists, else the one seen at start."""
+        import torch.distributed as dist
+
+        return dist.get_rank() if dist.is_initialized() else self.rank
+
+    @staticmethod
+    def _say(line: str) -> None:
+        try:
+            sys.stderr.write(line + "\n")  # one write: ranks' lines do not interleave
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - no, closed or broken stderr: the line is lost, never the job
+            pass
 
 
 def _pending_since(e: dict[str, Any]) -> int | None:

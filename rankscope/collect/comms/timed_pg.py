@@ -50,6 +50,7 @@ import time
 import traceback
 from typing import Any, Callable
 
+from rankscope.collect.comms.steps import STEPS
 from rankscope.collect.comms.timed_gpu import GPU
 from rankscope.collect.comms.timed_work import failed, finish, work_class
 
@@ -264,7 +265,8 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
             "bytes_in": ins[2], "bytes_out": outs[2], "state": "scheduled", "retired": False,
             "time_discovered_started_ns": None, "time_discovered_completed_ns": None, "timeout_ms": 0,
             "is_p2p": p2p, "frames": [], "thread_id": str(threading.get_ident()),
-            "thread_name": threading.current_thread().name, "members": self.members, "timed": False}
+            "thread_name": threading.current_thread().name, "members": self.members, "timed": False,
+            "step": STEPS.current}
         if p2p:  # Flight Recorder's form, which torch's analyzer parses: "gloo:send 0->1", "gloo:recv 1<-0"
             peer = int(args[i_peer]) if i_peer is not None and len(args) > i_peer else -1
             g = lambda r: self.members[r] if 0 <= r < len(self.members) else r  # noqa: E731 - group -> global rank
@@ -316,6 +318,13 @@ class TimedBackend:  # the ProcessGroup base is added at registration (torch imp
 
     def _track_gpu(self, e: dict[str, Any], work: Any, start: Any) -> Any:
         if start is None:
+            return work
+        if work is None:
+            # a blocking call (async_op=False): torch >= 2.10's NCCL runs it on the caller's stream and hands
+            # back no Work (measured on torch 2.11, H100); an end event recorded now on that stream follows it
+            e.update(timed=True, time_discovered_started_ns=None, duration_ms=None)
+            self.ring.timed += 1
+            GPU.on_enqueued(e, start)
             return work
         try:
             fut = work.get_future()
@@ -440,3 +449,18 @@ def active() -> bool:
 def entries(lo_ns: int = 0, hi_ns: int = 1 << 63) -> list[dict[str, Any]]:
     """The ring's entries created between ``lo_ns`` and ``hi_ns``, with each group's description."""
     return [e for e in RING.snapshot() if lo_ns <= e["time_created_ns"] <= hi_ns]
+
+
+def since(record_id: int) -> list[dict[str, Any]]:
+    """The ring's entries newer than ``record_id``, oldest first (read from the newest back: cheap to call
+    often; the live signal does, off the training thread)."""
+    if RING.pending:
+        RING.reap()
+    out = []
+    with RING._lock:
+        for e in reversed(RING.entries):
+            if e["record_id"] <= record_id:
+                break
+            out.append(dict(e))
+    out.reverse()
+    return out

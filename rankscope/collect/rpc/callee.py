@@ -1,23 +1,24 @@
-"""The callee's side of a profiled RPC: run the function under the profiler on the RPC thread.
+"""The callee's side of a profiled RPC: run the function under a recorder of the RPC thread.
 
 The caller sends :func:`run_profiled` (a module-level function: it pickles by name) with the user's
 function, its arguments and the caller's profiling options. The callee records when the request
 arrived and when the reply left (``now_ns``: its own wall clock), runs the function under
-``torch.profiler.profile`` with those options, and returns a :class:`Reply`: the function's result, or
-torch's own ``RemoteException`` (the caller raises it exactly as a plain RPC would), the events of this
-thread, and the two timestamps. Calls the function made to further workers through a patched or
-wrapped RPC (nested RPC) come back in ``nested``.
+:class:`.threadrec.ThreadRecorder` (torch's thread-local profiler: this thread only, no Kineto, so
+it never disturbs a profiler of the process's own) and returns a :class:`Reply`: the function's
+result, or torch's own ``RemoteException`` (the caller raises it exactly as a plain RPC would), the
+events of this thread, and the two timestamps. Calls the function made to further workers through a
+patched or wrapped RPC (nested RPC) come back in ``nested``.
 
-A callee that cannot profile (a rankscope profile runs its profiler already, another profiled call
-holds it, or ``RANKSCOPE_RPC_CALLEE=0`` in its environment) runs the function plainly and says why in
-``gap``. A bare ``torch.profiler.profile`` running in the callee cannot be detected (torch keeps that
-state per thread): set ``RANKSCOPE_RPC_CALLEE=0`` on such workers.
+A callee whose own profiler runs (:func:`.state.own_profiler_reason`), or with
+``RANKSCOPE_RPC_CALLEE=0`` in its environment, runs the function plainly, says why once on its log
+(one line) and in each reply's ``gap``, and leaves its own profile as it was.
 
 ``RANKSCOPE_RPC_CLOCK_SHIFT_NS`` shifts this process's RPC clock (timestamps and events) by that many
 ns: the tests use it to check that a known offset is recovered.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -26,8 +27,12 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from rankscope.collect.rpc.threadrec import ThreadRecorder, with_self_time
+
+log = logging.getLogger(__name__)
 _SHIFT_NS = int(os.environ.get("RANKSCOPE_RPC_CLOCK_SHIFT_NS", "0") or 0)
-_BUSY = threading.Lock()  # one profiled call at a time: torch's profiler is one per process
+_SAID: set[str] = set()  # reasons for unprofiled calls already said on this worker's log
+GAP = "not profiled on the callee: "  # + the reason, in the caller's call record
 _REMOTE_REPLIES: dict[str, Reply] = {}  # remote() calls: events kept until the caller takes them
 _REMOTE_LOCK = threading.Lock()
 _LAST = threading.local()
@@ -53,22 +58,29 @@ class Reply:
 
 
 def probe() -> int:
-    """Answered by a callee that can run :func:`run_profiled` (protocol version). Starts and stops the
-    profiler once, so that its first-use cost (about a second here) is not charged to a call."""
+    """Answered by a callee that can run :func:`run_profiled` (protocol version)."""
+    return 1
+
+
+def refusal() -> str | None:
+    """Why this worker runs calls unprofiled now, or None (see the module docstring)."""
     from rankscope.collect.rpc import state
 
-    if os.environ.get("RANKSCOPE_RPC_CALLEE", "1") != "0" and not state.own_profiler_running() \
-            and _BUSY.acquire(blocking=False):
-        try:
-            from torch.profiler import ProfilerActivity, profile
+    if os.environ.get("RANKSCOPE_RPC_CALLEE", "1") == "0":
+        return "RANKSCOPE_RPC_CALLEE=0 in its environment"
+    try:
+        return state.own_profiler_reason()
+    except Exception as exc:  # noqa: BLE001 - a torch without the flag: unprofiled is the safe answer
+        return f"it could not tell whether a profiler of its own runs ({type(exc).__name__})"
 
-            with profile(activities=[ProfilerActivity.CPU]):
-                pass
-        except Exception:  # noqa: BLE001 - a busy profiler: run_profiled will say so per call
-            pass
-        finally:
-            _BUSY.release()
-    return 1
+
+def _say_once(name: str, reason: str) -> None:
+    with _REMOTE_LOCK:
+        if reason in _SAID:
+            return
+        _SAID.add(reason)
+    log.warning("rankscope: %s answers profiled RPC calls unprofiled: %s; its own profile is left whole "
+                "(said once)", name, reason)
 
 
 def _worker() -> tuple[str, int]:
@@ -90,22 +102,14 @@ def _remote_exception(exc: BaseException) -> Any:
 
 def run_profiled(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                  config: dict[str, Any]) -> Reply:
-    """Run ``fn(*args, **kwargs)`` under the profiler on this thread; see the module docstring."""
+    """Run ``fn(*args, **kwargs)`` recorded on this thread; see the module docstring."""
     t_recv = now_ns()
     name, wid = _worker()
-    from rankscope.collect.rpc import state
-
-    if os.environ.get("RANKSCOPE_RPC_CALLEE", "1") == "0":
-        return _plain(fn, args, kwargs, t_recv, name, wid, "RANKSCOPE_RPC_CALLEE=0 on the callee: not profiled")
-    if state.own_profiler_running():
-        return _plain(fn, args, kwargs, t_recv, name, wid, "the callee's profiler was busy (a rankscope profile "
-                                                           "runs there)")
-    if not _BUSY.acquire(blocking=False):
-        return _plain(fn, args, kwargs, t_recv, name, wid, "the callee's profiler was busy with another call")
-    try:
-        return _profiled(fn, args, kwargs, config, t_recv, name, wid)
-    finally:
-        _BUSY.release()
+    why = refusal()
+    if why is not None:
+        _say_once(name, why)
+        return _plain(fn, args, kwargs, t_recv, name, wid, GAP + why)
+    return _profiled(fn, args, kwargs, config, t_recv, name, wid)
 
 
 def run_remote(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], config: dict[str, Any],
@@ -144,19 +148,17 @@ def _plain(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 
 def _profiled(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], config: dict[str, Any],
               t_recv: int, name: str, wid: int) -> Reply:
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import record_function
 
     from rankscope.collect.rpc import state
-
-    label = f"rpc remote#{state.fn_name(fn)}"
-    try:
-        prof = profile(activities=[ProfilerActivity.CPU], record_shapes=bool(config.get("record_shapes")),
-                       profile_memory=bool(config.get("profile_memory")), with_stack=bool(config.get("with_stack")))
-        prof.start()
-    except Exception as exc:  # noqa: BLE001 - e.g. a profiler already running in this process
-        return _plain(fn, args, kwargs, t_recv, name, wid, f"the callee could not start its profiler: {exc}"[:200])
     from rankscope.collect.rpc.calls import Recorder
 
+    label = f"rpc remote#{state.fn_name(fn)}"
+    rec = ThreadRecorder(config)
+    try:
+        rec.start()
+    except Exception as exc:  # noqa: BLE001 - e.g. a profiler enabled on this thread already
+        return _plain(fn, args, kwargs, t_recv, name, wid, f"the callee could not record the call: {exc}"[:200])
     inner = Recorder(config, nested=True)
     with state.nested_scope(inner):
         try:
@@ -165,45 +167,9 @@ def _profiled(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
         except Exception as exc:  # noqa: BLE001 - goes back to the caller as torch sends it
             result = _remote_exception(exc)
         finally:
-            prof.stop()
+            rec.stop()
     inner.wait()
-    events = thread_events(prof, label)
-    return Reply(result, events, t_recv, now_ns(), name, wid, None, inner.calls)
+    return Reply(result, rec.events(label, _SHIFT_NS), t_recv, now_ns(), name, wid, None, inner.calls)
 
 
-def thread_events(prof: Any, label: str) -> list[dict[str, Any]]:
-    """The events of the thread that ran ``label`` (the profiler also sees other threads), on this
-    worker's RPC clock, each with its self time and nesting depth."""
-    evs = list(prof.profiler.kineto_results.events())
-    tid = next((e.start_thread_id() for e in evs if e.name() == label), None)
-    out = []
-    for e in evs:
-        if e.start_thread_id() != tid or e.device_type().name != "CPU":
-            continue
-        d: dict[str, Any] = {"name": e.name(), "ts": e.start_ns() + _SHIFT_NS, "dur": max(e.duration_ns(), 0)}
-        shapes = [list(s) for s in e.shapes()]
-        if any(shapes):
-            d["shapes"] = shapes
-        if e.name() == "[memory]":
-            d["bytes"] = int(e.nbytes())
-        out.append(d)
-    out.sort(key=lambda d: (d["ts"], -d["dur"]))
-    return with_self_time(out)
-
-
-def with_self_time(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Add ``self`` (duration minus direct children) and ``depth`` to events of one thread sorted by
-    (start, longest first). A callee's events are few (one call), so a plain stack walk is enough."""
-    stack: list[dict[str, Any]] = []
-    for e in events:
-        e["self"] = e["dur"]
-        while stack and e["ts"] >= stack[-1]["ts"] + stack[-1]["dur"]:
-            stack.pop()
-        if stack and e["dur"] > 0:
-            stack[-1]["self"] -= e["dur"]
-        e["depth"] = len(stack)
-        if e["dur"] > 0:
-            stack.append(e)
-    for e in events:
-        e["self"] = max(e["self"], 0)
-    return events
+__all__ = ["GAP", "Reply", "probe", "run_profiled", "run_remote", "take", "now_ns", "with_self_time"]

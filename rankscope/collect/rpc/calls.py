@@ -24,10 +24,21 @@ from typing import Any, Callable
 
 import torch
 
-from rankscope.collect.rpc import callee, state
+from rankscope.collect.rpc import callee, state, threadrec
 from rankscope.collect.rpc.offset import estimate
 
 _KEYS = itertools.count()
+
+
+def torch_rpc(name: str) -> Callable[..., Any]:
+    """torch's ``rpc_sync`` / ``rpc_async`` / ``remote``, sent with this thread's call recorder paused
+    (a nested call from a callee: :func:`rankscope.collect.rpc.threadrec.paused` says why)."""
+    fn = state.TORCH[name]
+
+    def call(*args: Any) -> Any:
+        with threadrec.paused():
+            return fn(*args)
+    return call
 
 
 class Recorder:
@@ -67,7 +78,7 @@ class Recorder:
         """None when ``dst`` can run profiled calls (asked once per worker), else why not."""
         if dst.name not in self._capable:
             try:
-                state.TORCH["rpc_sync"](dst, callee.probe, None, None, 30.0)
+                torch_rpc("rpc_sync")(dst, callee.probe, None, None, 30.0)
                 self._capable[dst.name] = None
             except Exception as exc:  # noqa: BLE001 - an older rankscope, or none, on the callee
                 self._capable[dst.name] = (f"{dst.name} cannot run profiled calls ({type(exc).__name__}: "
@@ -112,7 +123,7 @@ def send(rec: Recorder, kind: str, to: Any, func: Callable[..., Any], args: Any,
     """``rpc_async`` of ``callee.run_profiled``: a future of the function's own result (or its error)."""
     call, dst = _start(rec, kind, to, func)
     if call is None:
-        return state.TORCH["rpc_async"](dst, func, args, kwargs, timeout)
+        return torch_rpc("rpc_async")(dst, func, args, kwargs, timeout)
     payload = (func, tuple(args or ()), dict(kwargs or {}), rec.config)
     # The caller's span (a record_function) ends when the reply is merged, on the thread that merges
     # it, as torch's own RPC spans do. Not with record_function._call_end_callbacks_on_future: on
@@ -120,7 +131,7 @@ def send(rec: Recorder, kind: str, to: Any, func: Callable[..., Any], args: Any,
     span = torch.ops.profiler._record_function_enter_new(call["name"], None)
     call["t_send"] = _now(rec)
     try:
-        fut = state.TORCH["rpc_async"](dst, callee.run_profiled, payload, None, timeout)
+        fut = torch_rpc("rpc_async")(dst, callee.run_profiled, payload, None, timeout)
     except BaseException:
         torch.ops.profiler._record_function_exit._RecordFunction(span)
         raise
@@ -163,15 +174,15 @@ def send_remote(rec: Recorder, to: Any, func: Callable[..., Any], args: Any, kwa
     fetched from the owner once it has run the function."""
     call, dst = _start(rec, "remote", to, func)
     if call is None:
-        return state.TORCH["remote"](dst, func, args, kwargs, timeout)
+        return torch_rpc("remote")(dst, func, args, kwargs, timeout)
     key = f"{call['src']}:{os.getpid()}:{next(_KEYS)}"
     call["t_send"] = _now(rec)
-    rref = state.TORCH["remote"](dst, callee.run_remote, (func, tuple(args or ()), dict(kwargs or {}),
+    rref = torch_rpc("remote")(dst, callee.run_remote, (func, tuple(args or ()), dict(kwargs or {}),
                                                         rec.config, key), None, timeout)
 
     def created(f: Any) -> None:
         t_done = _now(rec)
-        taken = state.TORCH["rpc_async"](dst, callee.take, (key,), None, 30.0)
+        taken = torch_rpc("rpc_async")(dst, callee.take, (key,), None, 30.0)
         rec.pending.append(taken.then(lambda g: _finish(rec, call, g.value(), t_done, raise_=False)))
 
     rec.pending.append(rref._get_future().then(created))

@@ -15,8 +15,8 @@ RPC_FORMAT = "rankscope.rpc/1"
 
 
 def hold(delta: int) -> None:
-    """Tell this process's RPC callee that a rankscope profile runs torch's profiler here (+1 / -1),
-    so that it does not start a second one for a call (:func:`rankscope.collect.rpc.state.own_profiler`)."""
+    """Tell this process's RPC callee that a rankscope profile runs torch's profiler here (+1 / -1):
+    it then answers calls for others unprofiled (:func:`rankscope.collect.rpc.state.own_profiler`)."""
     try:
         from rankscope.collect.rpc import state
     except Exception:  # noqa: BLE001 - no torch.distributed.rpc in this build: no callee either

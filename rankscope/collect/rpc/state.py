@@ -32,17 +32,17 @@ class _Local(threading.local):
 _LOCAL = _Local()  # .scope: a nested recorder while this thread runs a profiled call
 _PATCH_LOCK = threading.Lock()
 _PATCH_USERS = 0
-_OWN_PROFILERS = 0  # rankscope profiles running torch's profiler in this process (a callee must not start one)
+_OWN_PROFILERS = 0  # rankscope profiles running torch's profiler in this process (it answers calls unprofiled)
 _SAVED: dict[tuple[Any, str], Any] = {}
+# why a callee runs a call unprofiled (own_profiler_reason; the caller's gap quotes them)
+OWN_RANKSCOPE = "a rankscope profile of its own is running there"
+OWN_TORCH = "its own torch profiler is running (torch.profiler / torch.autograd.profiler)"
+OWN_THREAD = "a profiler is enabled on the thread that runs the call"
 
 
 def own_profiler(delta: int) -> None:
-    """Count a rankscope profile that runs torch's profiler in this process (+1 at start, -1 at stop).
-
-    torch 2.13 keeps "profiler enabled" per thread and has no process-wide query, and a second
-    profiler started on an RPC thread while one runs replaced its session: the first one's exit then
-    crashed the process (SIGSEGV). So a callee profiles a call only when no rankscope profile runs
-    here; a bare ``torch.profiler.profile`` of the user's cannot be seen (docs/rpc.md)."""
+    """Count a rankscope profile that runs torch's profiler in this process (+1 at start, -1 at stop):
+    while one runs, this process answers profiled calls for others unprofiled (:func:`own_profiler_reason`)."""
     global _OWN_PROFILERS
     with _PATCH_LOCK:
         _OWN_PROFILERS = max(_OWN_PROFILERS + delta, 0)
@@ -50,6 +50,26 @@ def own_profiler(delta: int) -> None:
 
 def own_profiler_running() -> bool:
     return _OWN_PROFILERS > 0
+
+
+def own_profiler_reason() -> str | None:
+    """Why this process profiles no call for a caller now (a profiler of its own runs), or None.
+
+    ``torch.autograd.profiler._is_profiler_enabled`` is torch's process-wide flag: every profiler torch
+    starts from Python sets it (``torch.profiler.profile``, ``torch.autograd.profiler.profile``,
+    emit_nvtx / emit_itt, and so ``record_function`` under any of them). Not seen from here: a profiler
+    started with the private ``_enable_profiler`` on another thread, and Kineto's on-demand (global)
+    profiler; the callee's recorder (:mod:`.threadrec`) leaves both whole as well."""
+    import torch
+    import torch.autograd.profiler as autograd_profiler
+
+    if _OWN_PROFILERS > 0:
+        return OWN_RANKSCOPE
+    if autograd_profiler._is_profiler_enabled:
+        return OWN_TORCH
+    if torch._C._autograd._profiler_enabled():
+        return OWN_THREAD
+    return None
 
 
 def fn_name(fn: Any) -> str:

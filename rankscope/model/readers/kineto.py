@@ -21,16 +21,19 @@ import msgspec
 
 from rankscope.errors import TraceError
 from rankscope.model import inflate
+from rankscope.model.info import Kind, Problem
 
 
 # gc=False: hundreds of thousands of decoded structs must not be traversed by every garbage
 # collection triggered while columns are built (they hold no reference cycles).
 class Args(msgspec.Struct, gc=False, omit_defaults=True, rename={
+    "copy_bytes": "bytes", "bandwidth": "memory bandwidth (GB/s)",
     "external_id": "External id", "input_dims": "Input Dims", "input_type": "Input type",
     "coll_name": "Collective name", "in_nelems": "In msg nelems", "out_nelems": "Out msg nelems",
     "pg_name": "Process Group Name", "pg_ranks": "Process Group Ranks", "group_size": "Group size",
     "seq": "Seq", "total_allocated": "Total Allocated", "total_reserved": "Total Reserved",
-    "nbytes": "Bytes", "device_id": "Device Id",
+    "nbytes": "Bytes", "device_id": "Device Id", "concrete_inputs": "Concrete Inputs",
+    "src_rank": "Src Rank", "dst_rank": "Dst Rank", "in_split": "In split size", "out_split": "Out split size",
 }):
     # Loose types on purpose: one odd value must not make a whole file unreadable; tables.py
     # coerces per column and reports what it could not use.
@@ -53,6 +56,76 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True, rename={
     nbytes: Any = None
     device_id: Any = None
     name: Any = None  # process_name / thread_name metadata events (Ascend names its layers so)
+    copy_bytes: Any = None  # memcpy / memset: bytes moved
+    bandwidth: Any = None  # memcpy / memset: Kineto's "memory bandwidth (GB/s)"
+    # Communication: scalar arguments of c10d ops (the peer of send / recv, all_to_all split sizes) and
+    # record_param_comms' p2p peer and split sizes (NCCL); read in model/comm_issue.py.
+    concrete_inputs: msgspec.Raw = msgspec.Raw()
+    src_rank: Any = None
+    dst_rank: Any = None
+    in_split: Any = None
+    out_split: Any = None
+
+
+# torch writes "Process Group Ranks" as "[0, 1, 2]", cut after 30 members as "[0, ..., 29, ...]"
+# (torch/csrc/profiler/util.cpp format_list, kTruncatLength).
+_PG_RANKS = re.compile(r"\[\s*(?:\d+(?:\s*,\s*\d+)*(?:\s*,\s*\.\.\.)?)?\s*\]")
+_MAX_NELEMS = 1 << 50  # elements of one message: beyond this a count is corrupt, not a tensor
+
+
+def _nat(v: Any, hi: int) -> bool:
+    return type(v) is int and 0 <= v < hi
+
+
+def _shape_ok(v: Any, depth: int = 0) -> bool:
+    """'Input Dims': lists (of lists) of non-negative ints, each shape under ``_MAX_NELEMS`` elements."""
+    if not isinstance(v, list) or depth > 8:
+        return False
+    if all(type(x) is int for x in v):
+        n = 1
+        for x in v:
+            n *= x if x >= 0 else -1
+        return 0 <= n < _MAX_NELEMS
+    return all(_shape_ok(x, depth + 1) for x in v)
+
+
+_ARG_CHECKS: dict[str, Any] = {  # label (as torch names the field) -> (attribute, test of a present value)
+    "In msg nelems": ("in_nelems", lambda v: _nat(v, _MAX_NELEMS)),
+    "Out msg nelems": ("out_nelems", lambda v: _nat(v, _MAX_NELEMS)),
+    "Group size": ("group_size", lambda v: _nat(v, (1 << 20) + 1) and v > 0),
+    "Process Group Ranks": ("pg_ranks", lambda v: (isinstance(v, str) and _PG_RANKS.fullmatch(v) is not None)
+                            or (isinstance(v, list) and all(_nat(x, 1 << 20) for x in v))),
+    "dtype": ("dtype", lambda v: isinstance(v, str)),
+    "Seq": ("seq", lambda v: _nat(v, 1 << 63)),
+    "Process Group Name": ("pg_name", lambda v: isinstance(v, str) or _nat(v, 1 << 63)),
+    "Collective name": ("coll_name", lambda v: isinstance(v, str)),
+    "External id": ("external_id", lambda v: _nat(v, 1 << 63)),
+}
+
+
+def bad_comm_args(args: list[Any]) -> dict[str, int]:
+    """How many values of each collective metadata field (record_param_comms / gloo args) are not what
+    torch writes (nelems -1 or 1e300, Group size 'big', ranks '[0,x]', dtype 7): those read as unknown.
+    One pass over the few communication events' args."""
+    import orjson
+
+    out: dict[str, int] = {}
+    for a in args:
+        if a is None:
+            continue
+        for label, (attr, ok) in _ARG_CHECKS.items():
+            v = getattr(a, attr)
+            if v is not None and not ok(v):
+                out[label] = out.get(label, 0) + 1
+        dims = bytes(a.input_dims)
+        if dims:
+            try:
+                good = _shape_ok(orjson.loads(dims))
+            except (orjson.JSONDecodeError, RecursionError):
+                good = False
+            if not good:
+                out["Input Dims"] = out.get("Input Dims", 0) + 1
+    return out
 
 
 class _Complete(msgspec.Struct, gc=False):
@@ -191,8 +264,11 @@ class RawTrace:
             try:
                 yield dec(buf)
             except UnicodeError:  # invalid UTF-8 inside an event (the document decoder keeps them raw)
-                self.problems.append("invalid UTF-8 bytes in names were replaced by U+FFFD")
-                part = _ARRAY_DECODER.decode(buf.decode("utf-8", "replace").encode("utf-8"))
+                fixed = buf.decode("utf-8", "replace")
+                n = fixed.count("\ufffd") - buf.count("\ufffd".encode())
+                self.problems.append(Problem(f"{n} invalid UTF-8 bytes in names were replaced by U+FFFD",
+                                             Kind.INVALID_TEXT, count=n))
+                part = _ARRAY_DECODER.decode(fixed.encode("utf-8"))
                 yield from self._one_by_one(part, dec)
             except msgspec.DecodeError:
                 good = []
@@ -203,7 +279,8 @@ class RawTrace:
                         bad += 1
                 yield good
         if bad:
-            self.problems.append(f"{bad} malformed events (not trace event objects) were left out")
+            self.problems.append(Problem(f"{bad} malformed events (not trace event objects) were left out",
+                                         Kind.MALFORMED_EVENTS, count=bad))
 
 
 def _maybe_event(r: msgspec.Raw) -> Event | None:
@@ -261,7 +338,7 @@ def _nonstandard(data: bytes, problems: list[str]) -> tuple[Trace | None, bytes]
     fixed, n = _NAN.subn(b"null", data)
     if not n:
         return None, data
-    problems.append(f"{n} non-standard NaN/Infinity values read as missing")
+    problems.append(Problem(f"{n} non-standard NaN/Infinity values read as missing", Kind.NAN, count=n))
     try:
         return _decode_doc(fixed), fixed
     except msgspec.DecodeError:
@@ -277,12 +354,16 @@ def _valid_utf8(data: bytes, problems: list[str]) -> bytes:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
-        data = data.decode("utf-8", "replace").encode("utf-8")
-        problems.append("invalid UTF-8 bytes in names were replaced by U+FFFD")
+        text = data.decode("utf-8", "replace")
+        bad = text.count("\ufffd") - data.count("\ufffd".encode())
+        data = text.encode("utf-8")
+        problems.append(Problem(f"{bad} invalid UTF-8 bytes in names were replaced by U+FFFD", Kind.INVALID_TEXT,
+                                count=bad))
     # A lone UTF-16 surrogate escape ("\ud800" without its pair) is rejected by the decoder.
     fixed, n = _LONE.subn(rb"\\ufffd", data)
     if n:
-        problems.append(f"{n} invalid text escapes (lone surrogates) in names were replaced by U+FFFD")
+        problems.append(Problem(f"{n} invalid text escapes (lone surrogates) in names were replaced by U+FFFD",
+                                Kind.INVALID_TEXT, count=n))
         return fixed
     return data
 
@@ -314,10 +395,12 @@ def decode(path: str | Path) -> RawTrace:
     try:
         data = src.read_all()
     except OSError as exc:
-        raise TraceError(p, f"cannot read file ({exc.strerror or exc})") from exc
+        raise os_error(p, exc) from exc
     problems = list(src.problems)
-    if data[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte order mark (Windows editors): not JSON, harmless
+    bom: list[str] = []
+    if data[:3] == BOM:  # a UTF-8 byte order mark (Windows editors): not JSON; skipped, and said
         data = data[3:]
+        bom = [bom_skipped()]
     if not problems and len(data) <= DIRECT_BYTES and _first_char(data) == b"{":
         try:  # one pass, no intermediate Raw slices; anything unusual takes the general path
             doc = _TYPED_DOC.decode(data)
@@ -326,23 +409,43 @@ def decode(path: str | Path) -> RawTrace:
         else:
             trace = Trace(distributedInfo=doc.distributedInfo, baseTimeNanoseconds=doc.baseTimeNanoseconds,
                           deviceProperties=doc.deviceProperties)
-            empty = [] if doc.traceEvents else [
-                "no trace events (metadata only: was the profiler stopped before any step?)"]
-            return DecodedTrace(p, trace, empty, False, len(data), source=src, events=doc.traceEvents)
+            empty: list[str] = [] if doc.traceEvents else [no_events()]
+            return DecodedTrace(p, trace, bom + empty, False, len(data), source=src, events=doc.traceEvents)
     got = decode_bytes(p, data, problems)
+    got.problems[:0] = bom
     got.source = src
     return got
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+def bom_skipped() -> Problem:
+    return Problem("a UTF-8 byte order mark before the JSON was skipped", Kind.BYTE_ORDER_MARK)
+
+
+def no_events() -> Problem:
+    return Problem("no trace events (metadata only: was the profiler stopped before any step?)", Kind.NO_EVENTS)
+
+
+def os_error(p: str, exc: OSError) -> TraceError:
+    """A file that cannot be opened: a symbolic link loop and a dangling link are named as such."""
+    from rankscope.model.info import os_problem
+
+    kind, why = os_problem(p, exc)
+    return TraceError(p, why, kind)
 
 
 def decode_bytes(p: str, data: bytes, problems: list[str]) -> RawTrace:
     """Decode the (inflated) bytes of trace file ``p``; see ``decode``."""
     if not _first_char(data):
-        raise TraceError(p, "empty file" if not problems else problems[0])
+        first = problems[0] if problems else None
+        raise TraceError(p, str(first or "empty file"), getattr(first, "kind", Kind.EMPTY))
     partial = bool(problems)
     try:
         trace = _decode_doc(data)
     except msgspec.ValidationError as exc:
-        raise TraceError(p, f"not a Kineto trace ({exc})") from exc
+        raise TraceError(p, f"not a Kineto trace ({exc})", Kind.NOT_A_TRACE) from exc
     except (msgspec.DecodeError, UnicodeError) as exc:
         repaired, fixed = _valid_utf8(data, problems), None
         if repaired is not data:
@@ -353,11 +456,12 @@ def decode_bytes(p: str, data: bytes, problems: list[str]) -> RawTrace:
             fixed, data = _nonstandard(data, problems)
         got = fixed or _salvage(data)
         if got is None:
-            raise TraceError(p, f"not valid JSON ({exc})") from exc
+            raise TraceError(p, f"not valid JSON ({exc})", Kind.NOT_JSON) from exc
         trace = got
         if fixed is None:
-            problems.append(f"truncated JSON ({exc}); kept {len(trace.traceEvents)} complete events")
+            problems.append(Problem(f"truncated JSON ({exc}); kept {len(trace.traceEvents)} complete events",
+                                    Kind.TRUNCATED))
             partial = True
     if not trace.traceEvents:
-        problems.append("no trace events (metadata only: was the profiler stopped before any step?)")
+        problems.append(no_events())
     return RawTrace(p, trace, problems, partial, len(data))

@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from rankscope.model.info import Kind, Problem
 from rankscope.model.schema import COMM_LINKS, COMM_OPS, STEP_TIMES
 
 KINDS = ("collective", "p2p")
@@ -85,5 +86,6 @@ def read_all(out: Path) -> tuple[dict[str, pa.Table], list[str]]:
             try:
                 tabs[name] = reader(out / fname)
             except (OSError, ValueError, TypeError, AttributeError, RecursionError, csv.Error) as exc:
-                problems.append(f"{out / fname}: unreadable ({str(exc)[:200]}); left out of the cluster exports")
+                problems.append(Problem(f"{out / fname}: unreadable ({str(exc)[:200]}); left out of the cluster exports",
+                                        Kind.BAD_TABLE, str(out / fname)))
     return tabs, problems

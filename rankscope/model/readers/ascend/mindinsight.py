@@ -158,7 +158,7 @@ def step_tables(path: Path, device: int = 0) -> dict[str, pa.Table]:
             comm.append({"op": normalize_op(op), "name": m.group(3), "ts": t0, "dur": t1 - t0, "dev_ts": t0,
                          "dev_dur": t1 - t0, "pg_name": f"stream {m.group(1)}", "pg_ranks": "", "group_size": 0,
                          "seq": -1, "nelems_in": -1, "nelems_out": -1, "dtype": "", "bytes_in": -1, "bytes_out": -1,
-                         "external_id": -1})
+                         "external_id": -1, **schema.COLLECTIVE_FILL})
             spans.append((m.group(3), t0, t1, int(m.group(1)), True))
     out = {name: schema.empty(name) for name in schema.TABLES}
     out["steps"] = pa.table({**steps, "complete": [True] * len(rows)}, schema=schema.STEPS)
@@ -168,7 +168,8 @@ def step_tables(path: Path, device: int = 0) -> dict[str, pa.Table]:
         "ts": [t0 for _, t0, *_ in spans], "dur": [t1 - t0 for _, t0, t1, *_ in spans], "pid": [device] * len(spans),
         "tid": [s for *_, s, _ in spans], "stream": [s for *_, s, _ in spans], "device": [device] * len(spans),
         "correlation": [-1] * len(spans), "external_id": [-1] * len(spans), "depth": [0] * len(spans),
-        "is_comm": [c for *_, c in spans], "input_dims": [""] * len(spans)}, schema=schema.EVENTS).sort_by("ts")
+        "is_comm": [c for *_, c in spans], "input_dims": [""] * len(spans),
+        **{k: [v] * len(spans) for k, v in schema.EVENT_FILL.items()}}, schema=schema.EVENTS).sort_by("ts")
     if comm:
         out["collectives"] = pa.Table.from_pylist(comm, schema=schema.COLLECTIVES).sort_by("ts")
     return out

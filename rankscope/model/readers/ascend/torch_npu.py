@@ -38,6 +38,7 @@ import pyarrow as pa
 from rankscope.errors import TraceError
 from rankscope.model import schema
 from rankscope.model.readers import kineto
+from rankscope.model.info import Kind, Problem, prefixed
 from rankscope.model.readers.kineto import Event, RawTrace
 
 OUTPUT = "ASCEND_PROFILER_OUTPUT"
@@ -75,19 +76,25 @@ def source_files(d: Path) -> tuple[str, ...]:
     return tuple(str(p) for p in own + out)
 
 
-def identity(d: Path) -> tuple[int | None, str, dict[str, Any]]:
-    """(rank, where it came from, distributed args) from profiler_info / profiler_metadata content."""
+def identity(d: Path, problems: list[str] | None = None) -> tuple[int | None, str, dict[str, Any]]:
+    """(rank, where it came from, distributed args) from profiler_info / profiler_metadata content;
+    a file or field of the wrong shape is ignored with a line in ``problems``."""
+    said = [] if problems is None else problems
     dist: dict[str, Any] = {}
     meta_file = d / "profiler_metadata.json"
     if meta_file.is_file():
         try:
             dist = dict(json.loads(meta_file.read_text()).get("distributed_args") or {})
-        except (OSError, ValueError, AttributeError, TypeError, RecursionError):
+        except (OSError, ValueError, AttributeError, TypeError, RecursionError) as exc:
+            said.append(Problem(f"{meta_file}: distributed_args unreadable ({type(exc).__name__}); ignored",
+                                Kind.BAD_FIELD, str(meta_file)))
             dist = {}
     for f in sorted(d.glob("profiler_info*.json")):
         try:
             rank = json.loads(f.read_text()).get("rank_id")
-        except (OSError, ValueError, AttributeError, RecursionError):
+        except (OSError, ValueError, AttributeError, RecursionError) as exc:
+            said.append(Problem(f"{f}: not a JSON object with rank_id ({type(exc).__name__}); rank from its name",
+                                Kind.BAD_FIELD, str(f)))
             rank = None
         if isinstance(rank, int) and rank >= 0:
             return rank, "profiler_info.json", dist
@@ -204,8 +211,10 @@ def collectives(path: Path, groups: dict[str, list[int]] | None = None) -> tuple
     try:
         doc = json.loads(Path(path).read_bytes().decode("utf-8-sig", errors="replace"))
     except (OSError, ValueError, RecursionError) as exc:
-        why = "nested too deeply" if isinstance(exc, RecursionError) else exc
-        return schema.empty("collectives"), [f"{path}: not readable JSON ({why}); no collectives"]
+        deep = isinstance(exc, RecursionError)
+        return schema.empty("collectives"), [Problem(
+            f"{path}: not readable JSON ({'nested too deeply' if deep else exc}); no collectives",
+            Kind.TOO_DEEP if deep else Kind.FILE_UNREADABLE if isinstance(exc, OSError) else Kind.NOT_JSON, str(path))]
     return collectives_of(doc, str(path), groups)
 
 
@@ -213,15 +222,17 @@ def collectives_of(doc: Any, where: str, groups: dict[str, list[int]] | None = N
     """The ``collectives`` table from communication.json's content (``where``: its source, for problems)."""
     path = where
     if not isinstance(doc, dict):
-        return schema.empty("collectives"), [f"{path}: expected a JSON object, found {type(doc).__name__}; "
-                                             "no collectives"]
+        return schema.empty("collectives"), [Problem(f"{path}: expected a JSON object, found {type(doc).__name__}; "
+                                                     "no collectives", Kind.NOT_AN_OBJECT, path)]
     bad: list[int] = [0]
     rows = [r for step in doc.values() if isinstance(step, dict)
             for kind in ("collective", "p2p") for r in _comm_rows(step.get(kind), bad, groups or {})]
-    problems = [f"{path}: {bad[0]} communication entries with wrong types were left out"] if bad[0] else []
+    problems: list[str] = [Problem(f"{path}: {bad[0]} communication entries with wrong types were left out",
+                                   Kind.BAD_FIELD, path, count=bad[0])] if bad[0] else []
     if not rows:
         return schema.empty("collectives"), problems
-    cols = {f.name: [r[f.name] for r in rows] for f in schema.COLLECTIVES}
+    fill = schema.COLLECTIVE_FILL
+    cols = {f.name: [r.get(f.name, fill.get(f.name)) for r in rows] for f in schema.COLLECTIVES}
     return pa.table(cols, schema=schema.COLLECTIVES).sort_by("ts"), problems
 
 
@@ -347,10 +358,10 @@ def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
 
         return ascend_db.read(d)
     if not tv.is_file():
-        raise TraceError(str(d), f"no {OUTPUT}/trace_view.json (was the profiler's analysis step run?)")
+        raise TraceError(str(d), f"no {OUTPUT}/trace_view.json (was the profiler's analysis step run?)", Kind.NO_TRACE)
     raw = read_trace_view(tv)
     tabs, problems = tables.build(raw)
-    problems = [f"{tv}: {p}" for p in raw.problems + problems]
+    problems = [prefixed(str(tv), p) for p in raw.problems + problems]
     if (out / "communication.json").is_file():
         groups = {g["name"]: g["ranks"] for g in process_groups(d)}
         tabs["collectives"], more = collectives(out / "communication.json", groups)
@@ -359,26 +370,29 @@ def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
 
     summary, more = ascend_files.read_all(out)
     tabs.update(summary)
-    problems += more
+    said = {getattr(p, "file", None) for p in problems}
+    problems += [p for p in more if getattr(p, "file", None) not in said]  # a file is said once
     if not (out / "step_trace_time.csv").is_file():  # torch_npu's rows, from the trace's Overlap Analysis layer
         from rankscope.model.readers.ascend import overlap as ascend_overlap
 
         try:
             tabs["step_times"] = ascend_overlap.step_times(tv)
         except (OSError, ValueError, TypeError, AttributeError, RecursionError, kineto.msgspec.DecodeError) as exc:
-            problems.append(f"{tv}: no step_trace_time.csv and its Overlap Analysis layer is unreadable "
-                            f"({str(exc)[:200]}); left out of cluster_step_trace_time.csv")
+            problems.append(Problem(f"{tv}: no step_trace_time.csv and its Overlap Analysis layer is unreadable "
+                                    f"({str(exc)[:200]}); left out of cluster_step_trace_time.csv", Kind.BAD_TABLE,
+                                    str(tv)))
     if (out / "memory_record.csv").is_file():
         try:
             tabs["memory"] = memory(out / "memory_record.csv")
         except (OSError, KeyError, ValueError, pa.ArrowException) as exc:
-            problems.append(f"{out / 'memory_record.csv'}: unreadable ({exc}); no memory table")
+            problems.append(Problem(f"{out / 'memory_record.csv'}: unreadable ({exc}); no memory table", Kind.BAD_TABLE,
+                                    str(out / "memory_record.csv")))
     if (out / "step_trace_time.csv").is_file() and not tabs["steps"].num_rows:
         try:
             ids = step_ids(out / "step_trace_time.csv")
         except (OSError, KeyError, ValueError, pa.ArrowException):
             ids = []
         if ids:
-            problems.append(f"{tv}: no ProfilerStep spans, so steps {ids} of step_trace_time.csv "
-                            "have no timestamps; per-step analyses are skipped")
+            problems.append(Problem(f"{tv}: no ProfilerStep spans, so steps {ids} of step_trace_time.csv "
+                                    "have no timestamps; per-step analyses are skipped", Kind.BAD_STEP, str(tv)))
     return tabs, problems, raw.partial

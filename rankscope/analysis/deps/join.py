@@ -1,0 +1,167 @@
+"""The ranks of one step joined: a max-plus graph over the anchors of every rank.
+
+Pattern: each rank brings its anchors (step start, each call's arrival and end, step end) and the
+longest local paths between them (``local.AnchorMatrix``). A call matched across ranks (same key:
+group and sequence, or a p2p pair) gets a node X: every member's arrival -> X (weight 0; the time a
+member waits is the gap between its arrival and the last one), X -> every member's end (weight the
+transfer: the shortest span over the members, the one of the member that did not wait). A p2p pair
+is such a meeting of two: the receive cannot end before the send started, and a gloo / NCCL send
+returns only once its receiver took the data (measured on gloo: the sender's span holds the wait
+for a late receiver, the receiver's is then short). The
+longest path of this DAG is the step's critical path at anchor level; it needs no clock alignment,
+as every weight is a duration measured on one rank.
+
+Algorithm: topological levels once per step (relaxation rounds over the edge arrays), then one
+vectorized relaxation per level for every set of weights (the what-if reuses the levels).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rankscope.analysis.deps.local import NEG
+
+LOCAL, WAIT, XFER, OWN = 0, 1, 2, 3  # anchor edge kinds: local path, arrival -> X, X -> end, unmatched call
+
+
+@dataclass
+class RankStep:
+    """What one rank brings to the join for one step (built by ``analysis.rank_part``)."""
+
+    rank: int
+    d: np.ndarray  # AnchorMatrix.d
+    keys: list  # per call: matching key or None
+    span: np.ndarray  # per call: its own span on this rank (end - arrival), ns
+    sig: tuple  # per call (op, kind): ranks with the same signature are compared in the what-if
+
+
+@dataclass
+class Joined:
+    """The anchor DAG of one step."""
+
+    n: int
+    src: np.ndarray
+    dst: np.ndarray
+    w: np.ndarray
+    kind: np.ndarray
+    ref: np.ndarray  # LOCAL: (rank index, source row, target col); X edges: (rank index, call, -1)
+    x_key: list  # key of each X node (index = node - x_base)
+    x_base: int
+    rank_base: np.ndarray  # first anchor node of each rank
+    ranks: list[RankStep]
+    level_order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    level_bounds: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    group_first: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+def anchor_ids(k: int) -> tuple[int, np.ndarray, np.ndarray, int]:
+    """Local anchor numbering of a rank with k calls: START, arrivals, ends, SINK."""
+    return 0, 1 + np.arange(k), 1 + k + np.arange(k), 1 + 2 * k
+
+
+class _Edges:
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]] = []
+
+    def add(self, src: np.ndarray, dst: np.ndarray, w: np.ndarray, kind: int, ref: np.ndarray) -> None:
+        self.parts.append((np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(w, np.int64), kind,
+                           np.asarray(ref, np.int64).reshape(-1, 3)))
+
+    def cat(self, i: int) -> np.ndarray:
+        if not self.parts:
+            return np.zeros((0, 3) if i == 4 else 0, np.int64)
+        if i == 3:
+            return np.concatenate([np.full(len(p[0]), p[3], np.int8) for p in self.parts])
+        return np.concatenate([p[i] for p in self.parts])
+
+
+def join(ranks: list[RankStep]) -> Joined:
+    """The anchor DAG of one step over the given ranks."""
+    base = np.cumsum([0] + [2 + 2 * len(r.keys) for r in ranks])
+    nb = int(base[-1])
+    ed = _Edges()
+    members: dict = {}
+    for ri, r in enumerate(ranks):
+        k = len(r.keys)
+        start, arr, end, sink = anchor_ids(k)
+        s, t = np.nonzero(r.d > NEG)
+        ed.add(np.r_[start, end][s] + base[ri], np.r_[arr, sink][t] + base[ri], r.d[s, t], LOCAL,
+               np.stack([np.full(len(s), ri), s, t], axis=1))
+        for i, key in enumerate(r.keys):
+            if key is not None:
+                members.setdefault(key, []).append((ri, i))
+        own = np.array([i for i, key in enumerate(r.keys) if key is None], np.int64)
+        if len(own):  # a call no other rank meets here: its own span
+            ed.add(arr[own] + base[ri], end[own] + base[ri], np.maximum(r.span[own], 0), OWN,
+                   np.stack([np.full(len(own), ri), own, -np.ones(len(own), np.int64)], axis=1))
+    x_keys = list(members)
+    for xi, key in enumerate(x_keys):
+        mem = members[key]
+        x = nb + xi
+        t_ = max(0, min(int(ranks[ri].span[i]) for ri, i in mem))  # the member that did not wait
+        a = np.array([base[ri] + 1 + i for ri, i in mem])
+        e = np.array([base[ri] + 1 + len(ranks[ri].keys) + i for ri, i in mem])
+        ref = np.array([[ri, i, -1] for ri, i in mem])
+        ed.add(a, np.full(len(a), x), np.zeros(len(a)), WAIT, ref)
+        ed.add(np.full(len(e), x), e, np.full(len(e), t_), XFER, ref)
+    j = Joined(nb + len(x_keys), ed.cat(0), ed.cat(1), ed.cat(2), ed.cat(3), ed.cat(4), x_keys, nb,
+               base[:-1].astype(np.int64), ranks)
+    _levels(j)
+    return j
+
+
+def _levels(j: Joined) -> None:
+    """Topological levels (longest hop count from a source); edges sorted by their target's level."""
+    level = np.zeros(j.n, np.int64)
+    for _ in range(j.n + 1):
+        new = level.copy()
+        if len(j.src):
+            np.maximum.at(new, j.dst, level[j.src] + 1)
+        if np.array_equal(new, level):
+            break
+        level = new
+    else:
+        raise RuntimeError("the joined step graph has a cycle")
+    o = np.lexsort((j.dst, level[j.dst]))  # by level, then by target within a level
+    j.level_order = o
+    lv, d = level[j.dst][o], j.dst[o]
+    j.level_bounds = np.r_[0, np.flatnonzero(lv[1:] != lv[:-1]) + 1, len(o)]
+    j.group_first = np.flatnonzero(np.r_[True, (lv[1:] != lv[:-1]) | (d[1:] != d[:-1])])
+
+
+def longest(j: Joined, w: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    """Distances into every anchor (sources at 0) and the path's end anchor. ``w`` may hold several
+    weight sets as columns (edges x sets): then distances are (anchors x sets), all solved at once."""
+    w = j.w if w is None else w
+    dist = np.zeros((j.n,) + w.shape[1:], np.int64)
+    o, b, gf = j.level_order, j.level_bounds, j.group_first
+    src, dst = j.src[o], j.dst[o]
+    wo = w[o]
+    g_lo = np.searchsorted(gf, b[:-1])
+    g_hi = np.searchsorted(gf, b[1:])
+    for lo, hi, a, z in zip(b[:-1].tolist(), b[1:].tolist(), g_lo.tolist(), g_hi.tolist()):  # one step per level
+        val = dist[src[lo:hi]] + wo[lo:hi]
+        firsts = gf[a:z]
+        best = np.maximum.reduceat(val, firsts - lo, axis=0)
+        t = dst[firsts]
+        dist[t] = np.maximum(dist[t], best)
+    return dist, int(np.argmax(dist if dist.ndim == 1 else dist[:, 0])) if j.n else -1
+
+
+def path_edges(j: Joined, dist: np.ndarray, end: int, w: np.ndarray | None = None) -> list[int]:
+    """Anchor edges of the longest path ending at ``end``, source first (ties: first edge)."""
+    w = j.w if w is None else w
+    val = dist[j.src] + w
+    into: dict[int, list[int]] = {}
+    for e in np.flatnonzero(val == dist[j.dst]).tolist():
+        into.setdefault(int(j.dst[e]), []).append(e)
+    out, v = [], end
+    for _ in range(j.n):
+        es = into.get(v)
+        if not es:
+            break
+        e = es[0]
+        out.append(e)
+        v = int(j.src[e])
+    return out[::-1]

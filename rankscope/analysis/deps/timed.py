@@ -1,0 +1,256 @@
+"""One rank's graph for the cross-rank path: HTA's graph, with weights that add up to the step time.
+
+Pattern: start from HTA's graph (``graph.build``) with the communication spans as nodes too, then
+- the time between top-level operators of a thread is the rank's own time (host work outside any
+  operator: Python, data loading), except on executor threads (gloo runs collectives on its own
+  threads: their gaps are waiting for work);
+- a call's own span is cut: its end node gets its time from the other ranks (``join``), so the
+  wait inside it weighs nothing here;
+- a wait weighs nothing and the edge from what it waited for carries the wake-up time: a thread
+  idle (between operators, inside a ``wait``, or inside a framework's communication span such as
+  ``FSDP::all_gather``) until a collective on another thread of the rank ended (within ``WAKE_NS``); a blocking runtime call (``cudaMemcpy``, syncs) whose own device
+  operation ended before it returned; a device operation that started right when an operation on
+  another stream ended (NCCL stream <-> compute stream, ``GPU_WAKE_NS``), where the trace has no
+  CUDA sync events to say so;
+- a collective run by an executor thread depends on the operator that issued it (``c10d::*``), paired
+  per op in order when the data carries no issue time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rankscope.analysis.deps.adapter import Calls
+from rankscope.analysis.deps.events import K, RankEvents
+from rankscope.analysis.deps.gpu import E
+from rankscope.analysis.deps.graph import RankGraph, build
+
+WAKE_NS = 2_000_000  # a thread that resumes this soon after a completion was waiting for it
+GPU_WAKE_NS = 20_000  # a device op that starts this soon after another stream's op ended waited for it
+ROUND_NS = 1_000  # times written in µs with 3 decimals: an end this much after a start may be before it
+WAIT_NAMES = ("wait", "synchroniz", "barrier")
+_HOST = (K.CPU_OP, K.RUNTIME, K.ANNOTATION)
+
+
+@dataclass
+class Anchors:
+    """Where each communication call of the window sits in the graph."""
+
+    arrival: np.ndarray  # node id of the call's arrival (span or first kernel start), -1: not found
+    end: np.ndarray  # node id of its end
+    key: list  # matching key per call (None: unmatched)
+    info: Calls  # the calls
+
+
+def comm_spans(ev: RankEvents) -> np.ndarray:
+    return ev.is_comm & (ev.stream == -1) & np.isin(ev.kind, _HOST)
+
+
+def executor_threads(ev: RankEvents, sel: np.ndarray, call_ev: np.ndarray) -> np.ndarray:
+    """Host threads that run collectives for others (gloo's worker threads): those holding a call's
+    span, other than a thread with the step's own span (a training thread waits in its own p2p spans)."""
+    ev_ = call_ev[call_ev >= 0]
+    tids = np.unique(ev.tid[ev_[ev.stream[ev_] < 0]])
+    steps = np.unique(ev.tid[sel & (ev.stream == -1) & ev.name_has(("profilerstep#",))])
+    return np.setdiff1d(tids, steps)
+
+
+def locate(ev: RankEvents, sel: np.ndarray, calls: Calls) -> tuple[np.ndarray, np.ndarray]:
+    """Arrival and end event of each call (-1 when its events are not in the window)."""
+    n = len(calls)
+    arr, end = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    if not n:
+        return arr, end
+    dev_ts, dev_end, ts, te = calls.dev_ts, calls.dev_end, calls.ts, calls.end
+    d = np.flatnonzero(sel & ev.is_comm & (ev.stream >= 0))
+    h = np.flatnonzero(sel & comm_spans(ev))
+    on_dev = dev_ts >= 0
+    arr[on_dev] = _find(ev.ts[d], d, dev_ts[on_dev])
+    end[on_dev] = _find(ev.end[d], d, dev_end[on_dev])
+    spans = dict(zip(zip(ev.ts[h].tolist(), ev.end[h].tolist()), h.tolist()))  # a few per step
+    arr[~on_dev] = [spans.get(k, -1) for k in zip(ts[~on_dev].tolist(), te[~on_dev].tolist())]
+    end[~on_dev] = arr[~on_dev]
+    bad = (arr < 0) | (end < 0)
+    arr[bad], end[bad] = -1, -1
+    return arr, end
+
+
+def _find(keys: np.ndarray, rows: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """The row whose key equals ``want`` (the first in event order when several do)."""
+    o = np.argsort(keys, kind="stable")
+    k = keys[o]
+    j = np.searchsorted(k, want)
+    ok = j < len(k)
+    ok[ok] = k[j[ok]] == want[ok]
+    return np.where(ok, rows[o][np.minimum(j, len(k) - 1)], -1)
+
+
+def issuers(ev: RankEvents, sel: np.ndarray, arr: np.ndarray, calls: Calls, execs: np.ndarray) -> np.ndarray:
+    """The operator that issued each call run by an executor thread (-1: none)."""
+    from rankscope.model.comms import normalize_op
+
+    out = np.full(len(arr), -1, np.int64)
+    on_exec = (arr >= 0) & np.isin(ev.tid[np.maximum(arr, 0)], execs)
+    if not on_exec.any():
+        return out
+    cand = np.flatnonzero(sel & comm_spans(ev) & ~np.isin(ev.tid, execs) & (ev.kind == K.CPU_OP))
+    issue_ts = calls.issue_ts
+    by_ts = _find(ev.ts[cand], cand, issue_ts)
+    out[on_exec & (issue_ts >= 0)] = by_ts[on_exec & (issue_ts >= 0)]
+    todo = np.flatnonzero(on_exec & (issue_ts < 0))
+    if not len(todo) or not len(cand):
+        return out
+    cand = cand[np.argsort(ev.ts[cand], kind="stable")]
+    c_op = np.array([normalize_op(ev.name_of(int(i))) for i in cand])
+    cand, c_op = cand[c_op != "other"], c_op[c_op != "other"]
+    ops = calls.op
+    for op in set(ops[todo].tolist()):  # the k-th issue of an op runs as its k-th call
+        mine = todo[ops[todo] == op]
+        mine = mine[np.argsort(ev.ts[arr[mine]], kind="stable")]
+        theirs = cand[c_op == op]
+        m = min(len(mine), len(theirs))
+        ok = ev.ts[theirs[:m]] <= ev.ts[arr[mine[:m]]]
+        out[mine[:m][ok]] = theirs[:m][ok]
+    return out
+
+
+def rank_graph(ev: RankEvents, sel: np.ndarray, calls: Calls, joinable: np.ndarray | None = None) -> tuple[RankGraph, Anchors]:
+    """The time-faithful graph of one rank in a window, and its calls' anchors. Only ``joinable``
+    calls (another member is in the run) are cut and anchored; the others keep their own span."""
+    # annotations are nodes too: the step's own start (ProfilerStep#N), data loading, framework spans
+    g = build(ev, sel, extra_nodes=comm_spans(ev) | ((ev.stream == -1) & (ev.kind == K.ANNOTATION)))
+    arr_ev, end_ev = locate(ev, sel, calls)
+    execs = executor_threads(ev, sel, arr_ev)
+    iss = issuers(ev, sel, arr_ev, calls, execs)
+    found = arr_ev >= 0
+    arr_n = np.where(found, g.node(np.maximum(arr_ev, 0), True), -1)
+    end_n = np.where(found, g.node(np.maximum(end_ev, 0), False), -1)
+    has = found & (np.ones(len(found), bool) if joinable is None else joinable)
+    b = _Builder(g, ev)
+    b.own_gaps(execs)
+    b.cut(arr_n[has], end_n[has])
+    b.issue(iss[found & (iss >= 0)], arr_n[found & (iss >= 0)])
+    b.blocking_syncs()
+    b.wakes(end_n[found & np.isin(ev.tid[np.maximum(end_ev, 0)], execs) & (ev.stream[np.maximum(end_ev, 0)] < 0)], execs)
+    b.stream_waits()
+    arr_n, end_n = np.where(has, arr_n, -1), np.where(has, end_n, -1)
+    return b.done(), Anchors(arr_n, end_n, [k if h else None for k, h in zip(calls.key.tolist(), has)], calls)
+
+
+class _Builder:
+    """Reweights a copy of HTA's graph and adds the inferred edges."""
+
+    def __init__(self, g: RankGraph, ev: RankEvents) -> None:
+        self.g, self.ev = g, ev
+        self.w = g.w.copy()
+        self.typ = g.typ.copy()
+        self.link = g.link.copy()
+        self.extra: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []
+        self.dead = np.zeros(len(g.src), bool)
+        pos = np.empty(g.n, np.int64)
+        pos[g.order] = np.arange(g.n)
+        self.pos = pos
+
+    def own_gaps(self, execs: np.ndarray) -> None:
+        """Dependency edges weigh the gap (the rank's own time), zero on executor threads."""
+        g, ev = self.g, self.ev
+        dep = np.flatnonzero(g.typ == E.DEPENDENCY)
+        on_exec = np.isin(ev.tid[g.node_ev[g.dst[dep]]], execs)
+        self.w[dep] = np.where(on_exec, 0, np.maximum(g.node_ts[g.dst[dep]] - g.node_ts[g.src[dep]], 0))
+        sync = np.flatnonzero(g.typ == E.SYNC)
+        self.w[sync] = np.maximum(g.node_ts[g.dst[sync]] - g.node_ts[g.src[sync]], 0)
+
+    def cut(self, arr: np.ndarray, end: np.ndarray) -> None:
+        """Inside a call (arrival .. end on its chain) nothing weighs; its end takes no local edge."""
+        for a, e in zip(self.pos[arr].tolist(), self.pos[end].tolist()):  # one slice per call
+            inner = self.link[a + 1:e + 1]
+            inner = inner[inner >= 0]
+            self.w[inner], self.typ[inner] = 0, E.WAIT
+        self.link[self.pos[end]] = -1
+        self.dead |= np.isin(self.g.dst, end)
+
+    def add(self, src: np.ndarray, dst: np.ndarray, w: np.ndarray, typ: int) -> None:
+        self.extra.append((np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(w, np.int64), typ))
+
+    def issue(self, issuer_ev: np.ndarray, arr: np.ndarray) -> None:
+        g = self.g
+        src = g.node(issuer_ev, True)
+        self.add(src, arr, np.maximum(g.node_ts[arr] - g.node_ts[src], 0), E.LAUNCH)
+
+    def blocking_syncs(self) -> None:
+        """A blocking runtime call returns after its own device op: device end -> call end."""
+        from rankscope.analysis.deps.gpu import is_blocking
+
+        g, ev = self.g, self.ev
+        calls = np.unique(g.node_ev[(g.node_start == False) & is_blocking(ev)[g.node_ev]])  # noqa: E712
+        dev = ev.partner[calls]
+        ok = (dev >= 0) & (ev.stream[np.maximum(dev, 0)] >= 0)
+        calls, dev = calls[ok], dev[ok]
+        ok = np.isin(dev, g.node_ev) & (ev.end[dev] <= ev.end[calls] + GPU_WAKE_NS)
+        calls, dev = calls[ok], dev[ok]
+        has_sync = np.isin(g.node(calls, False), g.dst[g.typ == E.SYNC])
+        calls, dev = calls[~has_sync], dev[~has_sync]
+        self.add(g.node(dev, False), g.node(calls, False), np.maximum(ev.end[calls] - ev.end[dev], 0), E.SYNC)
+
+    def wakes(self, completions: np.ndarray, execs: np.ndarray) -> None:
+        """Host threads idle until a collective of an executor thread ended: the wait weighs 0."""
+        g, ev = self.g, self.ev
+        if not len(completions):
+            return
+        ct = np.sort(g.node_ts[completions])
+        c_sorted = completions[np.argsort(g.node_ts[completions], kind="stable")]
+        links = self.link[self.link >= 0]
+        links = links[self.typ[links] != E.WAIT]
+        u, v = g.src[links], g.dst[links]
+        host = (ev.stream[g.node_ev[v]] < 0) & ~np.isin(ev.tid[g.node_ev[v]], execs)
+        # the end of a wait, or of a framework's communication span (FSDP::all_gather, functional
+        # collectives): the thread sits there until the collective it runs elsewhere is done
+        waity = (ev.name_has(WAIT_NAMES) | ev.is_comm)[g.node_ev[v]] & ~g.node_start[v]
+        cand = host & (g.node_start[v] | waity)
+        j = np.searchsorted(ct, g.node_ts[v] + ROUND_NS, side="right") - 1
+        ok = cand & (j >= 0)
+        jj = np.maximum(j, 0)
+        ok &= (ct[jj] > g.node_ts[u]) & (g.node_ts[v] - ct[jj] <= WAKE_NS)
+        self.w[links[ok]], self.typ[links[ok]] = 0, E.WAIT
+        self.add(c_sorted[jj[ok]], v[ok], np.maximum(g.node_ts[v[ok]] - ct[jj[ok]], 0), E.SYNC)
+
+    def stream_waits(self) -> None:
+        """A device op that started right as another stream's op ended, after it was ready."""
+        g, ev = self.g, self.ev
+        starts = np.flatnonzero(g.node_start & (ev.stream[g.node_ev] >= 0))
+        ends = np.flatnonzero(~g.node_start & (ev.stream[g.node_ev] >= 0))
+        if not len(starts) or not len(ends):
+            return
+        ready = np.full(g.n, -1, np.int64)  # when the op's last known predecessor happened
+        live = np.flatnonzero(~self.dead)
+        np.maximum.at(ready, g.dst[live], g.node_ts[g.src[live]])
+        o = np.argsort(g.node_ts[ends], kind="stable")
+        e_ts, e_n = g.node_ts[ends][o], ends[o]
+        t, r = g.node_ts[starts], ready[starts]
+        j = np.searchsorted(e_ts, t + ROUND_NS, side="right") - 1
+        jj = np.maximum(j, 0)
+        gap = np.maximum(t - e_ts[jj], 0)
+        ok = (j >= 0) & (r >= 0) & (e_ts[jj] > r) & (gap <= GPU_WAKE_NS) & (t - r > 2 * gap + ROUND_NS)
+        ok &= ev.stream[g.node_ev[e_n[jj]]] != ev.stream[g.node_ev[starts]]
+        s = starts[ok]
+        zero = np.isin(g.dst, s) & ~self.dead
+        self.w[zero], self.typ[zero] = 0, np.where(self.typ[zero] == E.OPERATOR, E.OPERATOR, E.WAIT)
+        self.add(e_n[jj[ok]], s, gap[ok], E.SYNC)
+
+    def done(self) -> RankGraph:
+        g = self.g
+        keep = np.flatnonzero(~self.dead | np.isin(np.arange(len(g.src)), self.link[self.link >= 0]))
+        remap = np.full(len(g.src), -1, np.int64)
+        remap[keep] = np.arange(len(keep))
+        ex = self.extra
+        src = np.concatenate([g.src[keep]] + [e[0] for e in ex])
+        dst = np.concatenate([g.dst[keep]] + [e[1] for e in ex])
+        w = np.concatenate([self.w[keep]] + [e[2] for e in ex])
+        typ = np.concatenate([self.typ[keep]] + [np.full(len(e[0]), e[3], np.int8) for e in ex])
+        n_ex = sum(len(e[0]) for e in ex)
+        attr = np.concatenate([g.attr[keep], np.full(n_ex, -1, np.int64)])
+        seq = np.concatenate([g.seq[keep], g.seq.max(initial=0) + 1 + np.arange(n_ex)])
+        link = np.where(self.link >= 0, remap[np.maximum(self.link, 0)], -1)
+        return RankGraph(g.node_ev, g.node_start, g.node_ts, src, dst, np.maximum(w, 0), w, typ, attr, seq,
+                         g.order, link)

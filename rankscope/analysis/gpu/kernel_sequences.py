@@ -1,0 +1,145 @@
+"""Frequent kernel sequences: for each CPU operator name, the sequences of kernels its calls launched.
+
+Pattern: the calls of a name at the shallowest nesting depth where that name occurs are the roots;
+a kernel belongs to a root when its launch call is nested in it on the same thread, or is the root
+(a cudaGraphLaunch runs a whole graph) (kernels by correlation, in device start order). Roots
+launching at least ``MIN_PATTERN_LEN`` kernels give a
+pattern "operator|kernel|kernel|..."; per pattern: count, summed kernel time and operator time.
+Roots of one depth do not overlap on a thread, so each depth is one sorted search for all launches.
+
+- ``hta_kernel_sequences``: HTA's ``get_frequent_cuda_kernel_sequences`` for each operator name
+  (hta/analyzers/cuda_kernel_analysis.py:25-120: min_pattern_len 3, kernels on streams > 0 as
+  HTA links them, trace_call_graph.py ``get_cpu_gpu_correlation``; µs). HTA takes one name and matches
+  every name containing it, and links the autograd thread under the main thread's
+  "## backward ##" annotation: where either applies, its depths differ from the ones here;
+- ``kernel_sequences`` (rankscope): the same on every stream (ns), most frequent first.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from rankscope.analysis.base import Result
+from rankscope.analysis.gpu import htaview as hv
+from rankscope.analysis.gpu.guard import guarded, split, with_problems
+from rankscope.analysis.rankdata import RankData
+from rankscope.model.tables import nesting_depth
+from rankscope.model.run import Run
+
+MIN_PATTERN_LEN = 3
+HOST_CATS = ("cpu_op", "user_annotation", "python_function")
+
+
+def _cpu_threads(f: pl.DataFrame) -> pl.DataFrame:
+    """CPU events of the threads HTA builds call stacks for (hta/common/types.py:16 ``infer_device_type``:
+    a thread whose events all have a stream > 0, or whose pid or tid is 0, is a GPU stream)."""
+    t = f.group_by("pid", "tid").agg(((pl.col("stream") > 0).all() | (pl.col("pid") == 0).all()
+                                      | (pl.col("tid") == 0).all()).alias("_gpu"))
+    cpu = f.filter(pl.col("stream") == -1).select("idx", "nid", "cid", "ts", "dur", "end", "pid", "tid", "depth")
+    cpu = cpu.join(t, on=["pid", "tid"], how="left", maintain_order="left")
+    return cpu.filter(~pl.col("_gpu")).drop("_gpu").with_columns(
+        thread=pl.struct("pid", "tid").rank("dense").cast(pl.Int64)).drop("pid", "tid")
+
+
+def _pairs(roots: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """(root row, kernel row) for every kernel whose launch is nested in a root of the same thread."""
+    out = []
+    for (depth, thread), r in roots.group_by("depth", "thread"):
+        r = r.sort("ts")
+        lt = launches.filter(pl.col("thread") == thread)
+        if not lt.height:
+            continue
+        rts, rend = r["ts"].to_numpy(), r["end"].to_numpy()
+        lts, lend = lt["ts"].to_numpy(), lt["end"].to_numpy()
+        j = np.searchsorted(rts, lts, side="right") - 1
+        ok = (j >= 0) & (lend <= rend[np.maximum(j, 0)]) & ((lts < rend[np.maximum(j, 0)]) | (lts == lend))
+        out.append(pl.DataFrame({"root": r["idx"].to_numpy()[j[ok]], "k_idx": lt["k_idx"].to_numpy()[ok]}))
+    return pl.concat(out) if out else pl.DataFrame(schema={"root": pl.Int64, "k_idx": pl.Int64})
+
+
+def _linked_depths(v: hv.View, cpu: pl.DataFrame) -> pl.DataFrame:
+    """HTA's depths: with exactly one "main" thread (it has ProfilerStep#) and one "bwd" thread (it has
+    autograd:: ops), the bwd thread's top-level calls inside a main-thread "## backward ##" annotation (else
+    ProfilerStep#) move under it, their subtrees one level below it (hta/common/trace_call_graph.py:
+    _infer_stack_label, _link_main_and_bwd_stacks; trace_call_stack.py:432 update_parent_of_first_layer_nodes)."""
+    step = v.name_ids("step#", lambda n: n.startswith("ProfilerStep#"))
+    grad = v.name_ids("autograd::", lambda n: "autograd::" in n)
+    lab = cpu.group_by("thread").agg(pl.col("nid").is_in(step).any().alias("main"),
+                                     pl.col("nid").is_in(grad).any().alias("ag"))
+    main, bwd = lab.filter("main")["thread"], lab.filter(~pl.col("main") & pl.col("ag"))["thread"]
+    if len(main) != 1 or len(bwd) != 1:
+        return cpu
+    m = cpu.filter(pl.col("thread") == main[0])
+    parents = m.filter(pl.col("nid").is_in(v.name_ids("## backward ##", lambda n: n.startswith("## backward ##"))))
+    parents = parents if parents.height else m.filter(pl.col("nid").is_in(step))
+    b = cpu.filter(pl.col("thread") == bwd[0])
+    top = b.filter(pl.col("depth") == 0).sort("ts")
+    tts, tend = top["ts"].to_numpy(), top["end"].to_numpy()
+    shift = np.full(top.height, -1, np.int64)
+    for pts, pend, pdepth in parents.select("ts", "end", "depth").iter_rows():  # annotations: a few per step
+        shift[(shift < 0) & (tts >= pts) & (tend <= pend)] = pdepth + 1
+    bts = b["ts"].to_numpy()
+    j = np.clip(np.searchsorted(tts, bts, side="right") - 1, 0, max(top.height - 1, 0))
+    add = np.where(len(tts) > 0, np.maximum(shift[j] if len(tts) else 0, 0), 0)
+    moved = b.select("idx").with_columns(_add=pl.Series(add.astype(np.int64)))
+    cpu = cpu.join(moved, on="idx", how="left", maintain_order="left")
+    return cpu.with_columns((pl.col("depth").cast(pl.Int64) + pl.col("_add").fill_null(0)).alias("depth")).drop("_add")
+
+
+def sequences(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFrame:
+    """Per (operator name id, pattern): count, kernel time, operator time (ns); ``hta``: HTA's depths."""
+    f = v.frame
+    cpu = _cpu_threads(f)
+    if hta:  # HTA nests every CPU event of a thread (runtime calls too), then links the autograd thread
+        cpu = _linked_depths(v, cpu.with_columns(depth=pl.Series(nesting_depth(
+            cpu["thread"].to_numpy(), cpu["ts"].to_numpy(), cpu["dur"].to_numpy(), np.ones(cpu.height, bool)))))
+    host = [v.cat_id(c) for c in HOST_CATS]  # operators and annotations nest; a runtime call (one
+    # cudaGraphLaunch runs a whole graph) owns the kernels it launched itself
+    roots = cpu.filter(pl.col("depth") == pl.col("depth").min().over("nid"))
+    k = f.filter((pl.col("stream") >= min_stream) & (pl.col("index_correlation") > 0)).select(
+        pl.col("idx").alias("k_idx"), pl.col("nid").alias("k_nid"), pl.col("ts").alias("k_ts"),
+        pl.col("dur").alias("k_dur"), pl.col("index_correlation").alias("idx"))
+    launches = cpu.select("idx", "thread", "ts", "end").join(k, on="idx")
+    own = k.select(pl.col("idx").alias("root"), "k_idx").join(
+        roots.filter(~pl.col("cid").is_in(host)).select(pl.col("idx").alias("root")), on="root")
+    pairs = pl.concat([_pairs(roots.filter(pl.col("cid").is_in(host)), launches), own])
+    pairs = pairs.join(k.drop("idx"), on="k_idx")
+    pairs = pairs.filter(pl.len().over("root") >= MIN_PATTERN_LEN).sort("root", "k_ts", "k_idx")
+    # patterns as lists of name codes; names are joined only once per distinct pattern
+    per = pairs.group_by("root", maintain_order=True).agg(pl.col("k_nid").alias("seq"), pl.col("k_dur").sum().alias("gpu"))
+    per = per.join(roots.select(pl.col("idx").alias("root"), "nid", "dur"), on="root")
+    agg = per.group_by("nid", "seq").agg(pl.len().alias("count"), pl.col("gpu").sum(), pl.col("dur").sum().alias("cpu"))
+    names = pl.Series(v.names, dtype=pl.Utf8)
+    pattern = [v.names[n] + "|" + "|".join(names.gather(s).to_list()) for n, s in agg.select("nid", "seq").iter_rows()]
+    return v.with_names(agg, "operator").with_columns(pattern=pl.Series(pattern, dtype=pl.Utf8)).drop("nid", "seq")
+
+
+@guarded
+def rank_part(d: RankData) -> dict[str, Any] | None:
+    v = hv.view(d)
+    hta, own = sequences(v, 1, hta=True), sequences(v, 0)
+    if not hta.height and not own.height:
+        return None
+    return {"hta": hta.with_columns(rank=pl.lit(d.rank)), "own": own.with_columns(rank=pl.lit(d.rank))}
+
+
+def run_kernel_sequences(run: Run, results: dict[str, Any]) -> Result:
+    return combine(run, [(r, rank_part(RankData(run, r))) for r in run.rank_ids], results)
+
+
+def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:
+    parts, problems = split(parts)
+    got = [p for _, p in parts if p is not None]
+    if not got:
+        why = f"no operator launched {MIN_PATTERN_LEN} or more kernels in any rank"
+        return with_problems(problems, Result("kernel_sequences", skipped=why))
+    hta = pl.concat([p["hta"] for p in got]).select(
+        "rank", "operator", "pattern", "count", hv.to_us(pl.col("gpu")).alias("GPU kernel duration (us)"),
+        hv.to_us(pl.col("cpu")).alias("CPU op duration (us)"))
+    own = pl.concat([p["own"] for p in got]).select(
+        "rank", "operator", "pattern", "count", pl.col("gpu").alias("kernel_time"), pl.col("cpu").alias("operator_time"))
+    return with_problems(problems, Result("kernel_sequences", tables={
+        "kernel_sequences": own.sort(["rank", "count", "kernel_time"], descending=[False, True, True]),
+        "hta_kernel_sequences": hta.sort(["rank", "operator", "count"], descending=[False, False, True])}))

@@ -1,0 +1,109 @@
+"""Memory copy / set bandwidth: per copy kind (Memcpy HtoD, DtoH, DtoD, ..., Memset).
+
+Pattern: each memcpy / memset adds Kineto's "memory bandwidth (GB/s)" while it runs; the running sum
+per copy kind is the bandwidth in use (HTA's ``get_memory_bw_time_series``,
+hta/analyzers/trace_counters.py:259-325; kinds by name, utils.py:120; a 0 µs copy lasts 1 µs).
+
+- ``hta_memory_bw``: HTA's series (µs since the earliest event of all ranks, HTA's order of equal
+  times); ``hta_memory_bw_summary``: HTA's describe() over the series' positive points;
+- ``memory_bw`` (rankscope): per rank and kind, operations, bytes, busy time (union), and the achieved
+  bandwidth = bytes / busy time — what moved and how fast, not an average of instantaneous points.
+``series`` gives the running bandwidth on the rank's clock (the timeline's counter tracks).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from rankscope.analysis.base import Result
+from rankscope.analysis.gpu import htaview as hv
+from rankscope.analysis.gpu.guard import guarded, split, with_problems
+from rankscope.analysis.gpu.stats import describe
+from rankscope.analysis.rankdata import RankData
+from rankscope.model.run import Run
+
+
+def copies(d: RankData, v: hv.View) -> pl.DataFrame:
+    """HTA's memory kernels of the frame with their kind (``name``), in frame order; 0 µs lasts 1 µs;
+    a copy without Kineto's bandwidth has HTA's default, 0 (hta/configs/default_event_args.py)."""
+    mem = v.name_ids("memory_kernels", lambda n: hv.kernel_type(n) == hv.MEMORY)
+    k = hv.device(v.frame).filter(pl.col("nid").is_in(mem))
+    k = k.with_columns(bytes=pl.Series(hv.column(d, "bytes", k["idx"].to_numpy())),
+                       bandwidth=pl.Series(hv.column(d, "bandwidth", k["idx"].to_numpy())))
+    k = k.join(v.name_map("memory_kind", hv.memory_kind), on="nid", how="left", maintain_order="left")
+    return k.select(pl.col("memory_kind").alias("name"), "ts", "pid", "bytes",
+                    pl.when(pl.col("dur") == 0).then(1000).otherwise(pl.col("dur")).alias("dur"),
+                    pl.col("bandwidth").clip(0.0).alias("memory_bw_gbps"))
+
+
+def steps(c: pl.DataFrame, hta_order: bool) -> pl.DataFrame:
+    """Start (+bw) and end (−bw) rows, summed per kind in time order."""
+    rows = pl.concat([c.select("name", "ts", "pid", "memory_bw_gbps"),
+                      c.select("name", (pl.col("ts") + pl.col("dur")).alias("ts"), "pid",
+                               (-pl.col("memory_bw_gbps")).alias("memory_bw_gbps"))])
+    if hta_order:  # trace_counters.py:312: pandas' unstable sort of the concatenation
+        rows = rows[hv.pd_argsort(rows["ts"].to_numpy())]
+    else:  # ends before starts at equal times: back-to-back copies do not add up
+        rows = rows.with_row_index("_o").sort("ts", "memory_bw_gbps", "_o").drop("_o")
+    cum = np.zeros(rows.height)
+    names = rows["name"].to_numpy()
+    bw = rows["memory_bw_gbps"].to_numpy()
+    out = []
+    for n in sorted(set(names.tolist())):  # groupby("name"): sorted kinds, cumsum in row order
+        sel = np.flatnonzero(names == n)
+        cum[sel] = np.cumsum(bw[sel])
+        out.append(sel)
+    order = np.concatenate(out) if out else np.zeros(0, np.int64)
+    return rows.with_columns(memory_bw_gbps=pl.Series(cum))[order]
+
+
+def series(d: RankData) -> pl.DataFrame:
+    """rankscope's running bandwidth per kind of one rank: name, ts (ns, the rank's clock), gbps."""
+    v = hv.view(d)
+    s = steps(copies(d, v), hta_order=False)
+    return s.select("name", (pl.col("ts") + v.tmin + v.base).alias("ts"), pl.col("memory_bw_gbps").alias("gbps"))
+
+
+def _own(d: RankData, c: pl.DataFrame) -> list[dict[str, Any]]:
+    out = []
+    for (name,), g in c.group_by("name", maintain_order=True):
+        ts = g["ts"].to_numpy()
+        s, e = hv.merged(ts, ts + g["dur"].to_numpy())
+        busy = int((e - s).sum())
+        nbytes = int(g["bytes"].clip(0).sum())
+        out.append({"rank": d.rank, "name": name, "ops": g.height, "bytes": nbytes, "busy": busy,
+                    "bandwidth_gbps": nbytes / busy if busy else 0.0,
+                    "peak_gbps": float(g["memory_bw_gbps"].to_numpy().max())})
+    return out
+
+
+@guarded
+def rank_part(d: RankData) -> dict[str, Any] | None:
+    v = hv.view(d)
+    c = copies(d, v)
+    if not c.height:
+        return None
+    hta = steps(c, hta_order=True).select("name", pl.col("ts") + v.tmin, "memory_bw_gbps").with_columns(
+        rank=pl.lit(d.rank))
+    return {"tmin": v.tmin, "hta": hta, "own": _own(d, c)}
+
+
+def run_memory_bw(run: Run, results: dict[str, Any]) -> Result:
+    return combine(run, [(r, rank_part(RankData(run, r))) for r in run.rank_ids], results)
+
+
+def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:
+    parts, problems = split(parts)
+    got = [p for _, p in parts if p is not None]
+    if not got:
+        return with_problems(problems, Result("memory_bw", skipped="no memcpy / memset on the device in any rank"))
+    tmin = min(p["tmin"] for p in got)
+    ser = pl.concat([p["hta"] for p in got]).select("rank", "name", hv.to_us(pl.col("ts") - tmin).alias("ts"),
+                                                   "memory_bw_gbps")
+    summ = describe(ser.filter(pl.col("memory_bw_gbps") > 0), ["rank", "name"], "memory_bw_gbps")
+    own = pl.DataFrame([x for p in got for x in p["own"]])
+    tables = {"memory_bw": own, "hta_memory_bw": ser, "hta_memory_bw_summary": summ}
+    return with_problems(problems, Result("memory_bw", tables=tables,
+                  summary={"bytes": int(own["bytes"].sum())}))

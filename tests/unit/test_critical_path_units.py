@@ -1,0 +1,203 @@
+"""Unit tests of the critical path's parts on small hand-built inputs.
+
+Oracles: networkx's ``dag_longest_path`` / ``dag_longest_path_length`` (what HTA 0.5.0 calls) for the
+chain solver and the anchor matrix, numpy's ``nanmedian`` for the leave-one-out medians, and HTA's
+``compare_events`` rules (hta/common/call_stack.py, written out in the test) for the call stack.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from rankscope.analysis.deps import adapter, cpu, events, join, local, path, whatif
+from rankscope.analysis.deps.graph import RankGraph
+
+nx = pytest.importorskip("networkx")
+
+
+def random_chains(seed: int, chains: int = 4, length: int = 12, cross: int = 20) -> RankGraph:
+    """Chains of nodes with increasing times and cross edges going forward in time (a DAG)."""
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.integers(0, 10_000, (chains, length)), axis=1)
+    node_ts = ts.ravel()
+    n = node_ts.size
+    src, dst = [], []
+    link = np.full(n, -1, np.int64)
+    for c in range(chains):
+        for i in range(1, length):
+            link[c * length + i] = len(src)
+            src.append(c * length + i - 1), dst.append(c * length + i)
+    for _ in range(cross):
+        a, b = rng.integers(0, n, 2)
+        if node_ts[a] < node_ts[b] and (a // length) != (b // length):
+            src.append(a), dst.append(b)
+    src, dst = np.array(src), np.array(dst)
+    w = np.maximum(node_ts[dst] - node_ts[src], 0) + rng.integers(0, 50, len(src))
+    return RankGraph(np.arange(n), np.ones(n, bool), node_ts, src, dst, w, w, np.zeros(len(src), np.int8),
+                     np.full(len(src), -1), np.arange(len(src)), np.arange(n), link)
+
+
+def cut(g: RankGraph, end: np.ndarray) -> RankGraph:
+    """``g`` without the edges into ``end`` (a call's end takes its time from the other ranks)."""
+    keep = np.flatnonzero(~np.isin(g.dst, end))
+    remap = np.full(len(g.src), -1)
+    remap[keep] = np.arange(len(keep))
+    link = np.where(g.link >= 0, remap[np.maximum(g.link, 0)], -1)
+    return RankGraph(g.node_ev, g.node_start, g.node_ts, g.src[keep], g.dst[keep], g.w[keep], g.w_raw[keep],
+                     g.typ[keep], g.attr[keep], g.seq[keep], g.order, link)
+
+
+def to_nx(g: RankGraph) -> "nx.DiGraph":
+    G = nx.DiGraph()
+    G.add_nodes_from(range(g.n))
+    for s, d, w in zip(g.src.tolist(), g.dst.tolist(), g.w.tolist()):
+        G.add_edge(s, d, weight=w)
+    return G
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_longest_path_equals_networkx(seed):
+    g = random_chains(seed)
+    G = to_nx(g)
+    p = path.longest_path(g)
+    assert p.length == nx.dag_longest_path_length(G, weight="weight")
+    assert list(p.nodes) == nx.dag_longest_path(G, weight="weight")
+    assert int(g.w[p.edges].sum()) == p.length
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_anchor_matrix_equals_pairwise_longest_paths(seed):
+    """Longest local paths from each source to each target, with the sources' in-edges cut."""
+    g = random_chains(seed, chains=3, length=15, cross=25)
+    rng = np.random.default_rng(seed)
+    picked = rng.choice(g.n, 6, replace=False)
+    arrival, end = picked[:3], picked[3:]  # three calls: where each arrives, where each ends
+    g = cut(g, end)
+    loc = local.Local(g, arrival, end)
+    m = loc.matrix()
+    G = to_nx(g)
+    sources = [list(loc.sources)] + [[e] for e in end.tolist()]
+    for row, srcs in enumerate(sources):
+        for col, t in enumerate(list(arrival) + [None]):
+            best = local.NEG
+            for s in srcs:
+                reach = nx.descendants(G, s) | {s}
+                lengths = _longest_from(G, s)
+                if t is None:
+                    best = max(best, max(lengths[v] for v in reach))
+                elif t in reach:
+                    best = max(best, lengths[t])
+            assert m.d[row, col] == best, (row, col)
+
+
+def _longest_from(G: "nx.DiGraph", s: int) -> dict[int, int]:
+    dist = {s: 0}
+    for v in nx.topological_sort(G):
+        if v in dist:
+            for _, u, data in G.out_edges(v, data=True):
+                dist[u] = max(dist.get(u, -1), dist[v] + data["weight"])
+    return dist
+
+
+def test_windowed_solver_equals_one_window(monkeypatch):
+    arrival, end = np.array([10, 900, 1700]), np.array([420, 1300, 2000])
+    g = cut(random_chains(3, chains=6, length=400, cross=600), end)
+    one = local.Local(g, arrival, end).matrix().d
+    monkeypatch.setattr(local, "WINDOW", 64)
+    assert np.array_equal(local.Local(g, arrival, end).matrix().d, one)
+
+
+def _events(rows: list[tuple[str, int, int, int]]) -> events.RankEvents:
+    """(name, ts, dur, tid) host operators."""
+    t = pa.table({"name": pa.array([r[0] for r in rows]).dictionary_encode(),
+                  "kind": pa.array(["cpu_op"] * len(rows)).dictionary_encode(),
+                  "ts": [r[1] for r in rows], "dur": [r[2] for r in rows], "tid": [r[3] for r in rows],
+                  "stream": [-1] * len(rows), "correlation": [-1] * len(rows), "is_comm": [False] * len(rows),
+                  "input_dims": pa.array([""] * len(rows)).dictionary_encode()})
+    return events.from_table(t)
+
+
+def test_call_stack_follows_hta_compare_events():
+    """HTA's rules: at one time ends before starts, longer starts first, shorter ends first; an end
+    pops the top of the stack."""
+    ev = _events([("A", 0, 100, 1), ("B", 0, 40, 1), ("C", 40, 60, 1), ("D", 100, 10, 1), ("E", 5, 10, 2)])
+    walk, start, tid, parent, own = cpu.parents_and_walk(ev, np.arange(ev.n))
+    assert parent.tolist() == [-1, 0, 0, -1, -1]
+    seq = [(ev.name_of(int(e)), bool(s)) for e, s, t in zip(walk, start, tid) if t == 1]
+    assert seq == [("A", True), ("B", True), ("B", False), ("C", True), ("C", False), ("A", False),
+                   ("D", True), ("D", False)]
+
+
+def test_fix_nesting_moves_a_one_ns_overlap():
+    # a parent ends 1 ns after the next operator started (µs rounding): the next one is its sibling
+    ev = _events([("A", 0, 101, 1), ("A1", 10, 50, 1), ("B", 100, 500, 1), ("B1", 200, 100, 1)])
+    fixed = cpu.fix_nesting(ev)
+    assert fixed.dur.tolist() == [100, 50, 500, 100]
+    parent = cpu.parents_and_walk(fixed, np.arange(fixed.n))[3]
+    assert parent.tolist() == [-1, 0, -1, 2]
+
+
+def test_leave_one_out_medians_equal_nanmedian():
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 100, (9, 4, 5)).astype(float)
+    x[rng.random(x.shape) < 0.25] = np.nan
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices
+        want = np.stack([np.nanmedian(np.delete(x, i, 0), axis=0) for i in range(len(x))])
+    assert np.allclose(whatif._leave_one_out_medians(x), want, equal_nan=True)
+
+
+def test_two_ranks_join_at_the_last_arrival():
+    """Rank 1 arrives 30 late at the only collective: the path is rank 1's 40 then the transfer 5,
+    then rank 0's tail of 7; at rank 0's speed rank 1 would arrive at 10 (what-if: 22 instead of 52)."""
+    neg = local.NEG
+    # rows [START, end of call 0], cols [arrival 0, SINK]
+    r0 = join.RankStep(0, np.array([[10, 10], [neg, 7]]), ["g#0"], np.array([35]), (("all_reduce", "collective"),))
+    r1 = join.RankStep(1, np.array([[40, 40], [neg, 2]]), ["g#0"], np.array([5]), (("all_reduce", "collective"),))
+    j = join.join([r0, r1])
+    dist, end = join.longest(j)
+    assert dist[end] == 40 + 5 + 7
+    kinds = [int(j.kind[e]) for e in join.path_edges(j, dist, end)]
+    owners = [j.ranks[int(j.ref[e, 0])].rank for e in join.path_edges(j, dist, end)]
+    assert kinds == [join.LOCAL, join.WAIT, join.XFER, join.LOCAL] and owners == [1, 1, 0, 0]
+    wi = {w.rank: w for w in whatif.what_if(j, int(dist[end]))}
+    assert wi[1].path_if_median_ns == 10 + 5 + 7 and wi[1].saving_ns == 30
+    assert wi[0].path_if_median_ns == 40 + 5 + 2  # rank 0 at rank 1's speed: its tail 7 -> 2
+
+
+def test_keys_and_joinable_calls():
+    t = pa.table({"op": pa.array(["all_reduce", "send", "all_reduce"]).dictionary_encode(),
+                  "name": pa.array(["x"] * 3).dictionary_encode(), "ts": [10, 20, 30], "dur": [5, 5, 5],
+                  "dev_ts": [-1] * 3, "dev_dur": [-1] * 3, "pg_name": pa.array(["0"] * 3).dictionary_encode(),
+                  "pg_ranks": pa.array(["0,1"] * 3).dictionary_encode(), "group_size": pa.array([2] * 3, pa.int32()),
+                  "seq": [-1] * 3, "peer": [-1, 1, -1]})
+    df = adapter.calls(t, 0)
+    keys = df["key"].to_list()
+    assert keys == ["0|0,1#0", "p2p:0->1#0", "0|0,1#1"] and df["kind"].to_list() == ["collective", "p2p", "collective"]
+    assert adapter.joinable(np.array(keys, object), 0, {0, 1}).tolist() == [True, True, True]
+    assert adapter.joinable(np.array(keys, object), 0, {0}).tolist() == [False, False, False]
+
+
+def test_banded_anchor_matrix_equals_the_full_one_within_its_band(monkeypatch):
+    """Many calls per step: each source solved for the next 2 * BAND arrivals only, the step's end
+    from a backward pass; inside the band the values are the full solve's."""
+    rng = np.random.default_rng(11)
+    g0 = random_chains(4, chains=3, length=120, cross=150)
+    calls = np.sort(rng.choice(g0.n, 24, replace=False))
+    arrival, end = calls[0::2], calls[1::2]
+    g = cut(g0, end)
+    full = local.Local(g, arrival, end).matrix().d
+    monkeypatch.setattr(local, "BAND", 2)
+    loc = local.Local(g, arrival, end)
+    banded = loc.matrix().d
+    k = len(arrival)
+    assert np.array_equal(banded[:, k], full[:, k])  # to the step's end: exact
+    for r in range(k + 1):
+        for c in range(k):
+            if c - (r // 2 * 2 - 1) < 4 and c >= r // 2 * 2 - 1:  # inside this row's band
+                assert banded[r, c] == full[r, c], (r, c)
+            else:
+                assert banded[r, c] in (full[r, c], local.NEG)
