@@ -71,7 +71,7 @@ def assign(table: pa.Table, doc: dict[str, Any]) -> tuple[pa.Table, np.ndarray]:
     time its training thread issued it where the trace says (``issue_ts``): gloo may start a queued
     collective on its own thread milliseconds later."""
     from rankscope.model.comm_issue import family
-    from rankscope.model.comms import normalize_op
+    from rankscope.model.schema import normalize_op
 
     if table.num_rows == 0:
         return table, np.zeros(0, dtype=bool)

@@ -17,21 +17,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rankscope.model import comm_issue, schema
+from rankscope.model.schema import normalize_op
 from rankscope.model.readers.kineto import Args, RawTrace
 
 # The group of a call the trace does not name, where this rank is in sub-groups (see _unknown_groups).
 UNKNOWN_PG = "?"
-_OP_RE = re.compile(r"^(?:nccl|gloo|hccl|rccl|c10d)(?:[:_]+)(.*)$", re.I)
 
 
 @functools.lru_cache(maxsize=4096)
-def normalize_op(name: str) -> str:
-    """'allreduce', 'nccl:all_reduce', 'gloo:all_reduce' -> 'all_reduce'."""
-    m = _OP_RE.match(name)
-    key = (m.group(1) if m else name).lower().strip("_")
-    return schema.COLLECTIVE_OPS.get(key, schema.COLLECTIVE_OPS.get(key.replace("_", ""), "other"))
-
-
 def _nelems(a: Args | None) -> tuple[int, str]:
     """Element count and dtype from 'Input Dims' / 'Input type' (gloo ops carry no comm metadata)."""
     if a is None or not bytes(a.input_dims):

@@ -223,17 +223,18 @@ def _read_one(f: str) -> tuple[Any, dict[str, Any], list[str]]:
 
 
 def _read_ascend(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | TraceError:
+    from rankscope.model.readers.ascend import reader
     from rankscope.model.readers.ascend import torch_npu as ascend
 
     d = Path(task.root or task.files[0])
     said: list[str] = []
     rank, source, dist = ascend.identity(d, said)
-    meta = {**(task.meta or {}), **({"distributed_args": dist} if dist else {}), "ascend_export": ascend.export_form(d)}
+    meta = {**(task.meta or {}), **({"distributed_args": dist} if dist else {}), "ascend_export": reader.export_form(d)}
     info = RankInfo(rank=-1 if rank is None else rank, files=list(task.files), meta=meta,
                     rank_source=source, world_size=dist.get("world_size"), backend=dist.get("backend") or "hccl",
                     process_groups=compact_groups(ascend.process_groups(d)))
     try:
-        tabs, problems, partial = ascend.read(d)
+        tabs, problems, partial = reader.read(d)
     except TraceError as err:
         err.rank = rank  # known from profiler_info: the rank is named missing with this reason
         return err

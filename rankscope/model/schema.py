@@ -1,7 +1,9 @@
 """Arrow schemas of the per-rank tables (the source of truth; see docs/contract.md)."""
 from __future__ import annotations
 
+
 import enum
+import re
 
 import pyarrow as pa
 
@@ -129,3 +131,13 @@ DTYPE_BYTES: dict[str, int] = {
 def empty(name: str) -> pa.Table:
     """An empty table with the schema of ``name``."""
     return TABLES[name].empty_table()
+
+
+_OP_RE = re.compile(r"^(?:nccl|gloo|hccl|rccl|c10d)(?:[:_]+)(.*)$", re.I)
+
+
+def normalize_op(name: str) -> str:
+    """'allreduce', 'nccl:all_reduce', 'gloo:all_reduce' -> 'all_reduce'."""
+    m = _OP_RE.match(name)
+    key = (m.group(1) if m else name).lower().strip("_")
+    return COLLECTIVE_OPS.get(key, COLLECTIVE_OPS.get(key.replace("_", ""), "other"))

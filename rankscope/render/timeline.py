@@ -24,23 +24,10 @@ import numpy as np
 from rankscope.analysis.base import frame
 from rankscope.errors import RankscopeError
 from rankscope.intlist import parse_int_list
+from rankscope.render.tracks import DEVICE_KINDS, RPC_BASE, STREAM_BASE, coll_label, track_label
 
 if TYPE_CHECKING:
     import polars as pl
-
-DEVICE_KINDS = ("kernel", "memcpy", "memset", "gpu_user_annotation")
-COLL_TRACK, MEM_TRACK, STREAM_BASE = 0, 1, 1 << 30
-RPC_BASE = 1 << 29  # track of the events a remote worker ran for this rank's RPC calls: RPC_BASE + worker id
-
-
-def track_label(t: int, remote: dict[int, str] | None = None) -> str:
-    """A track's name: a device stream, a remote worker's lane (RPC), or a host thread."""
-    if t >= STREAM_BASE:
-        return f"stream {t - STREAM_BASE}"
-    if t >= RPC_BASE:
-        return (remote or {}).get(t, f"remote worker {t - RPC_BASE}")
-    return f"thread {t}"
-
 
 def parse_ints(spec: str | None, what: str) -> list[int] | None:
     """'0-3,7' -> [0, 1, 2, 3, 7]; None or '' -> None (no filter)."""
@@ -181,11 +168,6 @@ def lanes(ts: Any, dur: Any) -> Any:
         out[i] = lane
         heapq.heappush(busy, (t + max(int(dur[i]), 0), lane))
     return out
-
-
-def coll_label(lane: int) -> str:
-    """Name of a collectives lane (lane 0 keeps the plain name)."""
-    return "collectives" if lane == 0 else f"collectives {lane + 1}"
 
 
 def flows(colls: list[Any]) -> Any:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rankscope.render.tracks import coll_label, track_label
+
 COLL_TID = "collectives"
 
 
@@ -21,15 +23,12 @@ def _base(frames: dict[int, Any]) -> int:
 
 
 def _meta(sel: dict[str, Any]) -> list[dict[str, Any]]:
-    from rankscope.render.timeline import coll_label
     out: list[dict[str, Any]] = []
     for r, f in sel["frames"].items():
         pid = r + 1
         out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": sel["names"][r]}})
         out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": r}})
         for t in f["events"]["track"].unique().sort().to_list():
-            from rankscope.render.timeline import track_label
-
             label = track_label(t, f.get("remote"))
             out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": int(t), "args": {"name": label}})
         for lane in sorted(set(f["collectives"]["lane"].to_list()) | {0}):

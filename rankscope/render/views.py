@@ -13,7 +13,7 @@ from rankscope.model.run import Run
 from rankscope.render import charts
 from rankscope.analysis.diagnosis.work import first_dims
 from rankscope.render.declare import BREAKDOWN_COLS, Col as C, cell
-from rankscope.render.html import declared_table, esc, findings_html
+from rankscope.render.blocks import declared_table, esc, findings_html
 
 DRAWN: dict[str, tuple[str, ...]] = {"breakdown": ("breakdown",), "straggler": ("per_rank",),
                                      "trajectory": ("trajectory",)}
@@ -50,7 +50,7 @@ def overview(run: Run, results: dict[str, Result]) -> str:
             *[c for c in BREAKDOWN_COLS if c.key in ("computing", "comm_exposed", "data_wait", "free")])
     table = declared_table(per_rank, cols, hot=hot)
     limits = "".join(f'<p class="muted">{esc(x)}</p>' for x in st.summary.get("limits", []))
-    from rankscope.render.html import _evidence
+    from rankscope.render.blocks import evidence_html as _evidence
 
     proof = "".join(f'<div class="muted">{esc(f.title.split(",")[0])}'
                     f'{f" · confidence {f.confidence:.0%}" if f.confidence is not None else ""}{_evidence(f.evidence)}'

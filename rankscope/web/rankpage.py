@@ -25,7 +25,8 @@ def page(run: Any, results: dict[str, Any], rank: int, name: str) -> str:
     from rankscope.intlist import format_int_list
     from rankscope.render import charts
     from rankscope.render.declare import BREAKDOWN_COLS, Col
-    from rankscope.render.html import _CSS, _JS, _plotly_js, declared_table, esc
+    from rankscope.render.blocks import declared_table, esc
+    from rankscope.render.html import _CSS, _JS, _plotly_js
 
     parts = []
     st = results.get("straggler")

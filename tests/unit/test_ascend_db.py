@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from rankscope.cli import main
-from rankscope.model.readers.ascend import torch_npu as ascend
+from rankscope.model.readers.ascend import reader as ascend
+from rankscope.model.readers.ascend import torch_npu
 from rankscope.synth.ascend_run import write_run
 from rankscope.synth.ascend_sim import AscendJob
 
@@ -129,6 +130,6 @@ def test_rank_from_the_db_when_profiler_info_is_gone(forms, tmp_path):
     d = _rank1(root).parent
     (d / "profiler_info_1.json").unlink()
     (d / "profiler_metadata.json").unlink()
-    assert ascend.identity(d)[:2] == (1, "RANK_DEVICE_MAP")
+    assert torch_npu.identity(d)[:2] == (1, "RANK_DEVICE_MAP")
     _drop_table("RANK_DEVICE_MAP")(d / OUT)
-    assert ascend.identity(d)[:2] == (1, "profiler db file name")
+    assert torch_npu.identity(d)[:2] == (1, "profiler db file name")

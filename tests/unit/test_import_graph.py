@@ -1,7 +1,7 @@
 """The shape of the package stays: no import circles, and no stage imports a later one.
 
-Reads every ``import`` of ``rankscope/`` (function-level ones too: a lazy import is still a dependency)
-and checks it against ``MAY_IMPORT``, the one-direction layering of docs/architecture.md as data.
+Reads every ``import`` of ``rankscope/`` (function-level ones too: a lazy import is still a dependency;
+not those under ``if TYPE_CHECKING:``) and checks it against ``MAY_IMPORT``, the one-direction layering of docs/architecture.md as data.
 """
 from __future__ import annotations
 
@@ -43,11 +43,26 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node except those under ``if TYPE_CHECKING:`` (names for the type checker, never imported)."""
+    out: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                todo.extend(child.orelse)
+                continue
+            todo.append(child)
+    return out
+
+
 def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in mods.items():
         deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _runtime_nodes(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
                     node.module.split(".")[0] == TOP:
                 for a in node.names:

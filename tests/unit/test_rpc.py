@@ -180,7 +180,8 @@ def test_rpc_view_is_optional():
 
 def test_merged_timeline_gives_remote_events_their_lane_aligned_with_the_rank(tmp_path):
     from rankscope.model.run import load_run
-    from rankscope.render.timeline import RPC_BASE, write_timeline
+    from rankscope.render.timeline import write_timeline
+    from rankscope.render.tracks import RPC_BASE
     from tests.helpers import OFFSET_NS, tiny_run
     from tests.unit.test_render_timeline import parse_pftrace
 

@@ -88,7 +88,7 @@ def _find(keys: np.ndarray, rows: np.ndarray, want: np.ndarray) -> np.ndarray:
 
 def issuers(ev: RankEvents, sel: np.ndarray, arr: np.ndarray, calls: Calls, execs: np.ndarray) -> np.ndarray:
     """The operator that issued each call run by an executor thread (-1: none)."""
-    from rankscope.model.comms import normalize_op
+    from rankscope.model.schema import normalize_op
 
     out = np.full(len(arr), -1, np.int64)
     on_exec = (arr >= 0) & np.isin(ev.tid[np.maximum(arr, 0)], execs)

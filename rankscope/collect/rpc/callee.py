@@ -151,7 +151,6 @@ def _profiled(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     from torch.profiler import record_function
 
     from rankscope.collect.rpc import state
-    from rankscope.collect.rpc.calls import Recorder
 
     label = f"rpc remote#{state.fn_name(fn)}"
     rec = ThreadRecorder(config)
@@ -159,7 +158,7 @@ def _profiled(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
         rec.start()
     except Exception as exc:  # noqa: BLE001 - e.g. a profiler enabled on this thread already
         return _plain(fn, args, kwargs, t_recv, name, wid, f"the callee could not record the call: {exc}"[:200])
-    inner = Recorder(config, nested=True)
+    inner = state.PARTS["recorder"](config, nested=True)
     with state.nested_scope(inner):
         try:
             with record_function(label):

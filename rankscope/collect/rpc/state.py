@@ -23,6 +23,9 @@ from torch.distributed.rpc.constants import UNSET_RPC_TIMEOUT
 NAMES = ("rpc_sync", "rpc_async", "remote")
 TORCH: dict[str, Callable[..., Any]] = {n: getattr(_api, n) for n in NAMES}
 _ACTIVE: Any = None  # the process's recorder (calls.Recorder) while a profile records
+# The sending side, given by the package's ``__init__`` (``connect``): the wrappers here and the callee's
+# nested calls reach :mod:`.calls` through it, so neither imports it (calls imports both of them).
+PARTS: dict[str, Callable[..., Any]] = {}
 
 
 class _Local(threading.local):
@@ -83,9 +86,7 @@ def rpc_sync(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any = 
     rec = _ACTIVE if _ACTIVE is not None and _ACTIVE.enabled else _LOCAL.scope
     if rec is None:
         return TORCH["rpc_sync"](to, func, args, kwargs, timeout)
-    from rankscope.collect.rpc import calls
-
-    return calls.send(rec, "rpc_sync", to, func, args, kwargs, timeout).wait()
+    return PARTS["send"](rec, "rpc_sync", to, func, args, kwargs, timeout).wait()
 
 
 def rpc_async(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any = None,
@@ -94,9 +95,7 @@ def rpc_async(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any =
     rec = _ACTIVE if _ACTIVE is not None and _ACTIVE.enabled else _LOCAL.scope
     if rec is None:
         return TORCH["rpc_async"](to, func, args, kwargs, timeout)
-    from rankscope.collect.rpc import calls
-
-    return calls.send(rec, "rpc_async", to, func, args, kwargs, timeout)
+    return PARTS["send"](rec, "rpc_async", to, func, args, kwargs, timeout)
 
 
 def remote(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any = None,
@@ -105,12 +104,15 @@ def remote(to: Any, func: Callable[..., Any], args: Any = None, kwargs: Any = No
     rec = _ACTIVE if _ACTIVE is not None and _ACTIVE.enabled else _LOCAL.scope
     if rec is None:
         return TORCH["remote"](to, func, args, kwargs, timeout)
-    from rankscope.collect.rpc import calls
-
-    return calls.send_remote(rec, to, func, args, kwargs, timeout)
+    return PARTS["send_remote"](rec, to, func, args, kwargs, timeout)
 
 
 WRAPPERS: dict[str, Callable[..., Any]] = {"rpc_sync": rpc_sync, "rpc_async": rpc_async, "remote": remote}
+
+
+def connect(*, send: Callable[..., Any], send_remote: Callable[..., Any], recorder: Callable[..., Any]) -> None:
+    """Wire in the sending side (called once, by ``rankscope.collect.rpc``'s ``__init__``)."""
+    PARTS.update(send=send, send_remote=send_remote, recorder=recorder)
 
 
 def install() -> None:

@@ -198,7 +198,7 @@ def _names(full: str, p2p: bool) -> tuple[str, str, int | None]:
     name = full.split(":", 1)[-1].split(" ")[0]
     if pm:
         return name, name, int(pm.group(2))  # "send a->b": b; "recv b<-a": a
-    from rankscope.model.comms import normalize_op  # gloo:all_reduce, nccl:all_reduce -> all_reduce
+    from rankscope.model.schema import normalize_op  # gloo:all_reduce, nccl:all_reduce -> all_reduce
 
     got = normalize_op(full)
     return name, got if got != "other" else name, None

@@ -33,8 +33,7 @@ from typing import Any
 import pyarrow as pa
 
 from rankscope.model import schema
-from rankscope.model.readers.ascend import files as ascend_files
-from rankscope.model.schema import COMM_LINKS, COMM_OPS, STEP_TIMES
+from rankscope.model.schema import STEP_TIMES
 
 # msprof-analyze's ProfDataAllocate.DB_PATTERNS (cluster_data_preprocess/prof_data_allocate.py), PyTorch's.
 # MindSpore's DB export (ascend_mindspore_profiler_<rank>.db, communication_analyzer.db) has unfolded
@@ -156,54 +155,3 @@ def step_times(con: sqlite3.Connection, have: set[str]) -> pa.Table:
                                                               for c, v in zip(STEP_COLUMNS, r[1:])}))
             for r in con.execute(f"SELECT step, {cols} FROM StepTraceTime")]
     return pa.table(list(map(list, zip(*rows))) if rows else [[]] * 2, schema=STEP_TIMES)
-
-
-def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
-    """All per-rank tables of one DB-form Ascend output directory, problems, and whether it is partial."""
-    from rankscope.model import tables
-    from rankscope.model.readers.ascend import torch_npu as ascend
-    from rankscope.model.readers.ascend import db_trace as ascend_db_trace
-
-    out = d / ascend.OUTPUT
-    prof = profiler_db(out)
-    problems: list[str] = []
-    partial = False
-    if prof is None:  # only analysis.db kept (msprof-analyze accepts this too): cluster files, no timeline
-        tabs = {name: schema.empty(name) for name in schema.TABLES}
-        problems.append(f"{out}: no ascend_pytorch_profiler_<rank>.db, only analysis.db: no timeline")
-    else:
-        try:
-            raw = ascend_db_trace.read_trace(prof)
-        except sqlite3.Error as exc:
-            from rankscope.errors import TraceError
-
-            why = (f"this Python's SQLite {sqlite3.sqlite_version} has no JSON functions (3.38 or later needed)"
-                   if "no such function" in str(exc) else f"not a readable SQLite database ({exc})")
-            raise TraceError(str(prof), why) from exc
-        tabs, more = tables.build(raw)
-        problems += [f"{prof}: {p}" for p in raw.problems + more]
-        partial = raw.partial
-    adb = analysis_db(out)
-    for name, empty in (("comm_ops", COMM_OPS), ("comm_links", COMM_LINKS),
-                        ("step_times", STEP_TIMES)):
-        tabs[name] = empty.empty_table()
-    if adb is None:
-        problems.append(f"{out}: no analysis.db (profiler level none, or the analysis step was not run); "
-                        "no collectives, communication or step trace exports")
-        return tabs, problems, partial
-    try:
-        con = connect(adb)
-        try:
-            have = tables_of(con)
-            comm = communication_doc(con, have)
-            groups = {g["name"]: g["ranks"] for g in ascend.process_groups(d)}
-            tabs["collectives"], more = ascend.collectives_of(comm, str(adb), groups)
-            problems += more
-            tabs["comm_ops"] = ascend_files.comm_ops_of(comm)
-            tabs["comm_links"] = ascend_files.comm_links_of(matrix_doc(con, have))
-            tabs["step_times"] = step_times(con, have)
-        finally:
-            con.close()
-    except (sqlite3.Error, ValueError, TypeError) as exc:
-        problems.append(f"{adb}: unreadable ({str(exc)[:200]}); left out of the collectives and cluster exports")
-    return tabs, problems, partial

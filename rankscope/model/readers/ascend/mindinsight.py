@@ -134,7 +134,7 @@ def step_tables(path: Path, device: int = 0) -> dict[str, pa.Table]:
     Events are the spans the step trace measures on the device: "fp_and_bp" (forward and backward,
     as compute) and each communication op on its stream; iteration interval and tail are idle.
     """
-    from rankscope.model.comms import normalize_op
+    from rankscope.model.schema import normalize_op
 
     head, rows = _rows(path)
     col = {c: i for i, c in enumerate(head)}

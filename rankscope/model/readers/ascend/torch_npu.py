@@ -275,7 +275,7 @@ def parse_name(name: str) -> tuple[str, int, str]:
     The first number is the last three digits of the group hash, the second the call counter of
     the group on this rank (the same on every member); a name with one number uses that one.
     """
-    from rankscope.model.comms import normalize_op
+    from rankscope.model.schema import normalize_op
 
     m = _HCOM_RE.match(name)
     if not m:
@@ -334,29 +334,12 @@ def step_ids(path: Path) -> list[int]:
     return [int(s) for s in col if str(s).lstrip("-").isdigit()]
 
 
-def export_form(d: Path) -> str:
-    """Which of torch_npu's exports the folder holds: "text", "db" or "text+db" (export_type both).
-
-    A folder with trace_view.json is read as text (the richer timeline); msprof-analyze takes any
-    folder with a profiler db in DB mode (prof_data_allocate.py), which the cluster exports follow."""
-    from rankscope.model.readers.ascend import db as ascend_db
-
-    out = d / OUTPUT
-    db = ascend_db.profiler_db(out) is not None or ascend_db.analysis_db(out) is not None
-    text = (out / "trace_view.json").is_file()
-    return "text+db" if db and text else "db" if db else "text"
-
-
-def read(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
-    """All per-rank tables of one Ascend output directory, problems, and whether it is partial."""
+def read_text(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
+    """All per-rank tables of one text-form Ascend output directory, problems, and whether it is partial."""
     from rankscope.model import tables
 
     out = d / OUTPUT
     tv = out / "trace_view.json"
-    if export_form(d) == "db":
-        from rankscope.model.readers.ascend import db as ascend_db
-
-        return ascend_db.read(d)
     if not tv.is_file():
         raise TraceError(str(d), f"no {OUTPUT}/trace_view.json (was the profiler's analysis step run?)", Kind.NO_TRACE)
     raw = read_trace_view(tv)
