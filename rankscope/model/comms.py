@@ -24,7 +24,6 @@ from rankscope.model.readers.kineto import Args, RawTrace
 UNKNOWN_PG = "?"
 
 
-@functools.lru_cache(maxsize=4096)
 def _nelems(a: Args | None) -> tuple[int, str]:
     """Element count and dtype from 'Input Dims' / 'Input type' (gloo ops carry no comm metadata)."""
     if a is None or not bytes(a.input_dims):

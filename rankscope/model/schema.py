@@ -3,6 +3,7 @@ from __future__ import annotations
 
 
 import enum
+import functools
 import re
 
 import pyarrow as pa
@@ -136,6 +137,7 @@ def empty(name: str) -> pa.Table:
 _OP_RE = re.compile(r"^(?:nccl|gloo|hccl|rccl|c10d)(?:[:_]+)(.*)$", re.I)
 
 
+@functools.lru_cache(maxsize=4096)
 def normalize_op(name: str) -> str:
     """'allreduce', 'nccl:all_reduce', 'gloo:all_reduce' -> 'all_reduce'."""
     m = _OP_RE.match(name)
