@@ -7,7 +7,6 @@ kernels are linked through the runtime launch that happened inside the call's ho
 """
 from __future__ import annotations
 
-import functools
 import math
 import re
 from typing import Any, Mapping
