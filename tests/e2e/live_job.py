@@ -1,7 +1,7 @@
 """2-rank gloo jobs for tests/e2e/test_live.py and test_live_exit.py (``rankscope.profile``, live signal on).
 
     torchrun --nproc-per-node 2 live_job.py RUN capture
-        30 steps of a small DDP model, ``on_demand=True`` (nothing traced until asked) and ``auto_capture=True``;
+        80 steps of a small DDP model, ``on_demand=True`` (nothing traced until asked) and ``auto_capture=True``;
         from step 2 rank 1 sleeps 40 ms in Python before each step's forward: the live signal names it,
         and its alarm captures the next steps on every rank.
     torchrun --nproc-per-node 2 live_job.py RUN exit STEPS HOW
@@ -30,7 +30,7 @@ def capture(run: str) -> None:
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with rankscope.profile(run=run, on_demand=True, auto_capture=True, rpc=False) as prof:
-        for step in range(30):
+        for step in range(80):
             if rank == 1 and step >= 2:
                 time.sleep(0.04)  # the straggler: blocked outside any collective
             model(torch.randn(16, 64)).sum().backward()
