@@ -70,6 +70,10 @@ def _median_others(values: dict[int, float], r: int) -> float:
     return statistics.median(rest) if rest else 0.0
 
 
+def _ms(ns: int | None) -> float | None:
+    return ns / 1e6 if ns is not None else None
+
+
 def score_step(reports: dict[int, StepReport]) -> StepScore:
     """Scores of one step reported by every rank (see the module docstring)."""
     ranks = sorted(reports)
@@ -87,8 +91,7 @@ def score_step(reports: dict[int, StepReport]) -> StepScore:
         last[max(got, key=lambda r: got[r])] += 1
         for r, t in got.items():
             gaps[r].append((latest - t) / 1e6)
-    cpu = {r: (reports[r].cpu / 1e6 if reports[r].cpu is not None else None) for r in ranks}
-    rq = {r: (reports[r].runq / 1e6 if reports[r].runq is not None else None) for r in ranks}
+    cpu, rq = {r: _ms(reports[r].cpu) for r in ranks}, {r: _ms(reports[r].runq) for r in ranks}
     if n:
         own = {r: max(step_ms[r] - (statistics.fmean(gaps[r]) if gaps[r] else 0.0), 1e-3) for r in ranks}
         basis = "arrivals"
