@@ -14,6 +14,10 @@ exists: ``enable()`` (or ``TORCH_FR_BUFFER_SIZE`` in the job's environment) befo
 - a watchdog thread: a collective still pending after ``watchdog_s`` seconds makes the rank dump
   (every waiting rank does, so the dumps show who never arrived) and say so on stderr, "rankscope:
   watchdog fired after N s on rank R, dumps in DIR" (``where``: the run directory under rankscope.profile);
+- every rank dumps when one rank's watchdog fires (a request through the job's c10d store:
+  :mod:`rankscope.collect.comms_watch`); each dump carries every thread's Python stack (``rankscope_stacks``)
+  and the training step marks (``rankscope_steps``: ``rankscope.profile`` marks them, or the job calls
+  ``rankscope.comms.mark_step(n)``);
 - SIGUSR1 (main thread only; the previous handler is chained and restored on ``stop``);
 - ``at_exit=True``: a dump when the process exits normally.
 
@@ -38,6 +42,7 @@ import time
 from typing import Any
 
 from rankscope.collect.comms_steps import STEPS
+from rankscope.collect.comms_steps import mark as mark_step  # noqa: F401 - rankscope.comms.mark_step(n)
 from rankscope.collect.comms_watch import TIMEOUT_S, Listener, thread_stacks
 
 log = logging.getLogger(__name__)
