@@ -103,9 +103,9 @@ class CommsSidecar:
         rec, self.recorder = self.recorder, None
         if rec is None:
             return
+        rec.stop()  # the watchdog thread first: its dumps (a request from another rank) are over
         if rec.at_exit:
             rec.dump("exit")  # `rankscope hang` reads "exit" as: this rank left
-        rec.stop()
 
 
 class RpcSidecar:

@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
         raise RankscopeError(f"{safe(args.dumps)}: no Flight Recorder dump found (files named PREFIX<rank>, "
                              "pickle or JSON)")
     # a run directory holds several dumps per rank (comms.<n>-<reason>): the latest (highest n, read last) wins
-    dumps = list({d.rank: d for d in dumps}.values())
+    latest = {d.rank: d for d in dumps if d.path.rsplit("/", 1)[-1].startswith("comms.")}
+    dumps = [d for d in dumps if not d.path.rsplit("/", 1)[-1].startswith("comms.") or latest[d.rank] is d]
     v = diagnose(dumps, args.world_size)
     if args.json:
         out.file.write(json.dumps(v.to_dict(), indent=1, default=str) + "\n")

@@ -14,8 +14,9 @@ import pytest
 
 from rankscope.analysis.deps import adapter, cpu, events, join, local, path, whatif
 from rankscope.analysis.deps.graph import RankGraph
+from tests.helpers import require
 
-nx = pytest.importorskip("networkx")
+nx = require("networkx", "networkx>=3")  # the oracle (torch depends on it): missing fails, never skips
 
 
 def random_chains(seed: int, chains: int = 4, length: int = 12, cross: int = 20) -> RankGraph:

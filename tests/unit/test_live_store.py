@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.helpers import require
+
+torch = require("torch", "torch==2.13.0")  # missing: fails with the install command, never skips
 import torch.distributed as dist  # noqa: E402
 
 from rankscope.collect.comms import live as comms_live

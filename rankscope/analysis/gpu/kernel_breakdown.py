@@ -12,6 +12,7 @@ the classes running ("COMPUTATION overlapping COMMUNICATION"), per-name sum / mi
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -31,11 +32,15 @@ NUM_KERNELS, DURATION_RATIO = 10, 0.8  # HTA's defaults (trace_analysis.py:116)
 _US = 1000.0
 
 
+def _is_type(kind: str, name: str) -> bool:
+    return hv.kernel_type(name) == kind
+
+
 def _hta_part(d: RankData) -> dict[str, Any]:
     v = hv.view(d)
     k = hv.device(v.frame).select("nid", "ts", "end", "dur")
-    parts = {c: k.filter(pl.col("nid").is_in(v.name_ids(c, lambda n, c=c: hv.kernel_type(n) == c)))
-             for c in HTA_CLASSES}
+    types_of = {c: v.name_ids(c, functools.partial(_is_type, c)) for c in HTA_CLASSES}
+    parts = {c: k.filter(pl.col("nid").is_in(ids)) for c, ids in types_of.items()}
     types = hta_sweep([(c, p["ts"].to_numpy(), p["end"].to_numpy()) for c, p in parts.items()])
     rows = [top_n(p, "dur", NUM_KERNELS, DURATION_RATIO, names=v.names).with_columns(
         kernel_type=pl.lit(c), rank=pl.lit(d.rank)) for c, p in parts.items()]

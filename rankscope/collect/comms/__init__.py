@@ -14,6 +14,10 @@ exists: ``enable()`` (or ``TORCH_FR_BUFFER_SIZE`` in the job's environment) befo
 - a watchdog thread: a collective still pending after ``watchdog_s`` seconds makes the rank dump
   (every waiting rank does, so the dumps show who never arrived) and say so on stderr, "rankscope:
   watchdog fired after N s on rank R, dumps in DIR" (``where``: the run directory under rankscope.profile);
+- every rank dumps when one rank's watchdog fires (a request through the job's c10d store:
+  :mod:`rankscope.collect.comms.watch`); each dump carries every thread's Python stack (``rankscope_stacks``)
+  and the training step marks (``rankscope_steps``: ``rankscope.profile`` marks them, or the job calls
+  ``rankscope.comms.mark_step(n)``);
 - SIGUSR1 (main thread only; the previous handler is chained and restored on ``stop``);
 - ``at_exit=True``: a dump when the process exits normally.
 
@@ -38,6 +42,7 @@ import time
 from typing import Any
 
 from rankscope.collect.comms.steps import STEPS
+from rankscope.collect.comms.steps import mark as mark_step  # noqa: F401 - rankscope.comms.mark_step(n)
 from rankscope.collect.comms.watch import TIMEOUT_S, Listener, thread_stacks
 
 log = logging.getLogger(__name__)
@@ -164,6 +169,7 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self._old_handler: Any = None
         self._dumped_for: set[tuple[str, int]] = set()  # (ring, record id) of the entries already dumped for
+        self._dump_lock = threading.RLock()  # re-entrant: SIGUSR1's handler may run inside a dump on the main thread
         self._listener = Listener()  # "every rank dumps" through the job's c10d store (comms_watch)
         self._asked_ns = 0  # when this rank last asked the others to dump, or was asked
         self.rank: int = 0
@@ -210,7 +216,12 @@ class Recorder:
         self.stop()
 
     def dump(self, reason: str = "manual", path: str | None = None) -> str | None:
-        """Write this rank's entries (inside the started interval) and return the file; None on failure."""
+        """Write this rank's entries (inside the started interval) and return the file; None on failure.
+        One dump at a time (the watchdog thread, a signal, the exit may ask at once)."""
+        with self._dump_lock:
+            return self._dump(reason, path)
+
+    def _dump(self, reason: str, path: str | None) -> str | None:
         try:
             import torch.distributed as dist
 
@@ -226,7 +237,7 @@ class Recorder:
             doc["rankscope_stacks"] = thread_stacks()  # where every thread is (this one left out)
             out = path or os.path.join(self.out_dir, f"fr_rank_{self._rank()}")
             os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-            tmp = f"{out}.tmp-{os.getpid()}"
+            tmp = f"{out}.tmp-{os.getpid()}-{threading.get_ident()}"
             with open(tmp, "wb") as f:
                 pickle.dump(doc, f)
             os.replace(tmp, out)  # whole or absent: a reader never sees half a dump

@@ -229,13 +229,13 @@ class _Worker:
                 continue
             self.scored = step
             line, alarm = self.streaks.add(score_step(reps))
-            line["wall_ns"] = time.time_ns()
-            self.lines.append(json.dumps(line))
-            self.dirty = True
             if alarm:
                 _say(alarm)
                 if self.opts.get("auto_capture"):
                     self._capture(line)
+            line["wall_ns"] = time.time_ns()
+            self.lines.append(json.dumps(line))
+            self.dirty = True
         for step in [s for s in self.reports if s <= self.scored]:
             del self.reports[step]
         self._write(final)

@@ -70,6 +70,10 @@ def _median_others(values: dict[int, float], r: int) -> float:
     return statistics.median(rest) if rest else 0.0
 
 
+def _ms(ns: int | None) -> float | None:
+    return ns / 1e6 if ns is not None else None
+
+
 def score_step(reports: dict[int, StepReport]) -> StepScore:
     """Scores of one step reported by every rank (see the module docstring)."""
     ranks = sorted(reports)
@@ -87,8 +91,7 @@ def score_step(reports: dict[int, StepReport]) -> StepScore:
         last[max(got, key=lambda r: got[r])] += 1
         for r, t in got.items():
             gaps[r].append((latest - t) / 1e6)
-    cpu = {r: (reports[r].cpu / 1e6 if reports[r].cpu is not None else None) for r in ranks}
-    rq = {r: (reports[r].runq / 1e6 if reports[r].runq is not None else None) for r in ranks}
+    cpu, rq = {r: _ms(reports[r].cpu) for r in ranks}, {r: _ms(reports[r].runq) for r in ranks}
     if n:
         own = {r: max(step_ms[r] - (statistics.fmean(gaps[r]) if gaps[r] else 0.0), 1e-3) for r in ranks}
         basis = "arrivals"
@@ -108,8 +111,8 @@ def score_step(reports: dict[int, StepReport]) -> StepScore:
 
 
 def cause(scores: list[StepScore], r: int) -> tuple[str, str]:
-    """(kind, words) of rank ``r``'s likely cause over ``scores``: cpu (more CPU work: its CPU time is up by
-    ``CPU_MORE`` or explains half its extra own time), cpu_wait (the extra is run-queue wait: its host gave it
+    """(kind, words) of rank ``r``'s likely cause over ``scores``: cpu (more CPU work: its extra CPU time
+    explains half its extra own time, or it is up by ``CPU_MORE`` and explains it with its run-queue wait), cpu_wait (the extra is run-queue wait: its host gave it
     no CPU) or blocked (neither)."""
     own_x = statistics.fmean(s.own_ms[r] - _median_others(s.own_ms, r) for s in scores)
 
@@ -119,7 +122,10 @@ def cause(scores: list[StepScore], r: int) -> tuple[str, str]:
         return (statistics.fmean(a - b for a, b in vals), statistics.fmean(b for _, b in vals)) if vals else None
 
     cpu, rq = excess("cpu_ms"), excess("runq_ms")
-    if cpu is not None and cpu[0] > 0 and (cpu[0] >= CAUSE_SHARE * own_x or cpu[0] >= CPU_MORE * cpu[1]):
+    # more work explains the excess, or more work (CPU time up by CPU_MORE) and its wait for a CPU together do
+    queued = cpu[0] + max(rq[0], 0.0) if cpu is not None and rq is not None else 0.0
+    if cpu is not None and cpu[0] > 0 and (cpu[0] >= CAUSE_SHARE * own_x
+                                            or (cpu[0] >= CPU_MORE * cpu[1] and queued >= CAUSE_SHARE * own_x)):
         pct = f"+{100 * cpu[0] / cpu[1]:.0f} % CPU time" if cpu[1] > 0 else f"+{cpu[0]:.1f} ms CPU time"
         return "cpu", f"more CPU work ({pct} per step)"
     if rq is not None and rq[0] > 0 and rq[0] >= CAUSE_SHARE * own_x:
@@ -144,7 +150,10 @@ class Streaks:
         self.window = (self.window + [s])[-(self.n + self.slack):]
         line: dict[str, Any] = {"step": s.step, "straggler": None, "cause": None,
                                 "scores": {str(r): v for r, v in sorted(s.scores.items())},
-                                "late": s.late, "basis": s.basis, "step_ms": round(s.step_ms, 3)}
+                                "late": s.late, "basis": s.basis, "step_ms": round(s.step_ms, 3),
+                                "own_ms": {str(r): round(v, 3) for r, v in sorted(s.own_ms.items())},
+                                "cpu_ms": {str(r): round(v, 3) for r, v in sorted(s.cpu_ms.items()) if v is not None},
+                                "last": {str(r): v for r, v in sorted(s.last.items()) if v}, "collectives": s.collectives}
         r = s.late
         late = [w for w in self.window if r is not None and w.late == r]
         for k in list(self.episode):  # an episode ends when its rank is no longer late often enough

@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         runpy.run_path(a.script, run_name="__main__")
     finally:
+        rec.at_exit = False
+        rec.stop()  # the watchdog thread first: no dump of its own in flight
         if not a.no_exit_dump:
             rec.dump("exit")
-        rec.at_exit = False
-        rec.stop()
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ def _own_client(store: Any) -> Any:
     if not isinstance(inner, dist.TCPStore):
         return None
     return dist.TCPStore(inner.host, inner.port, is_master=False, wait_for_workers=False,
-                         timeout=datetime.timedelta(seconds=TIMEOUT_S), use_libuv=bool(inner.libuvBackend))
+                         timeout=datetime.timedelta(seconds=TIMEOUT_S), use_libuv=bool(getattr(inner, "libuvBackend", True)))
 
 
 class Listener:
