@@ -37,7 +37,7 @@ t0 = time.perf_counter()
 from rankscope.analysis import registry
 from rankscope.model.run import load_run
 run = load_run(sys.argv[1], jobs=1)
-names = [n for n, *_ in registry.BUILTIN]
+names = list(registry.analyses())
 only = sys.argv[2]
 want = ["critical_path"] if only == "critical_path" else [n for n in names if n != "critical_path"]
 t = time.perf_counter()
@@ -52,7 +52,7 @@ ANALYZE = r"""
 import sys
 from rankscope.analysis import registry
 if sys.argv[1] == "without":
-    registry.BUILTIN = tuple(b for b in registry.BUILTIN if b[0] != "critical_path")
+    registry.analyses().pop("critical_path")
 from rankscope.cli import main
 sys.argv = ["rankscope", "analyze", sys.argv[2], "--json"]
 main()

@@ -32,8 +32,9 @@ HTA_PY = ROOT / ".bench" / "hta-venv" / "bin" / "python"
 BEFORE = "a2b936d^"  # the commit before issue 26's first
 
 ANALYZE = "from rankscope.cli import main; import sys; sys.exit(main(['analyze', sys.argv[1], '-j', '1']))"
-WITHOUT = ("import rankscope.analysis.registry as R; R.BUILTIN = tuple(b for b in R.BUILTIN if not b[1].startswith("
-           "'gpu.')); " + ANALYZE)
+# without issue 26's analyses: every one under analysis/gpu/ but the older kernels analysis
+WITHOUT = ("import rankscope.analysis.registry as R; A = R.analyses(); [A.pop(n) for n in list(A) if "
+           "A[n].run.__module__.startswith('rankscope.analysis.gpu.') and n != 'kernels']; " + ANALYZE)
 HTA = """
 import logging, sys, tempfile, warnings
 warnings.filterwarnings('ignore'); logging.disable(logging.CRITICAL)

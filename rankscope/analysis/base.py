@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     import polars as pl
 
+    from rankscope.analysis.view import View
+
 
 class Severity(str, enum.Enum):
     INFO = "info"
@@ -44,14 +46,22 @@ class Result:
 
 @dataclass(frozen=True)
 class Analysis:
-    """A registered analysis: name, one-line description, required inputs, run function.
+    """An analysis, declared by the module that holds it (``ANALYSIS = Analysis(...)``; the registry finds it).
 
-    ``run(run, results)`` receives the Run and the results of the analyses listed in ``after``.
+    ``run(run, results)`` receives the Run and the results of the analyses run before it.
     ``needs`` names data the run must have (e.g. "steps", "collectives", "kernels", "memory");
-    when it lacks them the analysis is skipped with a stated reason.
-    An analysis with ``rank_part`` and ``combine`` joins the shared pass over the ranks: each
+    when it lacks them the analysis is skipped with a stated reason. ``after`` names analyses whose
+    results it needs (skipped when one of them was); ``uses`` those it reads when they ran (it runs after
+    them). An analysis with ``rank_part`` and ``combine`` joins the shared pass over the ranks: each
     rank's events are read once (``RankData``) for all of them, ``rank_part(data)`` keeps a small
-    per-rank part and ``combine(run, [(rank, part)], results)`` makes the Result.
+    per-rank part and ``combine(run, [(rank, part)], results)`` makes the Result. ``view`` says how the
+    report and the web UI show it.
+
+    Example::
+
+        ANALYSIS = Analysis(name="trajectory", description="iteration gap, forward+backward, tail per step",
+                            run=run_trajectory, after=("breakdown",),
+                            view=View("Iteration trajectory", place="trajectory"))
     """
 
     name: str
@@ -61,6 +71,8 @@ class Analysis:
     after: tuple[str, ...] = ()
     rank_part: Callable[[Any], Any] | None = None
     combine: Callable[..., Result] | None = None
+    uses: tuple[str, ...] = ()
+    view: "View | None" = None
 
 
 def frame(table: Any) -> "pl.DataFrame":

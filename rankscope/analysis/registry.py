@@ -1,85 +1,89 @@
-"""The registry of analyses (data, not if/elif chains) and the runner over it."""
+"""The registry of analyses and the runner over it.
+
+Each analysis declares itself where it lives (``ANALYSIS = Analysis(...)`` at the end of its module: name,
+needs, what it runs after, its view); the registry finds those modules under ``rankscope.analysis`` and
+orders them by their dependencies. Adding an analysis touches its own module only."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Callable
 
 from rankscope.analysis.base import Analysis, Result
 from rankscope.model.run import Run
 
 REGISTRY: dict[str, Analysis] = {}
+_LOADED: list[bool] = []
 
 
 def register(a: Analysis) -> Analysis:
+    """Add an analysis that lives outside ``rankscope.analysis`` (a plugin); it runs in dependency order
+    with the built-in ones."""
     REGISTRY[a.name] = a
+    if _LOADED:
+        _reorder(list(REGISTRY.values()))
     return a
 
 
-# The built-in analyses, in the order they run: (name, module, run function, description,
-# needs, after, shared). "shared" ones also expose rank_part/combine for the one-pass walk.
-BUILTIN: tuple[tuple[str, str, str, str, tuple[str, ...], tuple[str, ...], bool], ...] = (
-    ("breakdown", "steps.breakdown", "run_breakdown",
-     "per-rank × per-step time breakdown (compute, exposed comm, data, idle)", ("steps",), (), True),
-    ("hta_temporal", "compat.hta", "run_hta_temporal",
-     "HTA-compatible temporal breakdown (idle / compute / non-compute)", ("kernels",), (), True),
-    ("clock", "clock.alignment", "run_clock", "per-rank clock offsets to rank 0 (anchors + matched collectives)",
-     (), (), False),
-    ("links", "comm.links", "run_links", "slow links / groups: transfer-time outliers among peer groups",
-     (), ("clock",), False),
-    ("straggler", "diagnosis.straggler", "run_straggler", "which rank the others wait for, and why",
-     (), ("breakdown",), False),
-    ("trajectory", "steps.trajectory", "run_trajectory", "iteration gap, forward+backward and iteration tail per step",
-     (), ("breakdown",), False),
-    ("collectives", "comm.collectives", "run_collectives",
-     "collectives matched across ranks: arrival skew, wait, bandwidth", ("collectives",), (), False),
-    ("comm_matrix", "comm.matrix", "run_comm_matrix", "rank × rank bytes, time and bandwidth; process-group map",
-     ("collectives",), ("collectives",), False),
-    ("opstats", "steps.opstats", "run_opstats", "cross-rank operator and kernel statistics (top-N)", (), (), True),
-    ("kernels", "gpu.kernels", "run_kernels", "kernel classes, launch statistics, idle-time breakdown (HTA parity)",
-     ("kernels",), (), True),
-    ("memory", "steps.memory", "run_memory", "allocated / reserved memory over time, peak and operator at peak",
-     ("memory",), (), True),
-    ("advice", "diagnosis.advice", "run_advice",
-     "rules with thresholds: data loading, exposed comm, host gaps, memory, ...", (), ("breakdown",), False),
-    ("ascend_cluster", "compat.ascend_cluster", "run_ascend_cluster",
-     "msprof-analyze cluster files (step trace, communication, matrix, groups) from torch_npu summaries",
-     (), (), False),
-    ("hang", "hang", "run_hang", "collective recorder dumps matched across ranks: hangs and desyncs", (), (), False),
-    ("rpc", "comm.rpc", "run_rpc", "RPC calls: per destination, remote time vs network + queueing, slowest functions",
-     (), (), False),
-    ("capture", "steps.capture", "run_capture", "captured steps per rank: window mismatch, idle ranks, dropped windows",
-     (), (), False),
-    ("kernel_breakdown", "gpu.kernel_breakdown", "run_kernel_breakdown",
-     "kernel time per class with overlap labels; per-rank per-kernel sum / min / max / mean / std (HTA parity)",
-     ("kernels",), (), True),
-    ("gpu_idle", "gpu.idle_time", "run_gpu_idle", "GPU idle time per stream: host wait, kernel wait, other (HTA parity)",
-     ("kernels",), (), True),
-    ("launch_delay", "gpu.launch_delay", "run_launch_delay",
-     "kernel launch delay after the runtime call ends; slow runtime calls (HTA parity)", ("kernels",), (), True),
-    ("queue_length", "gpu.queue_length", "run_queue_length",
-     "launch queue length per stream: series, summary, time at a full queue (HTA parity)", ("kernels",), (), True),
-    ("memory_bw", "gpu.memory_bw", "run_memory_bw", "memcpy / memset bandwidth per copy kind (HTA parity)",
-     ("kernels",), (), True),
-    ("annotations", "gpu.annotations", "run_annotations",
-     "user annotations on GPU and CPU; each kernel with its annotation (HTA parity)", (), (), True),
-    ("aten_kernels", "gpu.aten_kernels", "run_aten_kernels",
-     "aten operator -> kernels launched, operator and runtime launch delays (HTA parity)", ("kernels",), (), True),
-    ("kernel_sequences", "gpu.kernel_sequences", "run_kernel_sequences",
-     "frequent kernel sequences launched per operator (HTA parity)", ("kernels",), (), True),
-    ("cupti_counters", "gpu.cupti_counters", "run_cupti_counters",
-     "CUPTI range-profiler counters per kernel with its operator stack (HTA parity)", (), (), True),
-    ("critical_path", "deps.analysis", "run_critical_path",
-     "per step, the chain of dependencies across ranks that bounds it; what each rank costs (what-if)", (), (), True),
-)
+def analyses() -> dict[str, Analysis]:
+    """Every analysis by name, in the order they run (the built-in ones found on first use)."""
+    if not _LOADED:
+        _builtin()
+    return REGISTRY
+
+
+def _declaring_modules() -> list[str]:
+    """Modules under ``rankscope.analysis`` that declare ``ANALYSIS = Analysis(...)``, found by reading the
+    package's files (cheap: only those modules are imported), in a stable order."""
+    root = Path(__file__).parent
+    out = []
+    for p in sorted(root.rglob("*.py")):
+        if "\nANALYSIS = Analysis(" in p.read_text(encoding="utf-8"):
+            parts = p.relative_to(root).with_suffix("").parts
+            out.append(".".join(("rankscope.analysis",) + (parts[:-1] if parts[-1] == "__init__" else parts)))
+    return out
+
+
+def ordered(analyses: list[Analysis]) -> list[Analysis]:
+    """Dependency order: each after the analyses it names in ``after`` and ``uses``; among those free to
+    run, the order of the report's groups (``GROUPS``), then the module's name."""
+    names = {a.name for a in analyses}
+    left = sorted(analyses, key=lambda a: (_group_rank(a), a.name))
+    done: set[str] = set()
+    out: list[Analysis] = []
+    while left:
+        ready = next((a for a in left if all(d in done or d not in names for d in a.after + a.uses)), None)
+        if ready is None:
+            raise RuntimeError("analyses wait for each other: " + ", ".join(a.name for a in left))
+        out.append(ready)
+        done.add(ready.name)
+        left.remove(ready)
+    return out
+
+
+# The order of the analyses' groups (sub-packages) when nothing else decides: the steps first, the
+# cross-rank edges and the diagnosis that reads them next, the device and compatibility outputs last.
+GROUPS = ("steps", "clock", "comm", "diagnosis", "deps", "gpu", "compat", "hang", "compare")
+
+
+def _group_rank(a: Analysis) -> int:
+    mod = getattr(a.run, "__module__", "") or ""
+    group = mod.split(".")[2] if mod.count(".") >= 2 else ""
+    return GROUPS.index(group) if group in GROUPS else len(GROUPS)
 
 
 def _builtin() -> None:
     import importlib
 
-    for name, module, fn, description, needs, after, shared in BUILTIN:
-        m = importlib.import_module(f"rankscope.analysis.{module}")
-        register(Analysis(name, description, getattr(m, fn), needs=needs, after=after,
-                          rank_part=m.rank_part if shared else None, combine=m.combine if shared else None))
+    found = [getattr(importlib.import_module(m), "ANALYSIS") for m in _declaring_modules()]
+    plugins = [a for a in REGISTRY.values() if a.name not in {f.name for f in found}]
+    _reorder([a for a in found if isinstance(a, Analysis)] + plugins)
+    _LOADED.append(True)
+
+
+def _reorder(every: list[Analysis]) -> None:
+    REGISTRY.clear()
+    REGISTRY.update((a.name, a) for a in ordered(every))
 
 
 def per_rank_pass(run: Run, analyses: list[Analysis]) -> dict[str, list[tuple[int, Any]]]:
@@ -121,8 +125,7 @@ def run_all(run: Run, names: list[str] | None = None,
 
     The per-rank work of the analyses with a ``rank_part`` runs first, in one pass over the ranks
     (progress is told "per-rank pass"); each of them then only combines its per-rank parts."""
-    if not REGISTRY:
-        _builtin()
+    analyses()
     results: dict[str, Result] = {}
     todo = [a for n, a in REGISTRY.items() if a.rank_part is not None and (not names or n in names)]
     parts: dict[str, list[tuple[int, Any]]] = {}

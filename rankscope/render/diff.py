@@ -91,7 +91,7 @@ def terminal_tables(diff: Result, top: int = 15) -> list[Any]:
 def html_section(diff: Result) -> str:
     """The report's diff view: findings, a per-rank delta chart, and the delta tables as declared in
     ``render.declare.DIFF_TABLES`` (labels and human units; every column is in ``rankscope diff --json``)."""
-    from rankscope.render.declare import DIFF_TABLES
+    from rankscope.analysis.compare.diff import VIEW_TABLES as DIFF_TABLES
     from rankscope.render.blocks import declared_table, esc, findings_html
 
     parts = [f"<section><p>this run <b>{esc(diff.summary.get('run', ''))}</b> vs baseline "

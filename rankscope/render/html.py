@@ -2,7 +2,7 @@
 
 The page has one view per question (overview, iteration trajectory, communication, operators and
 kernels, memory, clock, flame graph, diff, problems). Every analysis result is shown in the view
-its name maps to (``VIEW_OF``; unknown names go to "More"): findings, summary, and its tables as
+its declaration names (``Analysis.view.place``; none: "More"): findings, summary, and its tables as
 sortable HTML tables, or "skipped: reason". Views in ``rankscope.render.views`` add charts for
 the analyses whose tables they know. Renders tables and findings; computes no statistics. Every
 string that comes from a trace is escaped with ``html.escape`` before it reaches the page.
@@ -22,6 +22,7 @@ from typing import Any
 from rankscope.analysis.base import Result
 from rankscope.model.run import Run
 from rankscope.render.blocks import declared_table, esc, findings_html
+from rankscope.render.declare import view_of
 from rankscope.render.charts import breakdown_figure, columns_of, rows_of, steps_figure  # noqa: F401
 
 VIEWS: dict[str, str] = {
@@ -29,13 +30,6 @@ VIEWS: dict[str, str] = {
     "operators": "Operators & kernels", "memory": "Memory", "clock": "Clock", "hang": "Collectives / hang",
     "rpc": "RPC", "flame": "Flame graph",
     "diff": "Diff", "more": "More", "problems": "Problems & skipped",
-}
-VIEW_OF: dict[str, str] = {
-    "breakdown": "overview", "straggler": "overview", "advice": "overview", "diagnosis": "overview",
-    "trajectory": "trajectory", "collectives": "communication", "comm_matrix": "communication",
-    "comm": "communication", "bandwidth": "communication", "opstats": "operators", "hta_temporal": "operators",
-    "kernels": "operators", "memory": "memory", "clock": "clock", "recorder": "problems", "rpc": "rpc",
-    "hang": "hang", "classify": "problems", "links": "communication", "capture": "problems",
 }
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
@@ -80,7 +74,7 @@ window.addEventListener('DOMContentLoaded',rsHash);window.addEventListener('hash
 def result_html(name: str, result: Result, *, skip_tables: tuple[str, ...] = ()) -> str:
     """Block of one analysis as declared (``render.declare``): title, findings, facts, tables (or why
     it has nothing to show and how to get it)."""
-    from rankscope.render.declare import cell, view_of
+    from rankscope.render.declare import cell
 
     v = view_of(name, result.summary, result.tables)
     head = f"<h3>{esc(v.title)}</h3>"
@@ -129,7 +123,7 @@ def build(run: Run, results: dict[str, Result], *, diff: Result | None = None, f
     for name, res in results.items():
         if res.skipped:  # said once, with how to get it, in "Problems & skipped"
             continue
-        view = VIEW_OF.get(name, "more")
+        view = view_of(name).place
         if name in views.DRAWN_FINDINGS:  # the verdict and its evidence are drawn by the overview already
             res = Result(res.name, res.tables, [], res.skipped, res.summary)
         body[view].append(f"<section>{result_html(name, res, skip_tables=views.DRAWN.get(name, ()))}</section>")

@@ -12,7 +12,9 @@ from rankscope.analysis.base import Result
 from rankscope.model.run import Run
 from rankscope.render import charts
 from rankscope.analysis.diagnosis.work import first_dims
-from rankscope.render.declare import BREAKDOWN_COLS, Col as C, cell
+from rankscope.analysis.steps.breakdown import SHOWN as BREAKDOWN_COLS
+from rankscope.analysis.view import Col as C
+from rankscope.render.declare import cell
 from rankscope.render.blocks import declared_table, esc, findings_html
 
 DRAWN: dict[str, tuple[str, ...]] = {"breakdown": ("breakdown",), "straggler": ("per_rank",),

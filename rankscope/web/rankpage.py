@@ -24,7 +24,8 @@ def page(run: Any, results: dict[str, Any], rank: int, name: str) -> str:
     from rankscope.analysis.diagnosis.waits import choose_steps
     from rankscope.intlist import format_int_list
     from rankscope.render import charts
-    from rankscope.render.declare import BREAKDOWN_COLS, Col
+    from rankscope.analysis.steps.breakdown import SHOWN as BREAKDOWN_COLS
+    from rankscope.analysis.view import Col
     from rankscope.render.blocks import declared_table, esc
     from rankscope.render.html import _CSS, _JS, _plotly_js
 

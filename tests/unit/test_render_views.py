@@ -8,7 +8,8 @@ import pyarrow as pa
 
 from rankscope.analysis.base import Result
 from rankscope.render import charts, views
-from rankscope.render.declare import DIFF_TABLES, cell, group_label
+from rankscope.analysis.compare.diff import VIEW_TABLES as DIFF_TABLES
+from rankscope.render.declare import cell, group_label
 
 
 def test_signed_cells_group_labels_and_devices():

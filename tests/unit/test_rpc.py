@@ -172,9 +172,10 @@ def test_rpc_analysis_skipped_without_files_and_files_are_not_traces(tmp_path):
 
 
 def test_rpc_view_is_optional():
-    from rankscope.render.declare import VIEWS
+    from rankscope.analysis.comm.rpc import ANALYSIS
 
-    assert VIEWS["rpc"].optional and {t.table for t in VIEWS["rpc"].tables} == {
+    view = ANALYSIS.view
+    assert view is not None and view.optional and {t.table for t in view.tables} == {
         "destinations", "functions", "remote_operators"}
 
 

@@ -35,7 +35,8 @@ import polars as pl
 
 from rankscope.analysis.clock import bounds as clock_bounds
 from rankscope.analysis.clock import edgesolve
-from rankscope.analysis.base import Finding, Result, Severity, frame
+from rankscope.analysis.base import Analysis, Finding, Result, Severity, frame
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.stats import as_int
 from rankscope.model.run import Run
 
@@ -405,3 +406,17 @@ def correction_expr(al: ClockAlignment | dict[int, int] | None, ts: pl.Expr, ran
     if isinstance(al, dict):
         return pl.col(rank_col).replace_strict(al, default=0, return_dtype=pl.Int64)
     return al.correction_expr(ts, rank_col)
+
+
+ANALYSIS = Analysis(
+    name="clock",
+    description="per-rank clock offsets to rank 0 (anchors + matched collectives)",
+    run=run_clock,
+    view=View("Clock alignment", (Col("max_abs_offset_ns", "largest clock offset to the reference rank", NS),
+                            Col("max_residual_ns", "largest residual after alignment", NS)),
+        (TableView("offsets", "per rank", (Col("rank", "rank", "count"), Col("offset_ns", "offset", NS),
+                                           Col("residual_ns", "residual", NS),
+                                           Col("drift_ppm", "drift (ppm)", "float"),
+                                           Col("samples", "matched samples", "count"),
+                                           Col("source", "from"))),), place="clock"),
+)

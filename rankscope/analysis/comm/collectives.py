@@ -30,7 +30,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from rankscope.analysis.base import Finding, Result, Severity, frame
+from rankscope.analysis.base import Analysis, Finding, Result, Severity, frame
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.intlist import format_int_list
 from rankscope.model.comms import UNKNOWN_PG
 from rankscope.model.run import Run
@@ -255,3 +256,21 @@ def run_collectives(run: Run, results: dict[str, Any]) -> Result:
         tables["p2p"] = p2p.to_arrow()
     return Result("collectives", tables=tables,
                   findings=findings, summary=summary)
+
+
+ANALYSIS = Analysis(
+    name="collectives",
+    description="collectives matched across ranks: arrival skew, wait, bandwidth",
+    run=run_collectives,
+    needs=("collectives",),
+    view=View("Collectives matched across ranks", (
+        Col("instances", "matched collectives", "count"), Col("arrival_skew_p50_ns", "median arrival skew", NS)),
+        (TableView("arrival_by_rank", "arrival per rank", (
+            Col("rank", "rank", "count"), Col("median_arrival_lag", "median lag behind the first rank", NS),
+            Col("total_wait", "time others waited for it", NS))),
+         TableView("instances", "per collective", (
+             Col("op", "operation"), Col("pg_ranks", "group (ranks)", "group"), Col("instance", "call", "count"),
+             Col("bytes", "size", "bytes"), Col("arrival_skew", "arrival skew", NS), Col("last_rank", "last rank", "count"),
+             Col("max_wait", "longest wait", NS), Col("transfer", "transfer", NS), Col("busbw_gbps", "bus bandwidth", "gbps"))
+         )), "no collectives in the traces", place="communication"),
+)

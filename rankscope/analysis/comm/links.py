@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.base import Finding, Result, Severity
+from rankscope.analysis.base import Analysis, Finding, Result, Severity
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.clock.alignment import ClockAlignment, correction_expr
 from rankscope.analysis.stats import high_outliers
 from rankscope.model.run import Run
@@ -107,3 +108,17 @@ def run_links(run: Run, results: dict[str, Result]) -> Result:
 
 def _short(ranks: list[int]) -> str:
     return ",".join(map(str, ranks)) if len(ranks) <= 6 else f"{ranks[0]}..{ranks[-1]} ({len(ranks)})"
+
+
+ANALYSIS = Analysis(
+    name="links",
+    description="slow links / groups: transfer-time outliers among peer groups",
+    run=run_links,
+    after=("clock",),
+    view=View("Slow links and groups", (Col("slow_groups", "slow groups", "count"),
+                                  Col("comm_stragglers", "ranks in every slow group", "ranks")),
+        (TableView("groups", "per process group and operation", (
+            Col("pg_ranks", "group (ranks)", "group"), Col("op", "operation"), Col("bytes", "size", "bytes"),
+            Col("count", "calls", "count"), Col("transfer_ns", "transfer (median)", NS),
+            Col("skew_ns", "arrival skew (median)", NS))),), place="communication"),
+)

@@ -18,7 +18,8 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from rankscope.analysis.base import Result, frame
+from rankscope.analysis.base import Analysis, Result, frame
+from rankscope.analysis.view import Col, TableView, View
 from rankscope.analysis.comm.collectives import bus_factor
 from rankscope.model.run import Run
 
@@ -171,3 +172,19 @@ def run_comm_matrix(run: Run, results: dict[str, Any]) -> Result:
                "note": "point-to-point and all_to_all with split sizes exact; other collectives: bus bytes split "
                        "evenly over peers"}
     return Result("comm_matrix", tables=tables, summary=summary)
+
+
+ANALYSIS = Analysis(
+    name="comm_matrix",
+    description="rank × rank bytes, time and bandwidth; process-group map",
+    run=run_comm_matrix,
+    needs=("collectives",),
+    after=("collectives",),
+    view=View("Communication matrix", (Col("pairs", "rank pairs", "count"),
+                                 Col("process_groups", "process groups", "count"),
+                                 Col("note", "note")),
+        (TableView("process_groups", "process groups", (
+            Col("pg_name", "group"), Col("pg_ranks", "ranks", "group"), Col("type", "type"), Col("size", "size", "count"),
+            Col("calls", "calls", "count"), Col("desc", "description"))),),
+        "needs collective sizes: profile with record_shapes=True", place="communication"),
+)

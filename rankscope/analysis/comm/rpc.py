@@ -10,6 +10,8 @@ per worker and operator.
 from __future__ import annotations
 
 from typing import Any
+from rankscope.analysis.base import Analysis
+from rankscope.analysis.view import NS, Col, TableView, View
 
 
 def run_rpc(run: Any, results: dict[str, Any]) -> Any:
@@ -50,3 +52,28 @@ def run_rpc(run: Any, results: dict[str, Any]) -> Any:
                                 Severity.WARNING, evidence={"gaps": problems[:10]}))
     return Result("rpc", tables={"destinations": dest, "functions": fns, "remote_operators": ops,
                                  "calls": cdf.drop("gap")}, findings=findings, summary=summary)
+
+
+ANALYSIS = Analysis(
+    name="rpc",
+    description="RPC calls: per destination, remote time vs network + queueing, slowest functions",
+    run=run_rpc,
+    view=View("RPC calls across workers", (
+        Col("calls", "calls", "count"), Col("destinations", "destinations", "count"),
+        Col("remote_ns", "time on the callees", NS), Col("network_ns", "network + queueing", NS),
+        Col("nested_calls", "nested calls (a callee calling on)", "count"), Col("not_captured", "not captured")),
+        (TableView("destinations", "per destination", (
+            Col("rank", "rank", "count"), Col("src", "from"), Col("dst", "to"), Col("calls", "calls", "count"),
+            Col("errors", "errors", "count"), Col("unprofiled", "without remote events", "count"),
+            Col("round_trip_ns", "round trips", NS), Col("remote_ns", "on the callee", NS),
+            Col("network_ns", "network + queueing", NS), Col("offset_ns", "clock offset (median)", NS),
+            Col("offset_error_ns", "offset error bound", NS))),
+         TableView("functions", "slowest functions", (
+             Col("dst", "on"), Col("fn", "function"), Col("calls", "calls", "count"),
+             Col("round_trip_ns", "round trips", NS), Col("max_round_trip_ns", "longest", NS),
+             Col("remote_ns", "on the callee", NS), Col("network_ns", "network + queueing", NS))),
+         TableView("remote_operators", "remote operators (self time)", (
+             Col("worker", "worker"), Col("name", "operator"), Col("calls", "calls", "count"),
+             Col("self_ns", "self time", NS), Col("total_ns", "total time", NS)))),
+        "no torch.distributed.rpc calls were recorded", optional=True, place="rpc"),
+)

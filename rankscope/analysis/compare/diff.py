@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rankscope.analysis.base import Finding, Result, Severity, frame
+from rankscope.analysis.view import NS, Col, TableView
 
 if TYPE_CHECKING:  # polars is imported inside the functions, so that importing this module stays light
     import polars as pl
@@ -179,3 +180,41 @@ def _findings(tables: dict[str, Any], summary: dict[str, Any]) -> list[Finding]:
         out.append(Finding("largest_operator_change", f"operator {row['name']}: {amount} per step",
                            Severity.INFO, evidence={k: row[k] for k in ("name", "mean", "meanBase", "spread")}))
     return out
+
+
+D = "Δ "  # a change against the baseline; signed units ("ns+", ...) print their sign
+_STEP_DIFF = (Col("wall", "step time", NS), Col("wallBase", "baseline", NS), Col("wallDiff", D + "step time", "ns+"),
+              Col("computingDiff", D + "compute", "ns+"), Col("comm_exposedDiff", D + "exposed communication", "ns+"),
+              Col("data_waitDiff", D + "data wait", "ns+"), Col("freeDiff", D + "idle", "ns+"))
+_NAME_DIFF = (Col("mean", "time per step", "us"), Col("meanBase", "baseline", "us"), Col("meanDiff", D + "time", "us+"),
+              Col("min", "least rank", "us"), Col("max", "most rank", "us"), Col("calls", "calls per step", "count"),
+              Col("callsDiff", D + "calls", "count+"))
+# The diff's view (drawn by ``render.diff``): its tables in the order shown, a readable subset of each one's columns
+# (the rest stays in ``rankscope diff --json``).
+VIEW_TABLES: tuple[TableView, ...] = (
+    TableView("ranks", "per rank (medians over steps)", (Col("rank", "rank", "count"),) + _STEP_DIFF),
+    TableView("own", "per rank, host speed taken out (this run − speed factor × baseline)", (
+        Col("rank", "rank", "count"), Col("own", "own time", NS), Col("ownBase", "baseline", NS),
+        Col("ownDiffNorm", D + "own time", "ns+"), Col("computingDiffNorm", D + "compute", "ns+"),
+        Col("data_waitDiffNorm", D + "data wait", "ns+"), Col("freeDiffNorm", D + "idle", "ns+"))),
+    TableView("steps", "per rank and step (steps paired in order)", (
+        Col("rank", "rank", "count"), Col("step", "step", "count"), Col("stepBase", "baseline step", "count"))
+        + _STEP_DIFF),
+    TableView("rank_operator_totals", "per rank and operator (per step; Δ with host speed taken out)", (
+        Col("rank", "rank", "count"), Col("name", "operator"), Col("inputs", "usual inputs"),
+        Col("inputsBase", "baseline inputs"), Col("us", "time per step", "us"), Col("usBase", "baseline", "us"),
+        Col("usDiffNorm", D + "time", "us+"), Col("calls", "calls per step", "count"),
+        Col("callsBase", "baseline calls", "count"))),
+    TableView("rank_operators", "per rank, operator and input shapes (per step)", (
+        Col("rank", "rank", "count"), Col("name", "operator"), Col("input_dims", "input shapes"),
+        Col("us", "time per step", "us"), Col("usBase", "baseline", "us"), Col("usDiff", D + "time", "us+"),
+        Col("usDiffNorm", D + "time, host speed taken out", "us+"), Col("calls", "calls per step", "count"),
+        Col("callsDiff", D + "calls", "count+"))),
+    TableView("operators", "operators (per step, mean over ranks)", (Col("name", "operator"),) + _NAME_DIFF),
+    TableView("kernels", "kernels (per step, mean over ranks)", (Col("name", "kernel"),) + _NAME_DIFF,
+              "no device kernels in either run (CPU-only traces)"),
+    TableView("collectives", "collectives (per rank over the capture)", (
+        Col("op", "operation"), Col("pg_ranks", "group (ranks)", "group"), Col("calls", "calls", "count"),
+        Col("callsDiff", D + "calls", "count+"), Col("bytes", "size", "bytes"), Col("bytesDiff", D + "size", "bytes+"),
+        Col("time_us", "time", "us"), Col("time_usBase", "baseline", "us"), Col("time_usDiff", D + "time", "us+"))),
+)

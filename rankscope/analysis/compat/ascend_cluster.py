@@ -33,7 +33,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import Col, View
 from rankscope.model.run import Run
 
 RATIOS = ("Wait Time Ratio", "Synchronization Time Ratio")
@@ -224,3 +225,14 @@ def run_ascend_cluster(run: Run, results: dict[str, Any]) -> Result:
 def _cell(v: Any) -> str:
     """CSV text of one cell as Python's csv module writes it (what msprof-analyze uses)."""
     return str(v)
+
+
+ANALYSIS = Analysis(
+    name="ascend_cluster",
+    description="msprof-analyze cluster files (step trace, communication, matrix, groups) from torch_npu summaries",
+    run=run_ascend_cluster,
+    view=View("Ascend cluster summary (msprof-analyze's cluster files)", (
+        Col("ranks", "ranks", "count"), Col("groups", "communication groups", "count"),
+        Col("step_rows", "step trace rows", "count")),
+        empty="Ascend runs only (torch_npu profiler output)", optional=True),
+)

@@ -21,7 +21,8 @@ import numpy as np
 import pyarrow as pa
 import polars as pl
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import View
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.stats import sweep
 from rankscope.analysis.rankdata import RankData
@@ -105,3 +106,14 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict) -> Result:
               **_hta_tables(temp, ov)}
     return Result("hta_temporal", tables=tables,
                   summary={"overlap_pct": {o["rank"]: round(o["overlap_pct"], 2) for o in ov}})
+
+
+ANALYSIS = Analysis(
+    name="hta_temporal",
+    description="HTA-compatible temporal breakdown (idle / compute / non-compute)",
+    run=run_hta_temporal,
+    needs=("kernels",),
+    rank_part=rank_part, combine=combine,
+    view=View("Device time: idle, compute, non-compute (as HTA's temporal breakdown)",
+        empty="needs GPU kernels in the traces (profile a CUDA or NPU job with device activities)", place="operators"),
+)

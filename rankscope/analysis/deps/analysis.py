@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.deps import adapter, chain, events, join as J, local, timed, whatif
 from rankscope.analysis.deps.cpu import fix_nesting
 from rankscope.analysis.deps.graph import RankGraph, window
@@ -262,3 +263,25 @@ def _waits(sps: list[StepPart]) -> list[dict[str, Any]]:
                         "last_rank": last})
     return out
 
+
+ANALYSIS = Analysis(
+    name="critical_path",
+    description="per step, the chain of dependencies across ranks that bounds it; what each rank costs (what-if)",
+    run=run_critical_path,
+    rank_part=rank_part, combine=combine,
+    view=View("Critical path across ranks (who waits for whom)", (
+        Col("description", "the chain that bounds the step"), Col("bounding_rank", "bounding rank", "count"),
+        Col("cost_per_step_ns", "its cost per step", NS), Col("bounding_steps", "steps it bounds"),
+        Col("step_time_ns", "step time", NS), Col("step_time_if_median_ns", "step time if it ran at the others' median", NS)), (
+        TableView("steps", "per step: the rank whose what-if shortens the path most", (
+            Col("step", "step", "count"), Col("step_ns", "step time", NS), Col("path_ns", "critical path", NS),
+            Col("bounding_rank", "bounding rank", "count"), Col("cost_ns", "its cost", NS),
+            Col("step_if_median_ns", "step at the others' median", NS), Col("description", "chain"))),
+        TableView("what_if", "per rank and step: the step if the rank ran at the other ranks' median", (
+            Col("step", "step", "count"), Col("rank", "rank", "count"), Col("step_ns", "step time", NS),
+            Col("step_if_median_ns", "at the others' median", NS), Col("saving_ns", "saving", NS))),
+        TableView("segments", "the path of each step", (
+            Col("step", "step", "count"), Col("rank", "rank", "count"), Col("kind", "kind"), Col("name", "what"),
+            Col("context", "inside"), Col("dur", "time", NS), Col("group", "group"), Col("seq", "call", "count")))),
+        "needs steps with events on at least one rank", optional=True),
+)

@@ -10,7 +10,8 @@ from typing import Any
 
 import polars as pl
 
-from rankscope.analysis.base import Finding, Result, Severity
+from rankscope.analysis.base import Analysis, Finding, Result, Severity
+from rankscope.analysis.view import View
 from rankscope.analysis.stats import as_float
 from rankscope.intlist import format_int_list
 from rankscope.model.run import Run
@@ -171,3 +172,13 @@ def run_advice(run: Run, results: dict[str, Result]) -> Result:
 
 def _ranks(ranks: tuple[int, ...]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_int_list(ranks)}"
+
+
+ANALYSIS = Analysis(
+    name="advice",
+    description="rules with thresholds: data loading, exposed comm, host gaps, memory, ...",
+    run=run_advice,
+    after=("breakdown",),
+    uses=("clock", "memory"),
+    view=View("Advice", place="overview"),
+)

@@ -33,7 +33,8 @@ from typing import Any, Callable
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.base import Finding, Result, Severity, frame
+from rankscope.analysis.base import Analysis, Finding, Result, Severity, frame
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.diagnosis.cpu import CONTENTION_SHARE, sched_frame, wait_excess
 from rankscope.analysis.diagnosis.rules import COMPONENTS, CONSISTENCY, PAIR_CONSISTENCY, PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, complete_steps, consistency, cpu_available_outliers, outliers, paired, per_rank, with_sched
 from rankscope.analysis.stats import as_float
@@ -476,3 +477,16 @@ def verdict_input(run: Run, bd: pl.DataFrame) -> tuple[pl.DataFrame, list[int], 
     if run.missing:
         notes.append(f"{len(run.missing)} rank{'s' if len(run.missing) > 1 else ''} missing")
     return bd, damaged, "; ".join(notes)
+
+
+ANALYSIS = Analysis(
+    name="straggler",
+    description="which rank the others wait for, and why",
+    run=run_straggler,
+    after=("breakdown",),
+    uses=("clock", "links"),
+    view=View("Straggler verdict", (Col("time_lost_per_step_ns", "time lost per step", NS),),
+        (TableView("per_step", "per step: the rank with the longest own time", (
+            Col("step", "step", "count"), Col("slowest", "rank", "count"), Col("own", "own time", NS),
+            Col("others_median", "other ranks' median", NS), Col("rel_excess", "excess", "share"))),), place="overview"),
+)

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.gpu.stats import top_n
@@ -123,3 +124,22 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
         tables["annotation_kernels"] = pl.concat([p["own"] for p in got if p["own"] is not None]).select(
             "rank", "name", "instances", "time", "kernels", "kernel_time").sort("rank", "time", descending=[False, True])
     return with_problems(problems, Result("annotations", tables=tables))
+
+
+ANALYSIS = Analysis(
+    name="annotations",
+    description="user annotations on GPU and CPU; each kernel with its annotation (HTA parity)",
+    run=run_annotations,
+    rank_part=rank_part, combine=combine,
+    view=View("User annotations (record_function) on GPU and CPU", tables=(
+        TableView("annotation_kernels", "per GPU annotation: its kernels", (
+            Col("rank", "rank", "count"), Col("name", "annotation"), Col("instances", "instances", "count"),
+            Col("time", "time", NS), Col("kernels", "kernels", "count"), Col("kernel_time", "kernel time", NS))),
+        TableView("hta_gpu_annotation_breakdown", "GPU annotations (as HTA)", (
+            Col("rank", "rank", "count"), Col("name", "annotation"), Col("sum (us)", "total", "us"),
+            Col("mean (us)", "mean", "us"), Col("max (us)", "longest", "us"))),
+        TableView("hta_cpu_annotation_breakdown", "CPU annotations (as HTA)", (
+            Col("rank", "rank", "count"), Col("name", "annotation"), Col("sum (us)", "total", "us"),
+            Col("mean (us)", "mean", "us"), Col("max (us)", "longest", "us")))),
+        empty="no user annotations: wrap code in torch.profiler.record_function", optional=True),
+)

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.rankdata import RankData
@@ -161,3 +162,18 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
     cols = ["rank", "aten_op_name", "kernel_sequence", "occurrence_count", "avg_aten_op_launch_delay", "avg_runtime_delay"]
     return with_problems(problems, Result("aten_kernels", tables={"aten_op_kernels": own.select(cols),
                                           "hta_aten_op_kernels": pl.concat(hta).select(cols)}))
+
+
+ANALYSIS = Analysis(
+    name="aten_kernels",
+    description="aten operator -> kernels launched, operator and runtime launch delays (HTA parity)",
+    run=run_aten_kernels,
+    needs=("kernels",),
+    rank_part=rank_part, combine=combine,
+    view=View("ATen operators and the kernels they launch", tables=(
+        TableView("aten_op_kernels", "per operator and kernel sequence (operator on the launch's thread)", (
+            Col("rank", "rank", "count"), Col("aten_op_name", "operator"), Col("kernel_sequence", "kernels"),
+            Col("occurrence_count", "calls", "count"), Col("avg_aten_op_launch_delay", "operator to first launch", NS),
+            Col("avg_runtime_delay", "launch to kernel", NS))),),
+        empty="needs aten:: operators launching kernels", optional=True),
+)

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import Col, TableView, View
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.rankdata import RankData
@@ -90,3 +91,16 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
         pl.len().alias("kernels"), pl.col("flops").sum()).sort(["rank", "flops"], descending=[False, True])
     return with_problems(problems, Result("cupti_counters", tables={"hta_cupti_counters": t, "kernel_flops": own},
                   summary={"problems": problems} if problems else {}))
+
+
+ANALYSIS = Analysis(
+    name="cupti_counters",
+    description="CUPTI range-profiler counters per kernel with its operator stack (HTA parity)",
+    run=run_cupti_counters,
+    rank_part=rank_part, combine=combine,
+    view=View("CUPTI counters per kernel and operator", tables=(
+        TableView("kernel_flops", "per innermost operator (SASS instruction counters; an FMA counts 2)", (
+            Col("rank", "rank", "count"), Col("bottom_level_op", "operator"), Col("kernels", "kernels", "count"),
+            Col("flops", "floating-point operations", "count"))),),
+        empty="profile with torch.profiler's experimental_config (profiler_metrics) for CUPTI counters", optional=True),
+)

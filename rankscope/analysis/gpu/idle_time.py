@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.classify import DEVICE_KINDS
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
@@ -121,3 +122,22 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
     tables = {"idle_time": own, "hta_idle_time": hta, "hta_idle_intervals": stats}
     return with_problems(problems, Result("gpu_idle", tables=tables,
                   summary={"idle_ns": int(own["idle"].sum()), "host_wait_ns": int(own["host_wait"].sum())}))
+
+
+ANALYSIS = Analysis(
+    name="gpu_idle",
+    description="GPU idle time per stream: host wait, kernel wait, other (HTA parity)",
+    run=run_gpu_idle,
+    needs=("kernels",),
+    rank_part=rank_part, combine=combine,
+    view=View("GPU idle time per stream (host wait, kernel wait, other)", (
+        Col("idle_ns", "idle", NS), Col("host_wait_ns", "waiting for the host", NS)), (
+        TableView("idle_time", "per rank and stream (gaps after the latest earlier end)", (
+            Col("rank", "rank", "count"), Col("stream", "stream", "count"), Col("kernels", "kernels", "count"),
+            Col("span", "span", NS), Col("idle", "idle", NS), Col("idle_pct", "idle (%)", "float"),
+            Col("host_wait", "host wait", NS), Col("kernel_wait", "kernel wait", NS), Col("other", "other", NS))),
+        TableView("hta_idle_time", "as HTA's idle time breakdown", (
+            Col("rank", "rank", "count"), Col("stream", "stream", "count"), Col("idle_category", "category", "words"),
+            Col("idle_time", "idle", "us"), Col("idle_time_ratio", "share of the stream's idle", "float")))),
+        "needs GPU kernels in the traces", optional=True),
+)

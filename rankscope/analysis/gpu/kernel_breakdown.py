@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.classify import DEVICE_KINDS
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
@@ -115,3 +116,26 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
               "hta_kernel_breakdown": _hta_kernels(hp)}
     return with_problems(problems, Result("kernel_breakdown", tables=tables,
                   summary={"kernels": int(stats["count"].sum()), "names": stats["name"].n_unique()}))
+
+
+ANALYSIS = Analysis(
+    name="kernel_breakdown",
+    description="kernel time per class with overlap labels; per-rank per-kernel sum / min / max / mean / std (HTA parity)",
+    run=run_kernel_breakdown,
+    needs=("kernels",),
+    rank_part=rank_part, combine=combine,
+    view=View("Kernel breakdown (classes, overlap, per kernel)", (
+        Col("kernels", "kernels", "count"), Col("names", "distinct kernels", "count")), (
+        TableView("kernel_overlap", "device time per rank by what ran at once", (
+            Col("rank", "rank", "count"), Col("kernels", "running"), Col("time", "time", NS), Col("pct", "share (%)", "float"))),
+        TableView("kernel_stats", "per rank and kernel", (
+            Col("rank", "rank", "count"), Col("class", "class"), Col("name", "kernel"), Col("count", "calls", "count"),
+            Col("sum", "total", NS), Col("min", "shortest", NS), Col("max", "longest", NS), Col("mean", "mean", NS),
+            Col("std", "std", NS))),
+        TableView("hta_kernel_type", "as HTA's kernel breakdown (all ranks)", (
+            Col("kernel_type", "kernel type"), Col("sum", "time", "us"), Col("percentage", "share (%)", "float"))),
+        TableView("hta_kernel_breakdown", "as HTA's kernel breakdown: top kernels per rank", (
+            Col("rank", "rank", "count"), Col("kernel_type", "kernel type"), Col("name", "kernel"),
+            Col("sum (us)", "total", "us"), Col("mean (us)", "mean", "us"), Col("max (us)", "longest", "us")))),
+        "needs GPU kernels in the traces (profile a CUDA or NPU job with device activities)", optional=True),
+)

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.rankdata import RankData
@@ -143,3 +144,17 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
     return with_problems(problems, Result("kernel_sequences", tables={
         "kernel_sequences": own.sort(["rank", "count", "kernel_time"], descending=[False, True, True]),
         "hta_kernel_sequences": hta.sort(["rank", "operator", "count"], descending=[False, False, True])}))
+
+
+ANALYSIS = Analysis(
+    name="kernel_sequences",
+    description="frequent kernel sequences launched per operator (HTA parity)",
+    run=run_kernel_sequences,
+    needs=("kernels",),
+    rank_part=rank_part, combine=combine,
+    view=View("Frequent kernel sequences per operator", tables=(
+        TableView("kernel_sequences", "per operator and kernel sequence", (
+            Col("rank", "rank", "count"), Col("operator", "operator"), Col("count", "calls", "count"),
+            Col("kernel_time", "kernel time", NS), Col("operator_time", "operator time", NS), Col("pattern", "sequence"))),),
+        empty="no operator launched 3 or more kernels", optional=True),
+)

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import View
 from rankscope.analysis.classify import DEVICE_KINDS
 from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
@@ -134,3 +135,13 @@ def combine(run: Run, parts: list[tuple[int, dict[str, Any] | None]], results: d
         tables["top_kernels"] = op.tables["kernels"]
     return Result("kernels", tables=tables)
 
+
+ANALYSIS = Analysis(
+    name="kernels",
+    description="kernel classes, launch statistics, idle-time breakdown (HTA parity)",
+    run=run_kernels,
+    needs=("kernels",),
+    uses=("opstats",),
+    rank_part=rank_part, combine=combine,
+    view=View("Kernels", empty="needs GPU kernels in the traces (profile a CUDA or NPU job with device activities)", place="operators"),
+)

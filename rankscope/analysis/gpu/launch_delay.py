@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.rankdata import RankData
@@ -81,3 +82,20 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
     return with_problems(problems, Result("launch_delay", tables=tables,
                   summary={"long_runtime_calls": int(summ["long_runtime"].sum()),
                            "long_delays": int(summ["long_delay"].sum())}))
+
+
+ANALYSIS = Analysis(
+    name="launch_delay",
+    description="kernel launch delay after the runtime call ends; slow runtime calls (HTA parity)",
+    run=run_launch_delay,
+    needs=("kernels",),
+    rank_part=rank_part, combine=combine,
+    view=View("Kernel launch delay and slow runtime calls", (
+        Col("long_runtime_calls", "runtime calls over 50 µs", "count"), Col("long_delays", "launch delays over 100 µs", "count")), (
+        TableView("launch_summary", "per rank (delay = kernel start − end of its launch call, ≥ 0)", (
+            Col("rank", "rank", "count"), Col("launches", "launches", "count"), Col("short_kernels", "kernels shorter than their launch", "count"),
+            Col("long_runtime", "calls over 50 µs", "count"), Col("long_delay", "delays over 100 µs", "count"),
+            Col("delay_p50", "median delay", NS), Col("delay_p95", "p95 delay", NS), Col("delay_max", "longest delay", NS),
+            Col("runtime_max", "longest call", NS))),),
+        "needs kernel launches with their kernels (CUDA / ROCm traces)", optional=True),
+)

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.gpu.stats import describe
@@ -107,3 +108,21 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
     tables = {"memory_bw": own, "hta_memory_bw": ser, "hta_memory_bw_summary": summ}
     return with_problems(problems, Result("memory_bw", tables=tables,
                   summary={"bytes": int(own["bytes"].sum())}))
+
+
+ANALYSIS = Analysis(
+    name="memory_bw",
+    description="memcpy / memset bandwidth per copy kind (HTA parity)",
+    run=run_memory_bw,
+    needs=("kernels",),
+    rank_part=rank_part, combine=combine,
+    view=View("Memory copy / set bandwidth", (Col("bytes", "bytes moved", "bytes"),), (
+        TableView("memory_bw", "per rank and copy kind (bandwidth = bytes / busy time)", (
+            Col("rank", "rank", "count"), Col("name", "kind"), Col("ops", "operations", "count"),
+            Col("bytes", "bytes", "bytes"), Col("busy", "busy", NS), Col("bandwidth_gbps", "bandwidth", "gbps"),
+            Col("peak_gbps", "fastest", "gbps"))),
+        TableView("hta_memory_bw_summary", "as HTA's memory bandwidth summary", (
+            Col("rank", "rank", "count"), Col("name", "kind"), Col("count", "points", "count"),
+            Col("mean", "mean", "gbps"), Col("max", "max", "gbps")))),
+        "needs memcpy / memset on the device", optional=True),
+)

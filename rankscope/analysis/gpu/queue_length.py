@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.gpu.stats import describe
@@ -132,3 +133,22 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
     return with_problems(problems, Result("queue_length", tables={"queue_length_summary": own, "hta_queue_length": ser,
                                           "hta_queue_length_summary": summ, "hta_queue_full": full_t},
                   summary={"max_queue_length": int(own["max"].to_numpy().max()), "time_full_ns": int(own["time_full"].sum())}))
+
+
+ANALYSIS = Analysis(
+    name="queue_length",
+    description="launch queue length per stream: series, summary, time at a full queue (HTA parity)",
+    run=run_queue_length,
+    needs=("kernels",),
+    rank_part=rank_part, combine=combine,
+    view=View("Launch queue length per stream", (
+        Col("max_queue_length", "longest queue", "count"), Col("time_full_ns", "time with a full queue", NS)), (
+        TableView("queue_length_summary", "per rank and stream", (
+            Col("rank", "rank", "count"), Col("stream", "stream", "count"), Col("max", "longest", "count"),
+            Col("mean_time_weighted", "mean over time", "float"), Col("time_at_max", "time at the longest", NS),
+            Col("time_full", "time at the limit", NS), Col("limit", "limit", "count"))),
+        TableView("hta_queue_length_summary", "as HTA's queue length summary (over its points)", (
+            Col("rank", "rank", "count"), Col("stream", "stream", "count"), Col("count", "points", "count"),
+            Col("mean", "mean", "float"), Col("50%", "median", "float"), Col("max", "max", "float")))),
+        "needs kernel launches with their kernels", optional=True),
+)

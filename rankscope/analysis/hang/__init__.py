@@ -14,5 +14,21 @@ from rankscope.analysis.hang.diagnose import diagnose
 from rankscope.analysis.hang.findings import Problem, Verdict, Where
 from rankscope.analysis.hang.run import run_hang
 from rankscope.analysis.hang.words import describe
+from rankscope.analysis.base import Analysis
+from rankscope.analysis.view import Col, TableView, View
 
 __all__ = ["Problem", "Verdict", "Where", "describe", "diagnose", "run_hang"]
+
+
+ANALYSIS = Analysis(
+    name="hang",
+    description="collective recorder dumps matched across ranks: hangs and desyncs",
+    run=run_hang,
+    view=View("Collectives / hang (collective recorder dumps)", (
+        Col("headline", "verdict"), Col("also", "other problems"), Col("dumps", "ranks with a dump", "count"), Col("no_dump", "ranks without a dump", "ranks")),
+        (TableView("last_collective", "last collective recorded per rank and process group", (
+            Col("group", "group"), Col("desc", "description"), Col("rank", "rank", "count"),
+            Col("last_seq", "last sequence number", "count"),
+            Col("last_completed", "last completed (timed recorder)", "count"))),),
+        "profile with comms=True or RANKSCOPE_COMMS=1, then `rankscope trigger RUN --dump`", place="hang"),
+)

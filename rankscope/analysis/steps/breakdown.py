@@ -28,7 +28,8 @@ import re
 import numpy as np
 import pyarrow as pa
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.classify import DEVICE_KINDS, HOST_KINDS, col, dict_test, is_recv
 from rankscope.analysis.intervals import Intervals, coverage, merge, per_window
 from rankscope.analysis.rankdata import RankData, data_of
@@ -264,3 +265,23 @@ def combine(run: Run, per_rank: list[tuple[int, tuple[pa.Table | None, bool]]], 
         summary["pipeline_stages"] = stages
     return Result("breakdown", tables={"breakdown": table, "step_trace_time": ascend_table(table, stages)},
                   summary=summary)
+
+
+# The breakdown's columns in the order a person reads them (the report, the rank page and the trajectory
+# draw these).
+SHOWN = (Col("rank", "rank", "count"), Col("step", "step", "count"), Col("wall", "step time", NS),
+         Col("computing", "compute", NS), Col("comm_exposed", "exposed communication", NS),
+         Col("overlapped", "overlapped communication", NS), Col("data_wait", "data wait", NS),
+         Col("free", "idle", NS))
+
+ANALYSIS = Analysis(
+    name="breakdown",
+    description="per-rank × per-step time breakdown (compute, exposed comm, data, idle)",
+    run=run_breakdown,
+    needs=("steps",),
+    rank_part=rank_part, combine=combine,
+    view=View("Step time breakdown (compute, exposed communication, data wait, idle)", (
+        Col("whole_window_ranks", "ranks without step markers (their whole capture counts as one step)", "ranks"),),
+        (TableView("breakdown", "per rank and step (ms)", SHOWN),),
+        "no steps: profile with prof.step() once per training step", place="overview"),
+)

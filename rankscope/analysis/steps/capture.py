@@ -18,7 +18,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from rankscope.analysis.base import Finding, Result, Severity
+from rankscope.analysis.base import Analysis, Finding, Result, Severity
+from rankscope.analysis.view import Col, TableView, View
 from rankscope.model.run import Run
 
 COLUMNS = ["rank", "source", "windows", "steps", "n_steps", "missing", "extra", "trace_steps", "idle",
@@ -190,3 +191,15 @@ def run_capture(run: Run, results: dict[str, Any]) -> Result:
     aligned = not any(f.kind == "capture_mismatch" for f in findings)
     return Result("capture", tables={"capture": table}, findings=findings,
                   summary={"aligned": aligned, "ranks": len(caps), "reference_steps": ranges(ref)})
+
+
+ANALYSIS = Analysis(
+    name="capture",
+    description="captured steps per rank: window mismatch, idle ranks, dropped windows",
+    run=run_capture,
+    view=View("Captured steps", (Col("reference_steps", "steps captured on most ranks"),), (
+        TableView("capture", "per rank", (Col("rank", "rank", "count"), Col("source", "from"),
+                                          Col("windows", "windows", "count"), Col("n_steps", "steps", "count"),
+                                          Col("missing", "missing steps"), Col("extra", "extra steps"),
+                                          Col("dropped", "dropped windows"))),), place="problems"),
+)

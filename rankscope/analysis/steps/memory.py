@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import Col, TableView, View
 from rankscope.analysis.classify import col
 from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
@@ -84,3 +85,19 @@ def combine(run: Run, parts: list[tuple[int, tuple[list[pa.Table], list[dict[str
     top = max(peaks, key=lambda p: p["peak_allocated"])
     return Result("memory", tables={"timeline": pa.concat_tables(lines), "peaks": pa.Table.from_pylist(peaks)},
                   summary={"max_peak_allocated": top["peak_allocated"], "max_peak_rank": top["rank"]})
+
+
+ANALYSIS = Analysis(
+    name="memory",
+    description="allocated / reserved memory over time, peak and operator at peak",
+    run=run_memory,
+    needs=("memory",),
+    rank_part=rank_part, combine=combine,
+    view=View("Memory", (Col("max_peak_allocated", "largest peak allocated", "bytes"),
+                   Col("max_peak_rank", "on rank", "count")),
+        (TableView("peaks", "per rank and device: the peak and the operator running at it", (
+            Col("rank", "rank", "count"), Col("device", "device", "device"),
+            Col("peak_allocated", "peak allocated", "bytes"), Col("peak_reserved", "peak reserved", "bytes"),
+            Col("operator_at_peak", "operator at the peak"))),),
+        empty="no memory events: profile with profile_memory=True", place="memory"),
+)

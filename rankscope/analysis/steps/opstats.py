@@ -18,7 +18,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.rankdata import RankData
 from rankscope.model.run import Run
 
@@ -129,3 +130,19 @@ def combine(run: Run, parts: list[tuple[int, tuple[pl.DataFrame, pl.DataFrame]]]
         tables["kernels"] = cross_rank(by_name, ["name"]).to_arrow()
         tables["kernels_by_shape"] = cross_rank(ker_all, ["name", "input_dims"]).to_arrow()
     return Result("opstats", tables=tables, summary={"top_n": TOP_N, "ranks": len(run.rank_ids)})
+
+
+ANALYSIS = Analysis(
+    name="opstats",
+    description="cross-rank operator and kernel statistics (top-N)",
+    run=run_opstats,
+    rank_part=rank_part, combine=combine,
+    view=View("Operators across ranks", (Col("ranks", "ranks", "count"),), (
+        TableView("operators", "top operators: total time per rank over the capture", (
+            Col("name", "operator"), Col("calls", "calls", "count"), Col("median", "median rank", NS),
+            Col("min", "least", NS), Col("max", "most", NS), Col("max_rank", "rank with most", "count"),
+            Col("sum", "all ranks", NS))),
+        TableView("operators_by_shape", "by input shape", (
+            Col("name", "operator"), Col("input_dims", "input shapes"), Col("calls", "calls", "count"),
+            Col("median", "median rank", NS), Col("max", "most", NS), Col("max_rank", "rank with most", "count")))), place="operators"),
+)

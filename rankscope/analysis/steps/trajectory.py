@@ -11,7 +11,8 @@ from typing import Any
 
 import polars as pl
 
-from rankscope.analysis.base import Result
+from rankscope.analysis.base import Analysis, Result
+from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.model.run import Run
 
 COLUMNS = ["rank", "step", "wall", "iteration_gap", "fwd_bwd", "iteration_tail", "complete"]
@@ -25,3 +26,15 @@ def run_trajectory(run: Run, results: dict[str, Any]) -> Result:
     med = (t.filter(pl.col("complete")).group_by("rank")
            .agg(pl.col(c).median() for c in ("wall", "iteration_gap", "fwd_bwd", "iteration_tail")).sort("rank"))
     return Result("trajectory", tables={"trajectory": t.to_arrow(), "per_rank": med.to_arrow()})
+
+
+ANALYSIS = Analysis(
+    name="trajectory",
+    description="iteration gap, forward+backward and iteration tail per step",
+    run=run_trajectory,
+    after=("breakdown",),
+    view=View("Iteration trajectory", tables=(
+        TableView("per_rank", "per rank, median over steps (ms)", (
+            Col("rank", "rank", "count"), Col("wall", "step time", NS), Col("iteration_gap", "gap before compute", NS),
+            Col("fwd_bwd", "forward + backward", NS), Col("iteration_tail", "tail after compute", NS))),), place="trajectory"),
+)
