@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -33,10 +34,14 @@ def _cmd(args: list[str], importtime: bool = False) -> list[str]:
     return [sys.executable, *(["-X", "importtime"] if importtime else []), "-m", "rankscope.cli", *args]
 
 
-def _time(tree: Path, args: list[str]) -> float:
+def _time(tree: Path, args: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system of the child; steadier than wall on a busy machine)."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(_cmd(args), env=_env(tree), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
 def _heavy(tree: Path, args: list[str]) -> list[str]:
@@ -62,12 +67,14 @@ def main() -> None:
         cases = {"--help": lambda n: ["--help"], "analyze (cached)": lambda n: ["analyze", str(runs[n])]}
         print(f"load average {os.getloadavg()[0]:.1f}; {a.repeats} interleaved repeats; medians in seconds")
         for case, args in cases.items():
-            times: dict[str, list[float]] = {n: [] for n in trees}
+            times: dict[str, list[tuple[float, float]]] = {n: [] for n in trees}
             for _ in range(a.repeats):
                 for n, tree in trees.items():
                     times[n].append(_time(tree, args(n)))
-            b, f = statistics.median(times["before"]), statistics.median(times["after"])
-            print(f"{case:18s} before {b:.3f}  after {f:.3f}  ratio {f / b:.2f}   "
+            b, f = (statistics.median(w for w, _ in times[n]) for n in ("before", "after"))
+            bc, fc = (statistics.median(c for _, c in times[n]) for n in ("before", "after"))
+            print(f"{case:18s} wall before {b:.3f}  after {f:.3f}  ratio {f / b:.2f} | CPU before {bc:.3f}  after {fc:.3f}  "
+                  f"ratio {fc / bc:.2f}   "
                   f"heavy imports before {_heavy(trees['before'], args('before'))} "
                   f"after {_heavy(trees['after'], args('after'))}")
 
