@@ -17,6 +17,8 @@ import argparse
 import json
 from dataclasses import asdict
 
+from rich.markup import escape
+
 from rankscope.commands.common import console, out
 
 HELP = "name the collective a hung job waits in, and desyncs between ranks (Flight Recorder dumps)"
@@ -35,12 +37,19 @@ def run(args: argparse.Namespace) -> int:
     from rankscope.errors import RankscopeError, TraceError, safe
     from rankscope.model.readers import frdump
 
-    dumps = []
+    from rankscope.model.info import Kind, Problem, records
+
+    dumps, said = [], []
     for f in frdump.find(args.dumps):
         try:
             dumps.append(frdump.read(f))
-        except (TraceError, OSError) as exc:
-            console.print(f"[yellow]warning:[/] {safe(str(exc))}", highlight=False, soft_wrap=True)
+            said += dumps[-1].problems
+        except TraceError as exc:
+            said.append(Problem(str(exc), exc.kind, exc.path, exc.rank))
+        except OSError as exc:
+            said.append(Problem(f"{f}: cannot read ({exc.strerror or exc})", Kind.FILE_UNREADABLE, str(f)))
+    for line in said:
+        console.print(f"[yellow]warning:[/] {escape(safe(line))}", highlight=False, soft_wrap=True)
     if not dumps:
         raise RankscopeError(f"{safe(args.dumps)}: no Flight Recorder dump found (files named PREFIX<rank>, "
                              "pickle or JSON)")
@@ -48,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
     latest = {d.rank: d for d in dumps if d.path.rsplit("/", 1)[-1].startswith("comms.")}
     dumps = [d for d in dumps if not d.path.rsplit("/", 1)[-1].startswith("comms.") or latest[d.rank] is d]
     v = diagnose(dumps, args.world_size)
-    if args.json:
-        out.file.write(json.dumps(v.to_dict(), indent=1, default=str) + "\n")
+    if args.json:  # issues: each warning's kind, file, rank and count (model/info.Problem)
+        out.file.write(json.dumps({**v.to_dict(), "issues": records(said)}, indent=1, default=str) + "\n")
         return 0
     mark = "✓ " if not v.problems else "⚠ " if v.problems[0].kind in ("behind", "pg_inconsistent") else "✖ "
     out.print(f"[bold]{mark}{safe(v.headline)}[/]", highlight=False, soft_wrap=True)

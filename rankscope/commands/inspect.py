@@ -43,8 +43,11 @@ def summarize(run: Any) -> dict[str, Any]:
                       "events": {k["values"]: k["counts"] for k in kinds}, "counts": info.counts,
                       "time_range_ns": list(info.time_range) if info.time_range else None,
                       "world_size": info.world_size, "backend": info.backend})
+    from rankscope.model.info import records
+
     return {"coverage": run.coverage(), "path": run.path, "run_id": run.run_id, "world_size": run.world_size,
-            "missing": run.missing, "ranks": ranks, "problems": run.problems}
+            "missing": run.missing, "ranks": ranks, "problems": [str(p) for p in run.problems],
+            "issues": records(run.problems)}  # each line's kind, rank, file and count, as ``analyze --json``
 
 
 def _table(s: dict[str, Any]) -> Any:

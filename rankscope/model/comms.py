@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from rankscope.model import comm_issue, schema
+from rankscope.model.info import Kind, Problem
 from rankscope.model.schema import normalize_op
 from rankscope.model.readers.kineto import Args, RawTrace
 
@@ -56,6 +57,35 @@ def _pg_ranks(v: Any) -> str:
     return ",".join(re.findall(r"-?\d+", str(v or "")))
 
 
+class Groups(NamedTuple):
+    """The default group (name, members, size) and every group's members by name, from the trace's
+    ``distributedInfo.pg_config``: where "Process Group Ranks" stops after 30 members."""
+
+    name: str
+    ranks: str
+    size: int
+    members: dict[str, str]
+
+
+def _cut(v: Any) -> bool:
+    """Kineto writes a group of more than 30 ranks as its first 30 and "..." (profiler util.cpp ``format_list``)."""
+    return isinstance(v, str) and v.rstrip().endswith("...]")
+
+
+def _whole(listed: str, name: str, a: Args, groups: Groups) -> tuple[str, bool]:
+    """The members of a group whose listed ranks were cut: from pg_config by the group's name, else from NCCL's
+    first global rank and stride with the group size; each must begin with the listed ranks. (members, found)."""
+    full = groups.members.get(name, "")
+    if full and (full + ",").startswith(listed + ","):
+        return full, True
+    start, stride, size = _int(a.global_start, -1), _int(a.global_stride, -1), _int(a.group_size, 0)
+    if start >= 0 and stride > 0 and 30 < size <= (1 << 20):
+        got = ",".join(str(start + stride * i) for i in range(size))
+        if (got + ",").startswith(listed + ","):
+            return got, True
+    return listed, False
+
+
 def _rows(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace) -> list[dict[str, Any]]:
     """One row per collective call. Gloo records each call as one ``gloo:*`` span (collectives on its own
     threads, send / recv on the caller's): when those exist, every such span is a call, whatever it
@@ -74,7 +104,7 @@ def _rows(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace) -> lis
     names = _LazyNames(dic, name_idx)
     ts, dur = np.asarray(events.column("ts")), np.asarray(events.column("dur"))
     tid = np.asarray(events.column("tid"))
-    default_pg = _default_pg(raw)
+    default_pg = Groups(*_default_pg(raw), _members(raw))
     if gloo.any():
         return _gloo_rows(idx[gloo], idx[~gloo], names, xs, ts, dur, tid, default_pg)
     idx = idx[np.lexsort((-dur[idx], ts[idx], tid[idx]))]
@@ -90,7 +120,7 @@ def _rows(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace) -> lis
 
 
 def _gloo_rows(calls: np.ndarray, others: np.ndarray, names: Any, xs: Mapping[int, Args | None], ts: np.ndarray,
-               dur: np.ndarray, tid: np.ndarray, default_pg: tuple[str, str, int]) -> list[dict[str, Any]]:
+               dur: np.ndarray, tid: np.ndarray, default_pg: Groups) -> list[dict[str, Any]]:
     """Every ``gloo:*`` span is a call; its issuing ``c10d::`` op gives the peer, split sizes and issue time."""
     issue = np.array([i for i in others.tolist() if str(names[i]).startswith("c10d::")], dtype=np.int64)
     c_op = [normalize_op(str(names[i])) for i in calls.tolist()]
@@ -153,7 +183,7 @@ def _dict_mask(col: Any, values: tuple[str, ...]) -> np.ndarray:
 
 
 def _group_row(g: list[int], names: Any, xs: Mapping[int, Args | None], ts: int, dur: int,
-               default_pg: tuple[str, str, int]) -> dict[str, Any]:
+               default_pg: Groups) -> dict[str, Any]:
     meta = next((i for i in g if names[i] == "record_param_comms"), g[0])
     row = _row(meta, str(names[g[0]]), xs[meta], ts, dur, default_pg)
     if row["op"] == "other":
@@ -170,7 +200,7 @@ def _group_row(g: list[int], names: Any, xs: Mapping[int, Args | None], ts: int,
     return row
 
 
-def _row(i: int, name: str, a: Args | None, ts: int, dur: int, default_pg: tuple[str, str, int]) -> dict[str, Any]:
+def _row(i: int, name: str, a: Args | None, ts: int, dur: int, default_pg: Groups) -> dict[str, Any]:
     n_in, dtype = _nelems(a)
     n_out = n_in
     if a is not None and a.coll_name:
@@ -182,6 +212,9 @@ def _row(i: int, name: str, a: Args | None, ts: int, dur: int, default_pg: tuple
         op = normalize_op(name)
     pg_name = a.pg_name if a is not None and a.pg_name is not None else default_pg[0]
     ranks = _pg_ranks(a.pg_ranks) if a is not None and a.pg_ranks is not None else default_pg[1]
+    whole = True
+    if a is not None and _cut(a.pg_ranks):
+        ranks, whole = _whole(ranks, str(pg_name), a, default_pg)
     gsize = _int(a.group_size, 0) if a is not None and a.group_size else 0
     gsize = gsize if 0 < gsize <= (1 << 20) else (len(ranks.split(",")) if ranks else default_pg[2])
     width = schema.DTYPE_BYTES.get(str(dtype).lower(), 0)
@@ -191,7 +224,7 @@ def _row(i: int, name: str, a: Args | None, ts: int, dur: int, default_pg: tuple
             "bytes_in": n_in * width if 0 <= n_in < (1 << 50) and width else -1,
             "bytes_out": n_out * width if 0 <= n_out < (1 << 50) and width else -1,
             "external_id": -1 if a is None else _int(a.external_id, -1), "peer": -1, "issue_ts": -1,
-            "split_out": "", "split_in": "", "pg_known": a is not None and a.pg_ranks is not None}
+            "split_out": "", "split_in": "", "pg_known": a is not None and a.pg_ranks is not None, "pg_cut": not whole}
 
 
 def _default_pg(raw: RawTrace) -> tuple[str, str, int]:
@@ -209,6 +242,16 @@ def _default_pg(raw: RawTrace) -> tuple[str, str, int]:
     if world and world <= 4096:  # spelled out only when small: never a string sized by a number from a file
         return "0", ",".join(map(str, range(world))), world
     return "0", "", world or 0
+
+
+def _members(raw: RawTrace) -> dict[str, str]:
+    """Group name -> its members ("0,1,2"), for every group of ``distributedInfo.pg_config`` with a list of ranks."""
+    from rankscope.model.readers.kineto import dist_info
+
+    info = dist_info(raw.trace)
+    cfg = info.pg_config if info is not None and isinstance(info.pg_config, list) else []
+    return {str(g.get("pg_name")): _pg_ranks(g["ranks"]) for g in cfg
+            if isinstance(g, dict) and isinstance(g.get("ranks"), list) and len(g["ranks"]) <= 1 << 20}
 
 
 def _int(v: Any, fill: int) -> int:
@@ -246,8 +289,10 @@ def _device_spans(events: pa.Table, ts: np.ndarray, end: np.ndarray) -> tuple[np
     return dev_ts, dev_dur
 
 
-def collectives(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace) -> pa.Table:
-    """The ``collectives`` table of one rank; ``xs``: event row -> args of the communication events."""
+def collectives(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace,
+                problems: list[str] | None = None) -> pa.Table:
+    """The ``collectives`` table of one rank; ``xs``: event row -> args of the communication events. Calls whose
+    group the trace lists only in part (and names nowhere else) are said in ``problems``, counted."""
     if events.num_rows == 0:
         return schema.empty("collectives")
     cand = pc.fill_null(events.column("is_comm"), False)
@@ -257,6 +302,12 @@ def collectives(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace) 
     if not rows:
         return schema.empty("collectives")
     cols: dict[str, Any] = {k: [r[k] for r in rows] for k in rows[0]}
+    cut = sum(cols["pg_cut"])
+    if cut and problems is not None:
+        groups = sorted({g for g, c in zip(cols["pg_name"], cols["pg_cut"]) if c})
+        problems.append(Problem(f"{cut} collectives of groups {', '.join(groups)[:200]} list only their first 30 "
+                                "members (as Kineto writes them) and the trace's pg_config does not name the group: "
+                                "their other members are unknown", Kind.GROUP_CUT, count=cut))
     ts = np.asarray(cols["ts"], dtype=np.int64)
     dev_ts, dev_dur = _device_spans(events, ts, ts + np.asarray(cols["dur"], dtype=np.int64))
     cols["dev_ts"], cols["dev_dur"] = dev_ts, dev_dur

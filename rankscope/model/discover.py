@@ -103,7 +103,7 @@ def _mindinsight(path: Path, cache: Path) -> Found:
         files = mindinsight.files(m)
         if not files:
             why = f"no {mindinsight.STEP_TRACE.format(m.device)} under {m.host}"
-            found.problems.append(f"{safe(m.profiler_dir)}: {why}")
+            found.problems.append(Problem(f"{safe(m.profiler_dir)}: {why}", Kind.NO_TRACE, str(m.profiler_dir), m.rank))
             if m.rank is not None:
                 found.absent[m.rank] = why
             continue
@@ -340,6 +340,7 @@ def _plain_files(path: Path, problems: list[str]) -> list[Path]:
             elif trace_name(n) and os.path.isfile(p):
                 out.append(p)
             if len(out) > MAX_FILES:
-                problems.append(f"{safe(path)}: more than {MAX_FILES} trace files; only the first are read")
+                problems.append(Problem(f"{safe(path)}: more than {MAX_FILES} trace files; only the first are read",
+                                        Kind.TOO_LARGE, str(path)))
                 return sorted(out)
     return sorted(out)

@@ -78,6 +78,11 @@ class Kind(str, Enum):
     IDENTITY = "identity_conflict"  # rank / run id disagreements, duplicates, ranks of another run
     RANK_UNKNOWN = "rank_unknown"
     STRAY = "not_a_rank_directory"
+    MISSING_FILE = "missing_file"  # a file the format holds is absent (Ascend's analysis.db, a rank table)
+    NOT_A_DATABASE = "not_a_database"  # a SQLite file that cannot be opened or queried (Ascend's DB export)
+    BAD_ROWS = "bad_rows"  # rows of a table file (CSV) that are not rows of that table: left out
+    NOT_CAPTURED = "not_captured"  # what the collector itself wrote down as not captured (RPC gaps)
+    GROUP_CUT = "group_members_cut"  # a process group listed only in part (Kineto stops at 30 members)
     OTHER = "other"
 
 

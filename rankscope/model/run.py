@@ -147,7 +147,8 @@ def _map(tasks: list[RankTask], jobs: int, progress: Progress | None) -> Iterabl
                 # is read again in a process of its own, so one bad file costs only itself.
                 yield _isolated(t)
             except Exception as exc:  # noqa: BLE001 - a result that cannot come back is that rank's problem only
-                yield TraceError(t.files[0] if t.files else str(t.root), f"could not be read in a worker ({exc})")
+                yield TraceError(t.files[0] if t.files else str(t.root), f"could not be read in a worker ({exc})",
+                                 Kind.READER_FAILED)
             if progress:
                 progress(i + 1, len(tasks))
 
@@ -162,7 +163,7 @@ def _isolated(task: RankTask) -> RankInfo | TraceError:
         except BrokenProcessPool:
             return TraceError(task.files[0] if task.files else str(task.root),
                               "the reader process died on this file (out of memory, or a crash in a native "
-                              "library); rerun with --jobs 1 --debug to see where")
+                              "library); rerun with --jobs 1 --debug to see where", Kind.READER_FAILED)
 
 
 def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_missing_ranks: bool = True,
@@ -251,8 +252,9 @@ def _assemble(p: Path | str, infos: list[RankInfo], problems: list[str], manifes
     if expected_id and run_ids and expected_id not in run_ids:
         # No rank agrees with run.json: run.json is the odd one out (edited, copied from another run),
         # not every rank. Keep the ranks, say so.
-        problems.append(f"run.json names run {expected_id!r} but the ranks say "
-                        f"{', '.join(repr(x) for x in sorted(run_ids))}; run.json's run id ignored")
+        problems.append(Problem(f"run.json names run {expected_id!r} but the ranks say "
+                                f"{', '.join(repr(x) for x in sorted(run_ids))}; run.json's run id ignored",
+                                Kind.IDENTITY, f"{str(p).rstrip('/')}/run.json"))
         expected_id = None
     for r, info in list(ranks.items()):
         if expected_id and info.run_id and info.run_id != expected_id:
@@ -264,7 +266,8 @@ def _assemble(p: Path | str, infos: list[RankInfo], problems: list[str], manifes
     # world is bounded (sanity.MAX_WORLD), so this list is too
     missing = [r for r in expected if r not in ranks]
     if len(run_ids) > 1 and not expected_id:
-        problems.append(f"ranks come from {len(run_ids)} different runs: {', '.join(sorted(run_ids))}")
+        problems.append(Problem(f"ranks come from {len(run_ids)} different runs: {', '.join(sorted(run_ids))}",
+                                Kind.IDENTITY, count=len(run_ids)))
     for info in ranks.values():
         problems += [at_rank(x, info.rank) for x in info.problems]
     name = p.name if isinstance(p, Path) else p.rstrip("/").rsplit("/", 1)[-1]

@@ -36,27 +36,31 @@ def to_ns(ts: np.ndarray, base_ns: int) -> np.ndarray:
 
 
 def _ids(values: Sequence[Any], names: dict[str, int] | None = None, probs: "_Problems | None" = None) -> np.ndarray:
-    """pid/tid may be ints or strings ("Spans", "PyTorch Profiler"); strings get stable negatives.
-    Anything else (1.5, [1], {}, an int beyond int64, missing) gets a negative of its own, counted:
-    the thread stays distinct (1.5 is not thread 1), nothing overflows."""
-    try:
-        got = np.asarray(values)
-    except (TypeError, ValueError, OverflowError):  # [1] among ints: an inhomogeneous array
+    """pid/tid may be ints or strings ("Spans", "PyTorch Profiler"); strings get stable negatives. An
+    integer-valued float (1.0) is that integer. Anything else (1.5, true, [1], {}, an int beyond int64,
+    missing) gets a negative of its own, counted: the thread stays distinct (1.5 and true are not
+    thread 1), nothing overflows."""
+    try:  # Arrow's inference refuses a bool among ints (numpy would read true as 1) and ints beyond int64
+        got = pa.array(values)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
         got = None
-    if got is not None and got.dtype.kind == "i":
-        return got.astype(np.int64, copy=False)
+    if got is not None and pa.types.is_integer(got.type) and got.null_count == 0 and got.type.bit_width == 64 \
+            and pa.types.is_signed_integer(got.type):
+        return got.to_numpy(zero_copy_only=False)
     names = {} if names is None else names
     out, bad = [], 0
     for v in values:
         if type(v) is int and -(1 << 63) <= v < (1 << 63):
             out.append(v)
+        elif type(v) is float and v.is_integer() and -(2.0 ** 63) <= v < 2.0 ** 63:
+            out.append(int(v))
         elif isinstance(v, str):
             out.append(names.setdefault(v[:64], -1 - len(names)))
         else:
             bad += 1
             out.append(names.setdefault(f"\0{str(v)[:64]}", -1 - len(names)))
     if probs is not None:
-        probs.count("pid / tid values that are not integers (e.g. 1.5, [1], 2**70) were kept as threads of "
+        probs.count("pid / tid values that are not integers (e.g. 1.5, true, [1], 2**70) were kept as threads of "
                     "their own", bad, Kind.BAD_PID_TID)
     return np.asarray(out, dtype=np.int64)
 
@@ -196,11 +200,12 @@ def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
     if "cuda_profiler_range" in events.column("cat").combine_chunks().dictionary.to_pylist():
         events = _with_counters(events, raw)
     tables = {"events": events, "memory": memory}
-    tables["collectives"] = _collectives(events, comm_args, raw)
+    said: list[str] = []
+    tables["collectives"] = _collectives(events, comm_args, raw, said)
     tables["steps"] = _steps(events)
     probs.count("ProfilerStep spans with a number too long to be a step (over 15 digits) were not read as steps",
                 unread_steps(events), Kind.BAD_STEP)
-    return tables, probs.lines()
+    return tables, probs.lines() + said
 
 
 def _finish_events(parts: list[pa.Table], base: int) -> pa.Table:

@@ -2,7 +2,7 @@
 import json
 
 from rankscope.analysis.registry import run_all
-from rankscope.model.ingest import device_memory
+from rankscope.model.identity import device_memory
 from rankscope.model.run import load_run
 from tests.helpers import x
 

@@ -21,10 +21,14 @@ def run_rpc(run: Any, results: dict[str, Any]) -> Any:
     from rankscope.analysis.base import Finding, Result, Severity
     from rankscope.model.readers import rpcfiles
 
+    from rankscope.model.info import records
+
     calls, problems = rpcfiles.load(str(run.path))
     if not calls:
+        why = f"; {len(problems)} problems with its RPC files, the first: {problems[0]}" if problems else ""
         return Result("rpc", skipped="no RPC calls in the run (torch.distributed.rpc calls made while "
-                                     "rankscope.profile records are saved as ranks/<r>/rpc.<n>.json.gz)")
+                                     f"rankscope.profile records are saved as ranks/<r>/rpc.<n>.json.gz){why}",
+                      summary={"issues": records(problems)})
     cdf, edf = rpcfiles.tables(calls)
     cdf = cdf.with_columns(round_trip_ns=pl.col("t_done") - pl.col("t_send"))
     dest = cdf.group_by("rank", "src", "dst").agg(
@@ -43,7 +47,7 @@ def run_rpc(run: Any, results: dict[str, Any]) -> Any:
     remote, network = int(cdf["remote_ns"].fill_null(0).sum()), int(cdf["network_ns"].fill_null(0).sum())
     summary = {"calls": cdf.height, "destinations": cdf["dst"].n_unique(), "remote_ns": remote,
                "network_ns": network, "remote_events": edf.height, "nested_calls": int((cdf["depth"] > 0).sum()),
-               "not_captured": problems}
+               "not_captured": problems, "issues": records(problems)}  # issues: each line's kind, file, rank, count
     findings = [Finding("rpc", f"{cdf.height} RPC calls to {summary['destinations']} workers: "
                                f"{remote / 1e6:,.2f} ms on the callees, {network / 1e6:,.2f} ms network + queueing",
                         Severity.INFO, evidence={"remote_ns": remote, "network_ns": network})]

@@ -25,7 +25,8 @@ ANALYSIS = Analysis(
     description="collective recorder dumps matched across ranks: hangs and desyncs",
     run=run_hang,
     view=View("Collectives / hang (collective recorder dumps)", (
-        Col("headline", "verdict"), Col("also", "other problems"), Col("dumps", "ranks with a dump", "count"), Col("no_dump", "ranks without a dump", "ranks")),
+        Col("headline", "verdict"), Col("also", "other problems"), Col("dumps", "ranks with a dump", "count"), Col("no_dump", "ranks without a dump", "ranks"),
+        Col("not_read", "dumps or entries not read")),
         (TableView("last_collective", "last collective recorded per rank and process group", (
             Col("group", "group"), Col("desc", "description"), Col("rank", "rank", "count"),
             Col("last_seq", "last sequence number", "count"),

@@ -33,15 +33,26 @@ def run_hang(run: Any, results: dict[str, Any]) -> Any:
         return Result("hang", skipped="no collective recorder dumps in the run (profile with comms=True or "
                                       "RANKSCOPE_COMMS=1; dumps come at the end, on a watchdog, on SIGUSR1 or with "
                                       "`rankscope trigger RUN --dump`)")
+    from rankscope.model.info import Kind
+    from rankscope.model.info import Problem as Line
+    from rankscope.model.info import records
+
     latest: dict[int, Any] = {}
+    said: list[str] = []  # dumps not read, entries left out: one Problem each (kind, file, rank, count)
     for f in sorted(files, key=lambda x: str(x).rsplit("/", 1)[-1]):  # comms.<n>-...: the last one wins
         try:
             d = frdump.read(f)
-        except (TraceError, OSError):
+        except TraceError as err:
+            said.append(Line(str(err), err.kind, err.path, err.rank))
+            continue
+        except OSError as exc:
+            said.append(Line(f"{f}: cannot read ({exc.strerror or exc})", Kind.FILE_UNREADABLE, str(f)))
             continue
         latest[d.rank] = d
+    said += [p for d in latest.values() for p in d.problems]
     if not latest:
-        return Result("hang", skipped="the collective recorder dumps in the run could not be read")
+        return Result("hang", skipped="the collective recorder dumps in the run could not be read"
+                      + (f" ({said[0]})" if said else ""), summary={"issues": records(said)})
     v = diagnose(list(latest.values()), run.world_size)
     findings = [Finding(_FINDING.get(p.kind, p.kind), describe(p, v.where) if i else v.headline, _severity(p),
                         tuple(p.culprits), {k: val for k, val in p.to_dict().items() if k != "group"})
@@ -54,4 +65,5 @@ def run_hang(run: Any, results: dict[str, Any]) -> Any:
     also = "; ".join(("consequence: " if not p.root else "") + describe(p, v.where) for p in v.problems[1:])
     return Result("hang", tables={"last_collective": pl.DataFrame(rows) if rows else pl.DataFrame()},
                   findings=findings, summary={"headline": v.headline, "dumps": len(latest), "also": also or "none",
-                                              "no_dump": v.no_dump})
+                                              "no_dump": v.no_dump, "not_read": said or "none",
+                                              "issues": records(said)})

@@ -29,7 +29,8 @@ def _timeline(rank: int, dev: int, ts: np.ndarray, alloc: np.ndarray, res: np.nd
     idx = np.flatnonzero(first)
     return pa.table({"rank": np.full(len(idx), rank, np.int64), "device": np.full(len(idx), dev, np.int32),
                      "ts": ts[idx], "allocated": np.maximum.reduceat(alloc, idx),
-                     "reserved": np.maximum.reduceat(res, idx)})
+                     # the CPU allocator has no reserve: Kineto writes 0, which is unknown, not zero
+                     "reserved": np.maximum.reduceat(res, idx) if dev >= 0 else pa.nulls(len(idx), pa.int64())})
 
 
 def _op_at(d: RankData, t: int) -> str:
@@ -59,7 +60,8 @@ def rank_memory(run: Run, rank: int, data: RankData | None = None) -> tuple[list
         lines.append(_timeline(rank, int(dv), t, a, r))
         i = int(np.argmax(a))
         peaks.append({"rank": rank, "device": int(dv), "peak_allocated": int(a[i]), "peak_ts": int(t[i]),
-                      "peak_reserved": int(r.max()), "operator_at_peak": _op_at(d, int(t[i]))})
+                      "peak_reserved": int(r.max()) if dv >= 0 else None,  # CPU (-1): no reserve, unknown
+                      "operator_at_peak": _op_at(d, int(t[i]))})
     return lines, peaks
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from rankscope.errors import TraceError
+from rankscope.model.info import Kind, Problem
 from rankscope.store import plainpickle
 
 _RANK = re.compile(r"(\d+)(?:\.json)?$")
@@ -90,15 +91,21 @@ class FrDump:
     reason: str = ""  # rankscope's recorder: watchdog, exit, SIGUSR1, trigger, ...
     step: int | None = None  # the training step in progress when the dump was written
     ring_full: bool = False  # the ring dropped its oldest entries (or the dump is an interval): absence says nothing
+    problems: list[str] = field(default_factory=list)  # entries left out, fields read as unknown (``Problem``s)
 
 
-def _load(path: str | Path) -> dict[str, Any]:
+def _load(path: str | Path, rank: int | None = None) -> dict[str, Any]:
+    from rankscope.model.info import os_problem
     from rankscope.store import source
 
-    with source.open_binary(str(path)) as fh:
-        raw = fh.read(MAX_DUMP + 1)
+    try:
+        with source.open_binary(str(path)) as fh:
+            raw = fh.read(MAX_DUMP + 1)
+    except OSError as exc:
+        kind, why = os_problem(str(path), exc)
+        raise TraceError(str(path), why, kind, rank) from exc
     if not raw:
-        raise TraceError(str(path), "empty file (a dump that was never written, or cut off)")
+        raise TraceError(str(path), "empty file (a dump that was never written, or cut off)", Kind.EMPTY, rank)
     try:
         if raw[:2] == b"\x1f\x8b":  # rankscope.profile's dumps in a run: ranks/<r>/comms.*.rank<r>.json.gz
             import zlib
@@ -106,15 +113,20 @@ def _load(path: str | Path) -> dict[str, Any]:
             d = zlib.decompressobj(16 + zlib.MAX_WBITS)
             raw = d.decompress(raw, MAX_DUMP + 1)
             if len(raw) > MAX_DUMP:
-                raise TraceError(str(path), f"larger than {MAX_DUMP >> 20} MiB inflated: not read")
+                raise TraceError(str(path), f"larger than {MAX_DUMP >> 20} MiB inflated: not read", Kind.TOO_LARGE, rank)
         if len(raw) > MAX_DUMP:
-            raise TraceError(str(path), f"larger than {MAX_DUMP >> 20} MiB: not read")
+            raise TraceError(str(path), f"larger than {MAX_DUMP >> 20} MiB: not read", Kind.TOO_LARGE, rank)
         with no_gc():
             doc = json.loads(raw) if raw[:1] in (b"{", b"[") else plainpickle.load(io.BytesIO(raw))
-    except (ValueError, pickle.UnpicklingError, EOFError, RecursionError, zlib_error) as exc:
-        raise TraceError(str(path), f"not a Flight Recorder dump ({str(exc)[:100]})") from exc
+    except zlib_error as exc:
+        raise TraceError(str(path), f"not a whole gzip file ({str(exc)[:100]})", Kind.GZIP_DAMAGED, rank) from exc
+    except RecursionError as exc:
+        raise TraceError(str(path), "nested too deeply to be a Flight Recorder dump", Kind.TOO_DEEP, rank) from exc
+    except (ValueError, pickle.UnpicklingError, EOFError) as exc:
+        kind = Kind.NOT_JSON if raw[:1] in (b"{", b"[") else Kind.NOT_A_TRACE  # JSON form, else a pickle
+        raise TraceError(str(path), f"not a Flight Recorder dump ({str(exc)[:100]})", kind, rank) from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
-        raise TraceError(str(path), "not a Flight Recorder dump (no 'entries' list)")
+        raise TraceError(str(path), "not a Flight Recorder dump (no 'entries' list)", Kind.NOT_A_TRACE, rank)
     return doc
 
 
@@ -126,8 +138,10 @@ def read(path: str | Path) -> FrDump:
     p = Path(str(path).rsplit("/", 1)[-1]) if source.is_url(str(path)) else Path(path)
     m = _RANK.search(p.name.removesuffix(".gz"))
     if not m:
-        raise TraceError(str(path), "no rank number at the end of the file name (torch names dumps PREFIX<rank>)")
-    return from_doc(_load(path), int(m.group(1)), str(path))
+        raise TraceError(str(path), "no rank number at the end of the file name (torch names dumps PREFIX<rank>)",
+                         Kind.RANK_UNKNOWN)
+    rank = int(m.group(1))
+    return from_doc(_load(path, rank), rank, str(path))
 
 
 @contextlib.contextmanager
@@ -149,6 +163,12 @@ def from_doc(doc: dict[str, Any], rank: int, path: str = "") -> FrDump:
     marks = _step_marks(doc.get("rankscope_steps"))
     with no_gc():
         out = [e for e in (_entry(x, rank, marks) for x in doc["entries"] if isinstance(x, dict)) if e is not None]
+    problems: list[str] = []
+    if len(out) < len(doc["entries"]):
+        n = len(doc["entries"]) - len(out)
+        problems.append(Problem(f"{path}: {n} entries that are not collective records (not an object, no sequence "
+                                "number, or a process group that is not [name, description]) were left out",
+                                Kind.MALFORMED_EVENTS, path, rank, n))
     status = doc.get("pg_status")
     got = doc.get("rankscope")
     extra: dict[str, Any] = got if isinstance(got, dict) else {}
@@ -156,11 +176,13 @@ def from_doc(doc: dict[str, Any], rank: int, path: str = "") -> FrDump:
     return FrDump(rank, path, out, {str(k): v for k, v in status.items() if isinstance(v, dict)}
                   if isinstance(status, dict) else {}, _groups(doc.get("pg_config")), str(doc.get("version", "")),
                   _stacks(doc.get("rankscope_stacks")), _int(extra.get("wall_ns")), str(extra.get("reason", "")),
-                  _int(extra.get("step")), bool(ids) and min(ids) > 0)
+                  _int(extra.get("step")), bool(ids) and min(ids) > 0, problems)
 
 
 def _entry(e: dict[str, Any], rank: int, marks: list[tuple[int, int]]) -> FrEntry | None:
     pg = e.get("process_group") or ("", "")
+    if not isinstance(pg, (list, tuple)) or not pg or not all(isinstance(x, (str, int)) for x in pg):
+        return None  # torch writes [name, description]: a call of no known group cannot be matched
     p2p = bool(e.get("is_p2p"))
     seq = _int(e.get("p2p_seq_id" if p2p else "collective_seq_id"))
     if seq is None:

@@ -34,6 +34,7 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True, rename={
     "seq": "Seq", "total_allocated": "Total Allocated", "total_reserved": "Total Reserved",
     "nbytes": "Bytes", "device_id": "Device Id", "concrete_inputs": "Concrete Inputs",
     "src_rank": "Src Rank", "dst_rank": "Dst Rank", "in_split": "In split size", "out_split": "Out split size",
+    "global_start": "Global rank start", "global_stride": "Global rank stride",
 }):
     # Loose types on purpose: one odd value must not make a whole file unreadable; tables.py
     # coerces per column and reports what it could not use.
@@ -65,6 +66,10 @@ class Args(msgspec.Struct, gc=False, omit_defaults=True, rename={
     dst_rank: Any = None
     in_split: Any = None
     out_split: Any = None
+    # NCCL's members of a strided group (first global rank, stride; -1 when not strided): with "Group size",
+    # the members where "Process Group Ranks" is cut after 30 (model/comms.py)
+    global_start: Any = None
+    global_stride: Any = None
 
 
 # torch writes "Process Group Ranks" as "[0, 1, 2]", cut after 30 members as "[0, ..., 29, ...]"

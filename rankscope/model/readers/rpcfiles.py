@@ -10,6 +10,8 @@ import gzip
 import json
 from typing import Any
 
+from rankscope.errors import TraceError
+from rankscope.model.info import Kind, Problem, os_problem
 from rankscope.store import layout as L
 from rankscope.store import source
 
@@ -34,29 +36,99 @@ def find(root: str) -> list[str]:
 
 
 def read(path: str) -> dict[str, Any]:
-    """One RPC file's document (raises OSError / ValueError on a damaged file)."""
-    with source.open_binary(path) as f:
-        doc = json.loads(gzip.decompress(f.read()))
+    """One RPC file's document; ``TraceError`` (with its kind) on a file that is not one."""
+    import zlib
+
+    try:
+        with source.open_binary(path) as f:
+            raw = f.read()
+    except OSError as exc:
+        kind, why = os_problem(path, exc)
+        raise TraceError(path, why, kind) from exc
+    if not raw:
+        raise TraceError(path, "empty file", Kind.EMPTY)
+    try:
+        data = gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        raise TraceError(path, f"not a whole gzip file ({type(exc).__name__})", Kind.GZIP_DAMAGED) from exc
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise TraceError(path, f"not JSON ({type(exc).__name__})", Kind.NOT_JSON) from exc
     if not isinstance(doc, dict) or not str(doc.get("format", "")).startswith("rankscope.rpc/"):
-        raise ValueError(f"{path}: not a rankscope RPC file")
+        raise TraceError(path, "not a rankscope RPC file (no 'format': 'rankscope.rpc/...')", Kind.NOT_A_TRACE)
     return doc
 
 
+# A call record's fields and the types rankscope.collect.rpc writes them as (bool is no int here).
+_TYPES: dict[str, tuple[type, ...]] = {
+    **{k: (str,) for k in ("kind", "name", "fn", "src", "dst", "status", "gap")},
+    **{k: (int,) for k in ("dst_id", "t_send", "t_done", "offset_ns", "error_ns", "remote_ns", "network_ns", "depth")},
+}
+_EVENT_TYPES: dict[str, tuple[type, ...]] = {"worker": (str,), "name": (str,), "worker_id": (int,), "ts": (int,),
+                                            "dur": (int,), "self": (int,)}
+
+
+def _clean(d: dict[str, Any], types: dict[str, tuple[type, ...]]) -> tuple[dict[str, Any], int]:
+    """``d`` with each known field of the wrong type (or an int beyond int64) set to None, and how many."""
+    out, bad = dict(d), 0
+    for k, t in types.items():
+        v = d.get(k)
+        if v is not None and (not isinstance(v, t) or isinstance(v, bool)
+                              or (isinstance(v, int) and not -(1 << 63) <= v < (1 << 63))):
+            out[k], bad = None, bad + 1
+    return out, bad
+
+
+def _calls(doc: dict[str, Any], rank: int | None) -> tuple[list[dict[str, Any]], int, int]:
+    """The document's call records (events cleaned too), and how many records and fields were not usable."""
+    got = doc.get("calls")
+    items = got if isinstance(got, list) else []
+    dropped = (0 if got is None or isinstance(got, list) else 1) + sum(1 for c in items if not isinstance(c, dict))
+    calls, bad = [], 0
+    for c in (c for c in items if isinstance(c, dict)):
+        c, n = _clean(c, _TYPES)
+        got_evs = c.get("events")
+        evs: list[Any] = got_evs if isinstance(got_evs, list) else []
+        bad += n + (got_evs is not None and not isinstance(got_evs, list))
+        kept = []
+        for e in evs:
+            if not isinstance(e, dict):
+                bad += 1
+                continue
+            e, m = _clean(e, _EVENT_TYPES)
+            kept.append(e)
+            bad += m
+        calls.append({**c, "events": kept, "rank": rank})
+    return calls, dropped, bad
+
+
 def load(root: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """(call records with their rank, problems) of every RPC file of the run; a damaged file is a problem."""
+    """(call records with their rank, problems) of every RPC file of the run: a damaged file, call records or
+    fields of the wrong type (left out, counted) and what the collector could not capture, one ``Problem`` each."""
     calls: list[dict[str, Any]] = []
     problems: list[str] = []
     for path in find(root):
         rank = L.rank_of(path[path.rfind(L.RANKS_DIR + "/"):]) if L.RANKS_DIR + "/" in path else None
         try:
             doc = read(path)
-        except (OSError, ValueError, EOFError) as exc:
-            problems.append(f"{path}: unreadable RPC file ({type(exc).__name__})")
+        except TraceError as err:
+            problems.append(Problem(f"{path}: unreadable RPC file: {err.problem}", err.kind, path, rank))
             continue
-        r = doc.get("rank") if isinstance(doc.get("rank"), int) else rank
-        for gap in doc.get("gaps") or ():
-            problems.append(f"rank {r}: {gap}")
-        calls += [{**c, "rank": r} for c in doc.get("calls") or () if isinstance(c, dict)]
+        r = doc["rank"] if type(doc.get("rank")) is int and 0 <= doc["rank"] < (1 << 20) else rank
+        got, dropped, bad = _calls(doc, r)
+        calls += got
+        if dropped:
+            problems.append(Problem(f"{path}: {dropped} call records that are not objects were left out",
+                                    Kind.MALFORMED_EVENTS, path, r, dropped))
+        if bad:
+            problems.append(Problem(f"{path}: {bad} fields of call records of the wrong type were read as unknown",
+                                    Kind.BAD_FIELD, path, r, bad))
+        gaps = doc.get("gaps")
+        if gaps is not None and not isinstance(gaps, list):
+            problems.append(Problem(f"{path}: 'gaps' is not a list; ignored", Kind.BAD_FIELD, path, r))
+        for gap in gaps if isinstance(gaps, list) else ():
+            problems.append(Problem(f"rank {r}: {str(gap)[:300]}", Kind.NOT_CAPTURED, path, r))
     return calls, problems
 
 
@@ -64,7 +136,7 @@ def tables(calls: list[dict[str, Any]]) -> tuple[Any, Any]:
     """(calls, events) as polars DataFrames."""
     import polars as pl
 
-    rows = [{k: c.get(k) for k in CALL_COLS} for c in calls]
+    rows = [{k: c.get(k) for k in CALL_COLS} for c in calls]  # fields checked by ``load``
     schema = {"rank": pl.Int64, "kind": pl.Utf8, "name": pl.Utf8, "fn": pl.Utf8, "src": pl.Utf8, "dst": pl.Utf8,
               "dst_id": pl.Int64, "t_send": pl.Int64, "t_done": pl.Int64, "offset_ns": pl.Int64,
               "error_ns": pl.Int64, "remote_ns": pl.Int64, "network_ns": pl.Int64, "status": pl.Utf8,

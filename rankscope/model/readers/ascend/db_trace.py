@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rankscope.model.info import Kind, Problem
 from rankscope.model.readers import kineto
 from rankscope.model.readers.kineto import RawTrace
 
@@ -81,7 +82,8 @@ def read_trace(db: Path) -> RawTrace:
     data = events_json(db)
     problems: list[str] = []
     if data == b"[]":
-        problems.append("no PYTORCH_API, CANN_API, TASK or COMMUNICATION_OP rows: no timeline")
+        problems.append(Problem("no PYTORCH_API, CANN_API, TASK or COMMUNICATION_OP rows: no timeline", Kind.NO_EVENTS,
+                                str(db)))
         data = b'[{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "Python"}}]'
     raw = kineto.decode_bytes(str(db), data, problems)
     out = _AscendTrace(raw.path, raw.trace, raw.problems, raw.partial, raw.nbytes)

@@ -34,6 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from rankscope.model import schema
+from rankscope.model.info import Kind, Problem
 
 MAPPING = "host_ips_mapping.txt"
 CLUSTER = "cluster_profiler"
@@ -67,18 +68,20 @@ def host_ids(root: Path) -> dict[str, str]:
     return out
 
 
-def rank_table(root: Path) -> tuple[list[dict[str, Any]], str]:
+def rank_table(root: Path) -> tuple[list[dict[str, Any]], Problem | None]:
     """The rank table's server_list, and what went wrong (never quoting its content)."""
     tables = sorted(p for p in root.glob("*.json") if p.is_file() and not p.is_symlink())
     if not tables:
-        return [], f"{root}: no rank table (hccl.json); ranks numbered from the folders, in order"
+        return [], Problem(f"{root}: no rank table (hccl.json); ranks numbered from the folders, in order",
+                           Kind.MISSING_FILE, str(root))
     try:
         servers = json.loads(tables[0].read_text(errors="replace")).get("server_list")
     except (OSError, ValueError, AttributeError, RecursionError):
         servers = None
     if not isinstance(servers, list):
-        return [], f"{tables[0]}: not a rank table with a server_list; ranks numbered from the folders, in order"
-    return [s for s in servers if isinstance(s, dict)], ""
+        return [], Problem(f"{tables[0]}: not a rank table with a server_list; ranks numbered from the folders, "
+                           "in order", Kind.BAD_FIELD, str(tables[0]))
+    return [s for s in servers if isinstance(s, dict)], None
 
 
 def _int(v: Any) -> int | None:
@@ -87,28 +90,31 @@ def _int(v: Any) -> int | None:
 
 
 def members(root: Path) -> tuple[list[Member], list[str]]:
-    """Every rank of the cluster, and problems (one line each)."""
-    ids, problems = host_ids(root), []
+    """Every rank of the cluster, and problems (one ``Problem`` each)."""
+    ids, problems = host_ids(root), list[str]()
     servers, why = rank_table(root)
     out: list[Member] = []
     for n, server in enumerate(servers):
         hid = ids.get(str(server.get("server_id")))
-        if hid is None:
-            problems.append(f"{root / MAPPING}: server {n} of the rank table has no line; its ranks are left out")
-            continue
         devices = server.get("device")
-        for dev in (d for d in (devices if isinstance(devices, list) else []) if isinstance(d, dict)):
+        devs = [d for d in (devices if isinstance(devices, list) else []) if isinstance(d, dict)]
+        if hid is None:
+            problems.append(Problem(f"{root / MAPPING}: server {n} of the rank table has no line; its ranks are "
+                                    "left out", Kind.RANK_UNKNOWN, str(root / MAPPING), count=max(1, len(devs))))
+            continue
+        for dev in devs:
             device, rank = _int(dev.get("device_id")), _int(dev.get("rank_id"))
             if device is not None:
                 out.append(Member(rank, f"host-{hid}", device, root / CLUSTER / hid / "profiler"))
-    if servers and not out and not why:
-        why = f"{root}: the rank table lists no device of a mapped host; ranks numbered from the folders, in order"
-    if why:
+    if servers and not out and why is None:
+        why = Problem(f"{root}: the rank table lists no device of a mapped host; ranks numbered from the folders, "
+                      "in order", Kind.BAD_FIELD, str(root))
+    if why is not None:
         problems.append(why)
         for hid in sorted(set(ids.values())):
             d = root / CLUSTER / hid / "profiler"
-            devs = sorted(int(m.group(1)) for p in (d.iterdir() if d.is_dir() else []) if (m := _STEP_RE.match(p.name)))
-            out += [Member(None, f"host-{hid}", dev, d) for dev in devs]
+            devs_ = sorted(int(m.group(1)) for p in (d.iterdir() if d.is_dir() else []) if (m := _STEP_RE.match(p.name)))
+            out += [Member(None, f"host-{hid}", dev, d) for dev in devs_]
     return out, problems
 
 
@@ -117,7 +123,11 @@ def files(m: Member) -> tuple[str, ...]:
     return (str(p),) if p.is_file() else ()
 
 
-def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
+_POINTS = ("start_point", "end_point", "fp_point", "bp_point")  # the columns every step row needs as numbers
+
+
+def _rows(path: Path) -> tuple[list[str], list[list[str]], int]:
+    """Header, step rows, and how many rows were not step rows (left out; the "-" averages row is expected)."""
     with open(path, newline="", encoding="utf-8", errors="replace") as f:
         rows = list(csv.reader(f))
     if not rows or rows[0][:3] != ["step_num", "start_point", "end_point"] or len(rows[0]) < 9:
@@ -125,18 +135,26 @@ def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
     # The writer grows the header when a later step has a new communication op and writes earlier rows
     # with the columns known then: shorter rows are padded (an op absent from a step has no value).
     n = len(rows[0])
-    return rows[0], [r + [""] * (n - len(r)) for r in rows[1:] if r and r[0].isdigit() and 9 <= len(r) <= n]
+    need = [rows[0].index(c) for c in _POINTS if c in rows[0]]
+    good = [r + [""] * (n - len(r)) for r in rows[1:]
+            if r and r[0].isdigit() and 9 <= len(r) <= n and all(r[i].isdigit() for i in need)]
+    bad = sum(1 for r in rows[1:] if r and r[0] != "-") - len(good)
+    return rows[0], good, bad
 
 
-def step_tables(path: Path, device: int = 0) -> dict[str, pa.Table]:
+def step_tables(path: Path, device: int = 0, problems: list[str] | None = None) -> dict[str, pa.Table]:
     """``steps``, ``collectives`` and ``events`` of one step_trace_raw file (the average row left out).
+    Rows that are not step rows (a cell that is not a count, too many cells) are left out, said in ``problems``.
 
     Events are the spans the step trace measures on the device: "fp_and_bp" (forward and backward,
     as compute) and each communication op on its stream; iteration interval and tail are idle.
     """
     from rankscope.model.schema import normalize_op
 
-    head, rows = _rows(path)
+    head, rows, bad = _rows(path)
+    if bad and problems is not None:
+        problems.append(Problem(f"{path}: {bad} rows that are not step rows (a point that is not a count, or more "
+                                "cells than the header) were left out", Kind.BAD_ROWS, str(path), count=bad))
     col = {c: i for i, c in enumerate(head)}
     steps = {"step": [int(r[0]) for r in rows],
              "ts": [int(r[col["start_point"]]) * TICK_NS for r in rows],

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from rankscope.model import schema, tables
+from rankscope.model.info import Kind, Problem, prefixed
 from rankscope.model.readers.ascend import db, db_trace, files, torch_npu
 from rankscope.model.readers.ascend.torch_npu import OUTPUT
 
@@ -37,7 +38,8 @@ def read_db(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
     partial = False
     if prof is None:  # only analysis.db kept (msprof-analyze accepts this too): cluster files, no timeline
         tabs = {name: schema.empty(name) for name in schema.TABLES}
-        problems.append(f"{out}: no ascend_pytorch_profiler_<rank>.db, only analysis.db: no timeline")
+        problems.append(Problem(f"{out}: no ascend_pytorch_profiler_<rank>.db, only analysis.db: no timeline",
+                                Kind.MISSING_FILE, str(out)))
     else:
         try:
             raw = db_trace.read_trace(prof)
@@ -46,17 +48,17 @@ def read_db(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
 
             why = (f"this Python's SQLite {sqlite3.sqlite_version} has no JSON functions (3.38 or later needed)"
                    if "no such function" in str(exc) else f"not a readable SQLite database ({exc})")
-            raise TraceError(str(prof), why) from exc
+            raise TraceError(str(prof), why, Kind.NOT_A_DATABASE) from exc
         tabs, more = tables.build(raw)
-        problems += [f"{prof}: {p}" for p in raw.problems + more]
+        problems += [prefixed(str(prof), p) for p in raw.problems + more]
         partial = raw.partial
     adb = db.analysis_db(out)
     for name, empty in (("comm_ops", schema.COMM_OPS), ("comm_links", schema.COMM_LINKS),
                         ("step_times", schema.STEP_TIMES)):
         tabs[name] = empty.empty_table()
     if adb is None:
-        problems.append(f"{out}: no analysis.db (profiler level none, or the analysis step was not run); "
-                        "no collectives, communication or step trace exports")
+        problems.append(Problem(f"{out}: no analysis.db (profiler level none, or the analysis step was not run); "
+                                "no collectives, communication or step trace exports", Kind.MISSING_FILE, str(out)))
         return tabs, problems, partial
     try:
         con = db.connect(adb)
@@ -72,5 +74,6 @@ def read_db(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
         finally:
             con.close()
     except (sqlite3.Error, ValueError, TypeError) as exc:
-        problems.append(f"{adb}: unreadable ({str(exc)[:200]}); left out of the collectives and cluster exports")
+        problems.append(Problem(f"{adb}: unreadable ({str(exc)[:200]}); left out of the collectives and cluster "
+                                "exports", Kind.NOT_A_DATABASE, str(adb)))
     return tabs, problems, partial
