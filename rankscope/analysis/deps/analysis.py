@@ -14,7 +14,7 @@ step_ms_if_median}], medians over steps), ``bounding`` and ``per_step`` (the cha
 """
 from __future__ import annotations
 
-import os
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -111,8 +111,22 @@ def _present(run: "Run") -> set[int]:
 
 
 def _single(run: "Run") -> bool:
-    """A run of one rank (not a Dask task of a larger run: those are sent only for runs of several)."""
-    return len(run.rank_ids) < 2 and not os.environ.get("RANKSCOPE_DASK")
+    """A run of one rank, not a per-rank task of a larger run on a Dask worker (``Run.only``: the
+    registry sends those only for runs of several ranks; a worker's environment has no client
+    setting such as RANKSCOPE_DASK to tell, so the worker itself is asked)."""
+    return len(run.rank_ids) < 2 and not _on_dask_worker()
+
+
+def _on_dask_worker() -> bool:
+    """Whether this code runs inside a task on a Dask worker (never imports Dask itself)."""
+    dist = sys.modules.get("distributed")
+    if dist is None:
+        return False
+    try:
+        dist.get_worker()
+    except ValueError:  # "No worker found": the client or a plain process
+        return False
+    return True
 
 
 def rank_part(data: "RankData") -> RankPart:

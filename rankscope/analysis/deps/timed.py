@@ -56,6 +56,21 @@ def executor_threads(ev: RankEvents, sel: np.ndarray, call_ev: np.ndarray) -> np
     return np.setdiff1d(tids, steps)
 
 
+def issued(ev: RankEvents) -> np.ndarray:
+    """Host spans inside which a communication span starts on the same thread (they issued a
+    collective and may wait for it in their own time), memoized per rank."""
+    if "issued" not in ev.memo:
+        out = np.zeros(ev.n, bool)
+        host = (ev.stream == -1) & (ev.dur > 0)
+        for t in np.unique(ev.tid[host & ev.is_comm]):
+            mine = np.flatnonzero(host & (ev.tid == t))
+            cs = np.sort(ev.ts[mine[ev.is_comm[mine]]])
+            inside = np.searchsorted(cs, ev.end[mine], side="left") - np.searchsorted(cs, ev.ts[mine], side="left")
+            out[mine] = (inside > 0) & ~ev.is_comm[mine]
+        ev.memo["issued"] = out
+    return ev.memo["issued"]
+
+
 def locate(ev: RankEvents, sel: np.ndarray, calls: Calls) -> tuple[np.ndarray, np.ndarray]:
     """Arrival and end event of each call (-1 when its events are not in the window)."""
     n = len(calls)
@@ -204,9 +219,11 @@ class _Builder:
         links = links[self.typ[links] != E.WAIT]
         u, v = g.src[links], g.dst[links]
         host = (ev.stream[g.node_ev[v]] < 0) & ~np.isin(ev.tid[g.node_ev[v]], execs)
-        # the end of a wait, or of a framework's communication span (FSDP::all_gather, functional
-        # collectives): the thread sits there until the collective it runs elsewhere is done
-        waity = (ev.name_has(WAIT_NAMES) | ev.is_comm)[g.node_ev[v]] & ~g.node_start[v]
+        # the end of a wait, of a framework's communication span (FSDP::all_gather, functional
+        # collectives), or of an operator that issued a collective (an autograd Function around
+        # all_to_all_single waits in an untraced Work.wait()): the thread sits there until the
+        # collective it runs elsewhere is done
+        waity = (ev.name_has(WAIT_NAMES) | ev.is_comm | issued(ev))[g.node_ev[v]] & ~g.node_start[v]
         cand = host & (g.node_start[v] | waity)
         j = np.searchsorted(ct, g.node_ts[v] + ROUND_NS, side="right") - 1
         ok = cand & (j >= 0)

@@ -7,9 +7,10 @@ that runs under compute is "overlapped".
 - GPU traces: compute = non-communication kernels, memcpy and memset; communication = NCCL /
   RCCL / HCCL kernels (by name, or linked to a communication CPU op: see ``classify``); data
   wait = host data-loading spans (``DEFAULT_DATA_SPANS``) while the device does neither.
-- CPU-only traces (gloo): compute = host operators on the threads that run the steps,
-  communication = ``gloo:*`` / collective spans on any thread, data wait = data-loading spans and the
-  operators inside them (decode, collate, augmentation).
+- CPU-only traces (gloo): each instant of a thread that runs the steps takes the class of its innermost
+  span (``innermost``): compute = host operators, communication = ``gloo:*`` / collective spans on any
+  thread and the waits inside a framework's spans (FSDP, pipeline stages, an autograd Function around
+  all_to_all), data wait = data-loading spans and the operators inside them (decode, collate, augmentation).
 - A rank without ``ProfilerStep#N`` markers gets one step spanning its whole window (step -1);
   ``Result.summary["whole_window_ranks"]`` says which ranks these are.
 
@@ -32,6 +33,7 @@ from rankscope.analysis.base import Analysis, Result
 from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.classify import DEVICE_KINDS, HOST_KINDS, col, dict_test, is_recv
 from rankscope.analysis.intervals import Intervals, coverage, merge, per_window
+from rankscope.analysis.steps.innermost import COMM, COMPUTE, DATA, innermost
 from rankscope.analysis.rankdata import RankData, data_of
 from rankscope.model.run import Run
 
@@ -90,17 +92,26 @@ def interval_sets(ev: pa.Table, step_tids: np.ndarray, rd: RankData | None = Non
     on_step = np.isin(d.col("tid"), step_tids) if len(step_tids) else np.ones(len(ts), bool)
     is_step = d.memo("is_step", lambda: dict_test(ev, "name", _is_step))
     host_busy = host & on_step & ~is_step
+    recv = comm & dict_test(ev, "name", is_recv)
     if device.any():
-        sets = {"compute": device & ~comm, "comm": device & comm, "data": data}
+        sets = {"compute": device & ~comm, "comm": device & comm, "data": data, "recv": device & recv}
+        out = {k: (ts[m], end[m]) for k, m in sets.items()}
         source = "device"
     else:
-        # operators run inside a data-loading span (decode, collate, augmentation) are data loading too
+        out = {k: (ts[m], end[m]) for k, m in {"comm": host & comm, "data": data, "recv": host & recv}.items()}
+        # each instant of a step thread takes the class of its innermost span (innermost.py): a wait inside a
+        # framework's span (FSDP::pre_forward > FSDP::all_gather) is communication, not compute; operators run
+        # inside a data-loading span (decode, collate, augmentation) are data loading
         in_data = host_busy & _inside(ts, end, (ts[data], end[data])) if data.any() else data
-        sets = {"compute": host_busy & ~comm & ~data & ~in_data, "comm": host & comm, "data": data}
+        cls = np.where(comm, COMM, np.where(data | in_data, DATA, COMPUTE))
+        off = host & comm & ~on_step
+        by = innermost(ts[host_busy], end[host_busy], d.col("depth")[host_busy], d.col("tid")[host_busy],
+                       cls[host_busy], (ts[off], end[off]))
+        out["compute"] = by[COMPUTE]
+        out["comm"] = (np.concatenate([out["comm"][0], by[COMM][0]]), np.concatenate([out["comm"][1], by[COMM][1]]))
         source = "host"
-    sets["recv"] = sets["comm"] & dict_test(ev, "name", is_recv)
-    sets["host"] = host_busy
-    return {k: (ts[m], end[m]) for k, m in sets.items()}, source
+    out["host"] = (ts[host_busy], end[host_busy])
+    return out, source
 
 
 class _Adhoc(RankData):
