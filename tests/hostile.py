@@ -356,6 +356,10 @@ CASES: list[Case] = [
     Case("pid_list", lambda r: _doc(r, _ev("pid", [1])), _one(K.BAD_PID_TID), "kept"),
     Case("tid_object", lambda r: _doc(r, _ev("tid", {})), _one(K.BAD_PID_TID), "kept"),
     Case("pid_tid_many", lambda r: _doc(r, _ev("tid", 1.5, 1, 2, 7)), _one(K.BAD_PID_TID, count=3), "kept"),
+    # true is no thread 1 (numpy folds it into 1); 1.0 is thread 1, said nowhere: only the true is counted
+    Case("tid_true", lambda r: _doc(r, _ev("tid", True)), _one(K.BAD_PID_TID), "kept"),
+    Case("tid_true_and_float_one", lambda r: _doc(r, lambda d: (_ev("tid", True)(d), _ev("tid", 1.0, 2, 7, 8)(d))),
+         _one(K.BAD_PID_TID), "kept"),
     Case("nelems_negative", lambda r: _doc(r, _args("In msg nelems", -1, 4)), _one(K.BAD_COLLECTIVE_ARGS), "kept"),
     Case("nelems_1e300", lambda r: _doc(r, _args("Out msg nelems", 1e300, 4)), _one(K.BAD_COLLECTIVE_ARGS), "kept"),
     Case("group_size_big", lambda r: _doc(r, _args("Group size", "big", 4)), _one(K.BAD_COLLECTIVE_ARGS), "kept"),

@@ -112,6 +112,8 @@ def _load(path: str | Path, rank: int | None = None) -> dict[str, Any]:
 
             d = zlib.decompressobj(16 + zlib.MAX_WBITS)
             raw = d.decompress(raw, MAX_DUMP + 1)
+            if len(raw) <= MAX_DUMP and not d.eof:
+                raise TraceError(str(path), "cut off (its gzip stream does not end)", Kind.GZIP_DAMAGED, rank)
             if len(raw) > MAX_DUMP:
                 raise TraceError(str(path), f"larger than {MAX_DUMP >> 20} MiB inflated: not read", Kind.TOO_LARGE, rank)
         if len(raw) > MAX_DUMP:

@@ -64,6 +64,9 @@ def read_db(d: Path) -> tuple[dict[str, pa.Table], list[str], bool]:
         con = db.connect(adb)
         try:
             have = db.tables_of(con)
+            if "CommAnalyzerTime" not in have:  # torch_npu writes it whenever it writes analysis.db
+                problems.append(Problem(f"{adb}: no CommAnalyzerTime table; no collectives or communication exports",
+                                        Kind.BAD_TABLE, str(adb)))
             comm = db.communication_doc(con, have)
             groups = {g["name"]: g["ranks"] for g in torch_npu.process_groups(d)}
             tabs["collectives"], more = torch_npu.collectives_of(comm, str(adb), groups)
