@@ -37,6 +37,7 @@ KEEP = 16  # steps per rank's key: rank 0 misses steps only when more than this 
 MAX_COLLECTIVES = 64  # per step and rank: the first ones by sequence, the same on every rank
 FR_DUTY = 0.005  # Flight Recorder's ring is read at most 0.5 % of the time
 STOP_WAIT_S = 1.0  # at the end, how long rank 0 waits for the other ranks' last steps
+MAX_LINES = 20_000  # live.jsonl on an object store keeps the last 20,000 steps (the whole file is rewritten)
 
 
 def options(live: bool | None, auto_capture: bool | None, slow_steps: int | None = None) -> dict[str, Any] | None:
@@ -157,7 +158,9 @@ class _Worker:
             self.reports: dict[int, dict[int, StepReport]] = collections.defaultdict(dict)
             self.scored = -1
             self.streaks = Streaks(n=int(opts["slow_steps"]))
-            self.lines: list[str] = []
+            # lines not yet appended (a file system), or the file's last MAX_LINES lines (an object store
+            # rewrites the whole file): bounded either way
+            self.lines: collections.deque[str] = collections.deque(maxlen=MAX_LINES)
             self.dirty = False
             self.last_write = 0.0
 
@@ -280,10 +283,9 @@ class _Worker:
         path = t.path(LIVE_FILE)
         try:
             if not t.object_store:
-                new = self.lines[self._written():]
                 with t.fs.open(path, "ab") as fh:
-                    fh.write("".join(x + "\n" for x in new).encode())
-                self.written = len(self.lines)
+                    fh.write("".join(x + "\n" for x in self.lines).encode())
+                self.lines.clear()
             elif final or time.monotonic() - self.last_write >= 5.0:
                 t.fs.pipe_file(path, "".join(x + "\n" for x in self.lines).encode())
                 self.last_write = time.monotonic()
@@ -292,9 +294,6 @@ class _Worker:
             self.dirty = False
         except Exception:  # noqa: BLE001 - storage trouble: the lines stay in memory, tried again next tick
             log.debug("rankscope: writing %s failed", LIVE_FILE, exc_info=True)
-
-    def _written(self) -> int:
-        return getattr(self, "written", 0)
 
     def close(self) -> None:
         self.signal = None
