@@ -3,8 +3,8 @@
     .venv/bin/python bench/live_overhead.py overhead [--pairs 3] [--steps 150]
     .venv/bin/python bench/live_overhead.py accuracy [--runs 4] [--ranks 2,4] [--seed N]
 
-``overhead``: a 2-rank gloo DDP job whose steps take ~40 ms (a calibrated matmul loop, then the gradient
-all_reduce), profiled with ``rankscope.profile(on_demand=True)`` (nothing traced; the recorder on), run with
+``overhead``: a 2-rank gloo DDP job whose steps take ~40 ms (a matmul loop calibrated once, the same in
+every run, then the gradient all_reduce), profiled with ``rankscope.profile(on_demand=True)`` (nothing traced; the recorder on), run with
 the live signal on and off (``RANKSCOPE_LIVE=0``), interleaved in pairs; per run the median step time of
 rank 0 after 20 warm-up steps. Prints each pair and the median ratio, with the load average.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def worker(run: str, steps: int, out: str) -> None:
+def worker(run: str, steps: int, out: str, matmuls: int) -> None:
     import torch
     import torch.distributed as dist
 
@@ -40,8 +40,7 @@ def worker(run: str, steps: int, out: str) -> None:
     torch.set_num_threads(1)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(256, 256))
     a = torch.randn(128, 128)
-    t = torch.tensor([float(_calibrate(a, 0.035))])
-    dist.all_reduce(t, op=dist.ReduceOp.MIN)  # every rank does the same work
+    t = torch.tensor([float(matmuls)])  # calibrated once by the driver: both runs of a pair do the same work
     n = int(t.item())
     times = []
     wall0 = time.perf_counter()
@@ -109,6 +108,11 @@ def _torchrun(args: list[str], env: dict[str, str], log: Path) -> int:
 
 
 def overhead(pairs: int, steps: int) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    matmuls = _calibrate(torch.randn(128, 128), 0.035)
+    print(f"{matmuls} matmuls of 128x128 per step (~35 ms calibrated here)", flush=True)
     base = Path(tempfile.mkdtemp(prefix="live-overhead-"))
     rows = []
     for i in range(pairs):
@@ -116,7 +120,8 @@ def overhead(pairs: int, steps: int) -> None:
         for live in ((True, False) if i % 2 == 0 else (False, True)):
             env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "RANKSCOPE_LIVE": "1" if live else "0"}
             run, out = base / f"run{i}-{int(live)}", base / f"out{i}-{int(live)}.json"
-            rc = _torchrun([__file__, "worker", str(run), str(steps), str(out)], env, base / f"log{i}-{int(live)}")
+            rc = _torchrun([__file__, "worker", str(run), str(steps), str(out), str(matmuls)], env,
+                           base / f"log{i}-{int(live)}")
             if rc:
                 print(f"pair {i} live={live}: failed, see {base}")
                 continue
@@ -186,9 +191,10 @@ def main() -> None:
     w.add_argument("run")
     w.add_argument("steps", type=int)
     w.add_argument("out")
+    w.add_argument("matmuls", type=int)
     a = ap.parse_args()
     if a.mode == "worker":
-        worker(a.run, a.steps, a.out)
+        worker(a.run, a.steps, a.out, a.matmuls)
     elif a.mode == "overhead":
         overhead(a.pairs, a.steps)
     else:

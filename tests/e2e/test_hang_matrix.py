@@ -2,7 +2,7 @@
 3 s), each named right by ``rankscope hang RUN --json`` from the dumps the watchdog made every rank write.
 
 The jobs are tests/e2e/hang_matrix_job.py's scenarios; each runs on one engine here (Flight Recorder or the
-timed backend), both engines covered, DDP on both. Flight Recorder on gloo records no send / recv (torch
+timed backend), both engines covered, DDP on both (``RANKSCOPE_HANG_MATRIX=all``: every scenario on both). Flight Recorder on gloo records no send / recv (torch
 2.13), so the p2p deadlock runs on the timed engine. Two jobs run at a time (they are idle once hung). What
 each test asserts comes from the job's own structure: the step that goes wrong (3), the group and its
 sequence number there, the rank that goes wrong. The time from the job's "BAD" line to the verdict is
@@ -30,9 +30,17 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "tests/e2e/hang_matrix_job.py"
 pytestmark = pytest.mark.slow
 
-# scenario-engine -> ranks
-CASES = {"skip_sub-fr": 3, "op-timed": 3, "exit-fr": 3, "sleep-timed": 4, "p2p-timed": 3, "ddp-fr": 3,
-         "ddp-timed": 3, "fsdp-fr": 3}
+# scenario-engine -> ranks. RANKSCOPE_HANG_MATRIX=all: every scenario on both engines (13 jobs, ~4 min here;
+# not p2p on Flight Recorder, which records no gloo send / recv)
+ALL = os.environ.get("RANKSCOPE_HANG_MATRIX", "") == "all"
+RANKS = {"skip_sub": 3, "op": 3, "exit": 3, "sleep": 4, "p2p": 3, "ddp": 3, "fsdp": 3}
+DEFAULT = ["skip_sub-fr", "op-timed", "exit-fr", "sleep-timed", "p2p-timed", "ddp-fr", "ddp-timed", "fsdp-fr"]
+CASES = {c: RANKS[c.split("-")[0]] for c in ([f"{s}-{e}" for s in RANKS for e in ("fr", "timed") if (s, e) != ("p2p", "fr")]
+                                             if ALL else DEFAULT)}
+
+
+def cases(scenario: str) -> list[str]:
+    return [c for c in CASES if c.startswith(scenario + "-")]
 BAD_STEP = 3
 LINE = {name: i for i, text in enumerate(JOB.read_text().splitlines(), 1)
         for name in ("time.sleep(STUCK_S)  # stuck in Python, outside", "# stuck in Python before the forward",
@@ -114,7 +122,7 @@ def _last_seq(v: dict[str, Any], group: str) -> dict[int, int]:
     return {int(r): s for r, s in g["last_seq"].items()}
 
 
-@pytest.mark.parametrize("case", ["skip_sub-fr"])
+@pytest.mark.parametrize("case", cases("skip_sub"))
 def test_rank_skipping_a_subgroup_collective_is_the_root(matrix: dict[str, Any], case: str) -> None:
     v, root = _root(matrix, case)
     # group [0, 1] ("1") at its 4th all_gather (steps 0-3): rank 1 skipped it and waits in the world all_reduce
@@ -123,7 +131,7 @@ def test_rank_skipping_a_subgroup_collective_is_the_root(matrix: dict[str, Any],
     assert v["where"]["1"]["state"] == "waiting" and v["where"]["1"]["group"] == "0"
 
 
-@pytest.mark.parametrize("case", ["op-timed"])
+@pytest.mark.parametrize("case", cases("op"))
 def test_a_different_op_is_a_desync_of_that_rank(matrix: dict[str, Any], case: str) -> None:
     v, root = _root(matrix, case)
     assert (root["kind"], root["group"], root["seq"]) == ("mismatch", "0", BAD_STEP + 1)
@@ -131,7 +139,7 @@ def test_a_different_op_is_a_desync_of_that_rank(matrix: dict[str, Any], case: s
     assert root["expected"].startswith("all_reduce") and [k.split()[0] for k in root["odd"]] == ["all_gather"]
 
 
-@pytest.mark.parametrize("case", ["exit-fr"])
+@pytest.mark.parametrize("case", cases("exit"))
 def test_a_rank_that_left_is_named_exited(matrix: dict[str, Any], case: str) -> None:
     v, root = _root(matrix, case)
     assert (root["kind"], root["group"], root["seq"], root["op"]) == ("not_joined", "0", BAD_STEP + 1, "all_reduce")
@@ -139,7 +147,7 @@ def test_a_rank_that_left_is_named_exited(matrix: dict[str, Any], case: str) -> 
     assert v["where"]["2"]["state"] == "exited"
 
 
-@pytest.mark.parametrize("case", ["sleep-timed"])
+@pytest.mark.parametrize("case", cases("sleep"))
 def test_a_rank_asleep_in_python_is_named_with_its_frame(matrix: dict[str, Any], case: str) -> None:
     v, root = _root(matrix, case)
     assert (root["kind"], root["group"], root["seq"], root["op"]) == ("not_joined", "1", BAD_STEP + 1, "all_gather")
@@ -152,7 +160,7 @@ def test_a_rank_asleep_in_python_is_named_with_its_frame(matrix: dict[str, Any],
     assert world and not world[0]["root"] and sorted(world[0]["waiting"]) == [0, 2]
 
 
-@pytest.mark.parametrize("case", ["p2p-timed"])
+@pytest.mark.parametrize("case", cases("p2p"))
 def test_a_p2p_order_deadlock(matrix: dict[str, Any], case: str) -> None:
     v, root = _root(matrix, case)
     assert root["kind"] == "deadlock" and root["culprits"] == [0, 1]
@@ -162,7 +170,7 @@ def test_a_p2p_order_deadlock(matrix: dict[str, Any], case: str) -> None:
     assert world and world[0]["waiting"] == [2] and not world[0]["root"]
 
 
-@pytest.mark.parametrize("case", ["ddp-fr", "ddp-timed"])
+@pytest.mark.parametrize("case", cases("ddp"))
 def test_a_hang_inside_ddps_cpp_all_reduce(matrix: dict[str, Any], case: str) -> None:
     v, root = _root(matrix, case)
     last = _last_seq(v, "0")
@@ -173,7 +181,7 @@ def test_a_hang_inside_ddps_cpp_all_reduce(matrix: dict[str, Any], case: str) ->
     assert v["where"]["2"]["frame"] == f"hang_matrix_job.py:{LINE['# stuck in Python before backward']} model_step"
 
 
-@pytest.mark.parametrize("case", ["fsdp-fr"])
+@pytest.mark.parametrize("case", cases("fsdp"))
 def test_a_hang_inside_fsdp2(matrix: dict[str, Any], case: str) -> None:
     v, root = _root(matrix, case)
     last = _last_seq(v, "0")

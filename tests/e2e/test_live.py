@@ -2,9 +2,16 @@
 live signal on): RUN/live.jsonl written by rank 0 while the job runs, the alarm on rank 0's stderr, the
 automatic capture of the bad moment on every rank, and ``rankscope watch``.
 
-The workloads are the benchmark's own (``rankscope.demo.lm``, bench/workloads.py): a transformer LM whose
-rank 1 gets 1.7x longer sequences (truth: rank 1, more CPU work) and its healthy twin (truth: nobody named),
+The workloads are the benchmark's own (``rankscope.demo.lm``, bench/workloads.py): the decode-slow family, rank 1
+decoding 2.2x more bytes per sample (truth: rank 1, more CPU work), and its healthy twin (truth: nobody named),
 and tests/e2e/live_job.py's rank asleep 40 ms per step (truth: rank 1, blocked outside the collectives).
+This VM's two vCPUs differ in speed for seconds at a time (up to ~1.5x): a healthy rank that stays on the slower
+one is really slower for those steps (seen: rank 0 named, +41 % CPU time for the same work), and when other
+processes load the host a rank's extra work and its run-queue wait cannot be told apart: the LM family's 1.3-1.7x
+stragglers are measured in bench/live_overhead.py's accuracy runs (with the load), not asserted here. The healthy twin
+therefore moves each rank to CPU (rank + step) mod 2 every step (``--rotate-cpus``, as bench/workloads.py
+``--cpus rotate``), so both ranks see the same mix; the straggler's job does not: rotating, its lateness
+alternated with the CPU it was on (late at every other step only, seen once), which is the VM, not the job.
 """
 from __future__ import annotations
 
@@ -35,14 +42,15 @@ def _lines(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "live.jsonl").read_text().splitlines()]
 
 
-def _lm(run: Path, slow_rank: int) -> tuple[list[dict], str]:
-    p = _torchrun(["--module", "rankscope.demo.lm", "--run-dir", str(run), "--family", "lm", "--slow-rank",
-                   str(slow_rank), "--imbalance", "1.7", "--steps", "12", "--warmup", "1"])
+def _job(run: Path, family: str, slow_rank: int, factor: float, rotate: bool) -> tuple[list[dict], str]:
+    p = _torchrun(["--module", "rankscope.demo.lm", "--run-dir", str(run), "--family", family, "--slow-rank",
+                   str(slow_rank), "--imbalance", str(factor), "--steps", "12", "--warmup", "1"]
+                  + (["--rotate-cpus"] if rotate else []))
     return _lines(run), p.stderr
 
 
-def test_the_lm_workloads_straggler_is_named_within_10_steps_and_its_healthy_twin_never(tmp_path: Path) -> None:
-    lines, err = _lm(tmp_path / "slow", 1)
+def test_the_workloads_straggler_is_named_within_10_steps_and_its_healthy_twin_never(tmp_path: Path) -> None:
+    lines, err = _job(tmp_path / "slow", "decode", 1, 2.2, rotate=False)
     # one line per scored step, every rank scored (NVRx's relative score: 1.0 = the fastest rank)
     assert [d["step"] for d in lines] == sorted({d["step"] for d in lines}) and len(lines) >= 10
     assert all(set(d["scores"]) == {"0", "1"} and max(d["scores"].values()) == 1.0 for d in lines)
@@ -50,7 +58,7 @@ def test_the_lm_workloads_straggler_is_named_within_10_steps_and_its_healthy_twi
     assert named and named[0]["step"] <= 10 and {d["straggler"] for d in named} == {1}
     assert named[0]["cause_kind"] == "cpu" and named[0]["slow_steps"] >= 5
     assert err.count("rankscope: rank 1 slow for ") == 1
-    healthy, err = _lm(tmp_path / "healthy", -1)
+    healthy, err = _job(tmp_path / "healthy", "decode", -1, 1.0, rotate=True)
     assert len(healthy) >= 10
     assert [d for d in healthy if d["straggler"] is not None] == [] and "slow for" not in err
 

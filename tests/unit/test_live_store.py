@@ -19,10 +19,10 @@ from tests.helpers import require
 torch = require("torch", "torch==2.13.0")  # missing: fails with the install command, never skips
 import torch.distributed as dist  # noqa: E402
 
-from rankscope.collect.comms import live as comms_live
+from rankscope.collect.comms import live as comms_live  # noqa: E402
 from rankscope.collect.comms import watch as comms_watch  # noqa: E402
 from rankscope.collect.comms.watch import Listener, StoreSignal, thread_stacks  # noqa: E402
-from tests.fixtures_s3 import free_port  # noqa: E402
+from tests.fixtures_s3 import MotoServer, free_port, moto_server, s3_env  # noqa: E402, F401
 
 
 def _master() -> Any:
@@ -114,7 +114,7 @@ def test_thread_stacks_show_where_another_thread_sleeps() -> None:
         ev.set()
 
 
-def _collector(rank: int, world: int, run: Path) -> Any:
+def _collector(rank: int, world: int, run: Path | str) -> Any:
     from rankscope.store.fs import open_target
 
     return SimpleNamespace(ident=SimpleNamespace(rank=rank, world_size=world, offset_to_rank0_ns=0, offset_error_ns=0),
@@ -135,27 +135,33 @@ class _Arrivals:
         return rows
 
 
-def test_live_workers_publish_through_the_store_and_rank0_names_the_late_rank(tmp_path: Path,
-                                                                               monkeypatch: pytest.MonkeyPatch,
-                                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    master = _master()
+def _workers(run: Path | str, master: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any]]:
+    """Three ranks' live workers on one store, fed 6 steps of 40 ms in which rank 2 reaches each of the 2
+    collectives 12 ms after the others and uses 10 ms more CPU."""
     monkeypatch.setattr(comms_watch.StoreSignal, "open", classmethod(lambda cls: cls(comms_watch._own_client(master))))
     opts = {"auto_capture": False, "slow_steps": 3, "capture_steps": 3}
     workers = []
     for r in range(3):
         q: Any = __import__("collections").deque()
-        w = comms_live._Worker(_collector(r, 3, tmp_path), "rankscope/test/0/live", 0, opts, q)
+        w = comms_live._Worker(_collector(r, 3, run), "rankscope/test/0/live", 0, opts, q)
         w.arrivals = _Arrivals()  # type: ignore[assignment]
         workers.append((w, q))
     t = time.time_ns() - 10_000_000_000
     for w, _ in workers:
         w.prev = (0, t)  # the profile started at step 0, 10 s ago
-    for s in range(6):  # 6 steps of 40 ms; rank 2 reaches each of the 2 collectives 12 ms after the others
+    for s in range(6):
         t0, t1 = t + s * 40_000_000, t + (s + 1) * 40_000_000
         for r, (w, q) in enumerate(workers):
             for k in range(2):
                 w.arrivals.rows.append(("0", 2 * s + k + 1, t0 + (5 + 15 * k + (12 if r == 2 else 0)) * 1_000_000))
             q.append((s, t1, 20_000_000 + (10_000_000 if r == 2 else 0), 0))
+    return workers
+
+
+def test_live_workers_publish_through_the_store_and_rank0_names_the_late_rank(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch,
+                                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    workers = _workers(tmp_path, _master(), monkeypatch)
     for w, _ in reversed(workers):  # ranks 2, 1 publish; rank 0 reads them, scores, writes
         w.tick()
     lines = [json.loads(x) for x in (tmp_path / "live.jsonl").read_text().splitlines()]
@@ -165,3 +171,24 @@ def test_live_workers_publish_through_the_store_and_rank0_names_the_late_rank(tm
     assert capsys.readouterr().err.count("rankscope: rank 2 slow for 3 steps (arrives last at 6/6 collectives") == 1
     workers[0][0].tick()  # nothing new: nothing written again
     assert len((tmp_path / "live.jsonl").read_text().splitlines()) == 6
+
+
+def test_live_jsonl_on_an_object_store_is_rewritten_whole_and_watch_reads_it(s3_env: MotoServer,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    run = f"s3://{s3_env.bucket()}/job"
+    workers = _workers(run, _master(), monkeypatch)
+    for w, _ in reversed(workers):
+        w.tick(final=True)
+    import s3fs
+
+    got = s3fs.S3FileSystem().cat_file(f"{run[5:]}/live.jsonl").decode().splitlines()
+    assert [json.loads(x)["straggler"] for x in got] == [None, None, 2, 2, 2, 2]
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, "-m", "rankscope.cli", "watch", run, "--once", "--alarms"], capture_output=True,
+                       text=True, timeout=120, env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert p.returncode == 0, p.stderr
+    assert [x.split(":")[0] for x in p.stdout.splitlines()] == ["step 2", "step 3", "step 4", "step 5"]
+    assert all("✖ rank 2 slow for" in x for x in p.stdout.splitlines())

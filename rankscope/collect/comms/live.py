@@ -8,7 +8,8 @@ thread per rank (``rankscope-live``), every ``period_s``:
    (cheap), or Flight Recorder's whole ring, which costs tens of ms for 2000 entries, so it is read at most
    once per ``FR_DUTY`` of the time that read took (about every 4 s on this project's machines);
 2. gives each finished step the collectives it issued and, once the ring has been read past the step's end,
-   publishes its newest ``KEEP`` steps under one key of the job's store (own client connection:
+   publishes the steps that became ready in its last two looks (at most ``KEEP`` each) under one key of the
+   job's store (own client connection:
    :mod:`rankscope.collect.comms.watch`);
 3. on rank 0, reads every rank's key (a ``check`` first: never a wait on a missing key), scores each step all
    ranks have reported, appends its line to ``RUN/live.jsonl``, prints an alarm once per episode on stderr and,
@@ -33,10 +34,11 @@ from rankscope.collect.comms.livescore import StepReport, Streaks, score_step
 
 log = logging.getLogger(__name__)
 LIVE_FILE = "live.jsonl"
-KEEP = 16  # steps per rank's key: rank 0 misses steps only when more than this end between two looks
+KEEP = 512  # steps per batch: a Flight Recorder read every ~4 s readies ~100 steps of 40 ms at once
 MAX_COLLECTIVES = 64  # per step and rank: the first ones by sequence, the same on every rank
 FR_DUTY = 0.005  # Flight Recorder's ring is read at most 0.5 % of the time
 STOP_WAIT_S = 1.0  # at the end, how long rank 0 waits for the other ranks' last steps
+MAX_LINES = 20_000  # live.jsonl on an object store keeps the last 20,000 steps (the whole file is rewritten)
 
 
 def options(live: bool | None, auto_capture: bool | None, slow_steps: int | None = None) -> dict[str, Any] | None:
@@ -147,17 +149,19 @@ class _Worker:
         self.period_s = 0.5
         self.prev: tuple[int, int] = (step, time.time_ns())
         self.pending: list[StepReport] = []
-        self.ready: collections.deque[StepReport] = collections.deque(maxlen=KEEP)
+        self.ready: list[StepReport] = []  # ready since the last publish (rank 0: since the last scoring)
+        self.batches: collections.deque[list[StepReport]] = collections.deque(maxlen=2)  # a missed look tolerated
         self.loose: list[tuple[str, int, int]] = []  # collectives read but not yet in a finished step
         self.arrivals = Arrivals()
         self.signal: Any = None
         self.next_store = 0.0
-        self.published = -1
         if self.rank == 0:
             self.reports: dict[int, dict[int, StepReport]] = collections.defaultdict(dict)
             self.scored = -1
             self.streaks = Streaks(n=int(opts["slow_steps"]))
-            self.lines: list[str] = []
+            # lines not yet appended (a file system), or the file's last MAX_LINES lines (an object store
+            # rewrites the whole file): bounded either way
+            self.lines: collections.deque[str] = collections.deque(maxlen=MAX_LINES)
             self.dirty = False
             self.last_write = 0.0
 
@@ -188,7 +192,7 @@ class _Worker:
             if i < len(ends) and self.pending[i].t0 <= t and len(self.pending[i].arrivals) < MAX_COLLECTIVES:
                 self.pending[i].arrivals.setdefault((g, s), t)
         self.loose = [a for a in self.loose if a[2] >= ends[-1]]  # the step in progress: kept for later
-        self.ready.extend(r for r in self.pending if r.t1 <= now)
+        self.ready = (self.ready + [r for r in self.pending if r.t1 <= now])[-KEEP:]
         self.pending = [r for r in self.pending if r.t1 > now]
 
     def _store(self) -> Any:
@@ -201,14 +205,16 @@ class _Worker:
         return self.signal
 
     def _publish(self) -> None:
-        if self.rank == 0 or not self.ready or self.ready[-1].step == self.published:
+        if self.rank == 0 or not self.ready:
             return
         store = self._store()
         if store is None:
             return
         try:
-            store.set(f"{self.key}/{self.rank}", json.dumps([r.to_json() for r in self.ready]))
-            self.published = self.ready[-1].step
+            store.set(f"{self.key}/{self.rank}", json.dumps([r.to_json() for b in [*self.batches, self.ready]
+                                                             for r in b][-KEEP:]))
+            self.batches.append(self.ready)
+            self.ready = []
         except Exception:  # noqa: BLE001 - the store is busy or gone: try later (same connection)
             pass
 
@@ -280,10 +286,9 @@ class _Worker:
         path = t.path(LIVE_FILE)
         try:
             if not t.object_store:
-                new = self.lines[self._written():]
                 with t.fs.open(path, "ab") as fh:
-                    fh.write("".join(x + "\n" for x in new).encode())
-                self.written = len(self.lines)
+                    fh.write("".join(x + "\n" for x in self.lines).encode())
+                self.lines.clear()
             elif final or time.monotonic() - self.last_write >= 5.0:
                 t.fs.pipe_file(path, "".join(x + "\n" for x in self.lines).encode())
                 self.last_write = time.monotonic()
@@ -292,9 +297,6 @@ class _Worker:
             self.dirty = False
         except Exception:  # noqa: BLE001 - storage trouble: the lines stay in memory, tried again next tick
             log.debug("rankscope: writing %s failed", LIVE_FILE, exc_info=True)
-
-    def _written(self) -> int:
-        return getattr(self, "written", 0)
 
     def close(self) -> None:
         self.signal = None
