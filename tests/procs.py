@@ -41,3 +41,13 @@ def kill_tree(proc: subprocess.Popen, timeout: float = 10) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait(timeout)
+
+
+WHY = ("terminate called", "what():", "Error", "Exception", "Traceback", "Fatal", "Signal ", "Aborted", "SIGABRT")
+
+
+def why_failed(stderr: str, tail: int = 1500) -> str:
+    """A failed torchrun's story for an assertion message: the ranks' own error lines (printed long before
+    torchrun's traceback, which alone fills the usual tail), then the tail."""
+    lines = [x for x in stderr.splitlines() if any(w in x for w in WHY)]
+    return "\n".join(lines[:40]) + "\n[...]\n" + stderr[-tail:]

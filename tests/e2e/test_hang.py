@@ -170,18 +170,26 @@ def test_a_rank_stuck_in_python_is_the_root_cause_not_the_rank_waiting_for_it(tm
         while len(list(out.glob("fr_rank_*"))) < 3:
             assert time.monotonic() < deadline and job.poll() is None, "no watchdog dumps"
             time.sleep(0.3)
-        time.sleep(1.0)  # a dump from rank 3 too, where every rank dumps when one's watchdog fires
+        # a dump from rank 3 too, where every rank dumps when one's watchdog fires (seconds later on a loaded
+        # host, or never: the analysis must handle both, and the assertions below tell them apart)
+        grace = time.monotonic() + 15
+        while not (out / "fr_rank_3").exists() and time.monotonic() < grace and job.poll() is None:
+            time.sleep(0.3)
+        time.sleep(0.5)
     finally:
         kill_tree(job)
     v = _rankscope_n(out, 4)
     root, cons = v["problems"][:2]
     assert (root["kind"], root["group"], root["seq"], root["op"], root["culprits"], root["waiting"], root["root"]) == (
         "not_joined", "1", 3, "all_gather", [3], [1], True)
-    assert (cons["group"], cons["op"], cons["culprits"], cons["waiting"], cons["consequence_of"]) == (
-        "0", "all_reduce", [1], [0, 2], 0)
-    assert v["where"]["1"]["state"] == "waiting" and v["where"]["1"]["group"] == "1"
     w3 = v["where"]["3"]
-    assert w3["state"] in ("no_dump", "outside")
+    assert w3["state"] == ("outside" if (out / "fr_rank_3").exists() else "no_dump")
+    # the world all_reduce: ranks 0 and 2 wait in it; rank 1 never joined (it waits in the all_gather), nor did
+    # rank 3 where its dump says so (asleep outside any collective); without rank 3's dump that is not known
+    absent = [1, 3] if w3["state"] == "outside" else [1]
+    assert (cons["group"], cons["op"], cons["culprits"], cons["waiting"], cons["consequence_of"]) == (
+        "0", "all_reduce", absent, [0, 2], 0)
+    assert v["where"]["1"]["state"] == "waiting" and v["where"]["1"]["group"] == "1"
     if w3["state"] == "outside" and w3["frame"]:  # rank 3 dumped with its thread stacks: where it sleeps
         assert "hang_job.py" in w3["frame"]
     assert "hang_job.py" in root["stack"] and root["pending"]["1"]["pending_s"] > 0

@@ -20,6 +20,7 @@ import pytest
 from rankscope.analysis.registry import run_all
 from rankscope.model.run import load_run
 from tests.helpers import straggler_note
+from tests.procs import why_failed
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +75,7 @@ def _workload(out: Path, job: str, kind: str, *extra: str) -> tuple[Path, dict]:
            "--steps", "3", "--calib", "2", "--tune", "1", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,  # a hang bound only
                           env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, why_failed(proc.stderr)
     return out, json.loads((out / "truth.json").read_text())
 
 
