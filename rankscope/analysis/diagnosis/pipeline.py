@@ -16,7 +16,6 @@ time on it, and its what-if for the bottleneck stage's ranks.
 """
 from __future__ import annotations
 
-from statistics import median
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -24,6 +23,7 @@ import polars as pl
 from rankscope.analysis.base import Analysis, Finding, Result, Severity
 from rankscope.analysis.diagnosis import pipeline_shape as shape
 from rankscope.analysis.diagnosis.pipeline_waits import RankWaits, rank_part
+from rankscope.analysis.stats import as_float
 from rankscope.analysis.view import NS, Col, TableView, View
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ def _what_if(per_step: pl.DataFrame, m: int | None) -> dict[str, Any]:
     if not m or per_step.height == 0:
         return {}
     cpu = per_step["cpu_ns"]
-    by_cpu = cpu.null_count() == 0 and float(cpu.min() or 0) > 0
+    by_cpu = cpu.null_count() == 0 and as_float(cpu.min(), 0.0) > 0
     col = "cpu_ns" if by_cpu else "work_ns"
     med = per_step.group_by("stage").agg(pl.col(col).median().alias("x"), pl.col("work_ns").median().alias("wall"),
                                          pl.col("step_ns").median()).sort("stage")
@@ -164,7 +164,7 @@ def _what_if(per_step: pl.DataFrame, m: int | None) -> dict[str, Any]:
     if mean <= 0:
         return {}
     wins = per_step.sort(col, descending=True).group_by("step", maintain_order=True).first()
-    step_ms = float(per_step.group_by("step").agg(pl.col("step_ns").median())["step_ns"].median() or 0) / MS
+    step_ms = as_float(per_step.group_by("step").agg(pl.col("step_ns").median())["step_ns"].median(), 0.0) / MS
     cost_ms = (m - 1) * (w[top] - mean) / MS
     return {"bottleneck_stage": top, "bottleneck_steps": int((wins["stage"] == top).sum()), "of_steps": wins.height,
             "bottleneck_work_share": round(w[top] / sum(w.values()), 4),

@@ -30,12 +30,13 @@ def shape_advice(results: dict[str, Result], found: list[Finding], rules: dict[s
     rest = _exposed_beyond_bubble(results, pipe)
     out = []
     for f in found:
+        kept: Finding | None = f
         if f.kind in PIPELINE_WAITS:
-            f = _only_beyond_bubble(f, rest, rules)
+            kept = _only_beyond_bubble(f, rest, rules)
         elif f.kind == "advice.dp_imbalance":
-            f = f if _within_one_stage(f, results, s, rules) else None
-        if f is not None:
-            out.append(f)
+            kept = f if _within_one_stage(f, results, s, rules) else None
+        if kept is not None:
+            out.append(kept)
     return out + [x for x in (balance(s), schedule(s), bubble(s)) if x is not None]
 
 
@@ -73,7 +74,7 @@ def _within_one_stage(f: Finding, results: dict[str, Result], s: dict[str, Any],
     if not f.ranks:
         return False
     rank = f.ranks[0]
-    peers = next((r for r in s.get("stage_ranks", []) if rank in r), [])
+    peers: list[int] = next((r for r in s.get("stage_ranks", []) if rank in r), [])
     comp = f.evidence.get("computing_ns") or {}
     others = sorted(float(comp[str(p)]) for p in peers if p != rank and str(p) in comp)
     if not others or str(rank) not in comp:
