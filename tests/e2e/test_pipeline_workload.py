@@ -1,5 +1,5 @@
 """The ``pipeline`` analysis on real pipeline jobs (rankscope.demo.workloads.pipeline: torch.distributed.pipelining,
-1F1B, 8 microbatches, gloo, 2 ranks, one stage each), and silent on a real data-parallel job.
+1F1B and GPipe, 8 microbatches, gloo, 2 ranks, one stage each), and silent on a real data-parallel job.
 
 Known truth (the job's truth.json): with ``--straggler stage`` the slow rank's stage holds twice the layers of
 the other and is the bottleneck stage; with ``--straggler none`` (the balanced twin) the same layers are split
@@ -27,10 +27,10 @@ pytestmark = pytest.mark.slow
 def twins(tmp_path_factory):
     base = tmp_path_factory.mktemp("pipe")
     out = {}
-    for kind in ("stage", "none"):
-        path, truth = _workload(base / kind, "pipeline", kind, "--schedule", "1f1b")
+    for name, kind, sched in (("stage", "stage", "1f1b"), ("none", "none", "1f1b"), ("gpipe", "stage", "gpipe")):
+        path, truth = _workload(base / name, "pipeline", kind, "--schedule", sched)
         run = load_run(path, jobs=1)
-        out[kind] = (run, truth, run_all(run))
+        out[name] = (run, truth, run_all(run))
     return out
 
 
@@ -55,8 +55,11 @@ def test_stages_and_their_order_come_from_the_send_receive_pairs(twins):
     assert per[0]["fwd_wait_ns"] == 0 and per[0]["bwd_wait_ns"] > 0 and per[1]["bwd_wait_ns"] == 0
 
 
-def test_the_heavy_stage_is_named_with_a_cost(twins):
-    run, truth, res = twins["stage"]
+@pytest.mark.parametrize("name", ["stage", "gpipe"])
+def test_the_heavy_stage_is_named_with_a_cost(twins, name):
+    """1F1B and GPipe: the truth's stage, every step; pipeline advice, never the DDP rules' (on GPipe the sends
+    still in flight while a stage computes once made "exposed communication" fire, critical)."""
+    run, truth, res = twins[name]
     s = res["pipeline"].summary
     heavy = truth["pipeline"]["bottleneck_stage"]
     assert s["bottleneck_stage"] == heavy and not s["balanced"], s
@@ -67,6 +70,9 @@ def test_the_heavy_stage_is_named_with_a_cost(twins):
     kinds = {f.kind: f for f in res["advice"].findings}
     assert kinds["advice.pipeline_balance"].ranks == (truth["slow_rank"],)
     assert not {"advice.exposed_comm", "advice.missing_overlap"} & set(kinds)  # no DDP advice for pipeline waits
+    if name == "gpipe":
+        assert s["schedule"] == "GPipe" and s["schedule_from"] == "spans"  # torch's "Forward i" / "Backward i"
+        assert "advice.pipeline_schedule" in kinds
 
 
 def test_the_balanced_twin_is_said_balanced(twins):

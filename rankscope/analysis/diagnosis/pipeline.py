@@ -103,9 +103,10 @@ def _rank_rows(parts: list[tuple[int, RankWaits]], st: "Stages") -> pl.DataFrame
             wall = sw.end - sw.start
             bubble = min(sum(kinds.values()), wall)
             rows.append({"rank": rank, "stage": s, "step": sw.step, "step_ns": wall, "bubble_ns": bubble,
-                         "work_ns": wall - bubble, **kinds, "p2p_ns": min(sw.p2p_ns, wall)})
+                         "work_ns": wall - bubble, **kinds, "p2p_ns": min(sw.p2p_ns, wall),
+                         "coll_ns": min(sw.coll_ns, wall)})
     schema = {"rank": pl.Int64, "stage": pl.Int64, "step": pl.Int64, "step_ns": pl.Int64, "bubble_ns": pl.Int64,
-              "work_ns": pl.Int64, **{k: pl.Int64 for k in WAITS}, "p2p_ns": pl.Int64}
+              "work_ns": pl.Int64, **{k: pl.Int64 for k in WAITS}, "p2p_ns": pl.Int64, "coll_ns": pl.Int64}
     return pl.DataFrame(rows, schema=schema, orient="row").sort("step", "stage", "rank")
 
 

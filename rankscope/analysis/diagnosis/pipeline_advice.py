@@ -42,17 +42,22 @@ def shape_advice(results: dict[str, Result], found: list[Finding], rules: dict[s
 
 def _exposed_beyond_bubble(results: dict[str, Result], pipe: Result) -> dict[int, dict[str, float]]:
     """Per rank (medians over steps): the step, the exposed communication minus the pipeline's waits, and
-    the communication minus the time sends and receives were in flight (never below 0)."""
+    the communication minus the time sends and receives were in flight (never below 0). Exposed
+    communication that is not the pipeline's is at most the time some other collective (an all-reduce
+    beside the pipeline) was in flight: on gloo, a send still in flight while the stage computes (GPipe
+    waits its sends at the end of each phase) can make the breakdown book the stage's own time as exposed
+    communication, which is neither a wait nor a data-parallel collective."""
     bd = results.get("breakdown")
     if bd is None or bd.skipped or "breakdown" not in bd.tables:
         return {}
     b = frame(bd.tables["breakdown"])
     b = b.filter(pl.col("complete")) if b.filter(pl.col("complete")).height else b
     med = b.group_by("rank").agg(pl.col("wall", "comm_exposed", "communication").median())
-    waits = frame(pipe.tables["ranks"]).group_by("rank").agg(pl.col("bubble_ns", "p2p_ns").median())
-    j = med.join(waits, on="rank", how="left").with_columns(pl.col("bubble_ns", "p2p_ns").fill_null(0))
+    waits = frame(pipe.tables["ranks"]).group_by("rank").agg(pl.col("bubble_ns", "p2p_ns", "coll_ns").median())
+    j = med.join(waits, on="rank", how="left").with_columns(pl.col("bubble_ns", "p2p_ns", "coll_ns").fill_null(0))
     return {int(r["rank"]): {"wall": float(r["wall"] or 0),
-                             "comm_exposed": max(0.0, float(r["comm_exposed"] or 0) - float(r["bubble_ns"])),
+                             "comm_exposed": min(max(0.0, float(r["comm_exposed"] or 0) - float(r["bubble_ns"])),
+                                                 float(r["coll_ns"])),
                              "communication": max(0.0, float(r["communication"] or 0) - float(r["p2p_ns"]))}
             for r in j.iter_rows(named=True)}
 

@@ -41,6 +41,7 @@ class StepWaits:
     end: int
     wait_ns: dict[tuple[str, int], int] = field(default_factory=dict)  # (send|recv, peer) -> ns
     p2p_ns: int = 0  # time with a send or receive in flight (issued, not yet returned), waiting or not
+    coll_ns: int = 0  # time with another collective (all_reduce, ...: not a send / receive) in flight
     messages: list[tuple[str, int, int]] = field(default_factory=list)  # (op, peer, calls) in issue order
     spans: list[tuple[str, int, int]] = field(default_factory=list)  # (action F|B|I|W, stage or -1, microbatch)
 
@@ -68,23 +69,27 @@ def rank_part(data: "RankData") -> RankWaits:
 
 
 def _p2p_calls(data: "RankData") -> dict[str, np.ndarray]:
-    """Sends and receives with a known peer: op, peer, issued, returned (ns), sorted by issue."""
+    """Sends and receives with a known peer: op, peer, issued, returned (ns), sorted by issue; and under
+    "other_issue" / "other_ret" the other collectives' (all_reduce, ...) in-flight intervals."""
     t = data.table("collectives")
     empty = {"op": np.zeros(0, object), "peer": np.zeros(0, np.int64), "issue": np.zeros(0, np.int64),
-             "ret": np.zeros(0, np.int64)}
+             "ret": np.zeros(0, np.int64), "other_issue": np.zeros(0, np.int64), "other_ret": np.zeros(0, np.int64)}
     if t.num_rows == 0 or "peer" not in t.column_names:
         return empty
     op = np.asarray(t.column("op").to_pylist(), dtype=object)
     peer = np.asarray(t.column("peer").to_numpy(zero_copy_only=False), np.int64)
-    keep = np.isin(op, ("send", "recv")) & (peer >= 0)
+    p2p = np.isin(op, ("send", "recv"))
+    keep = p2p & (peer >= 0)
     if not keep.any():
         return empty
-    ts = np.asarray(t.column("ts").to_numpy(zero_copy_only=False), np.int64)[keep]
-    dur = np.asarray(t.column("dur").to_numpy(zero_copy_only=False), np.int64)[keep]
-    issue = np.asarray(t.column("issue_ts").to_numpy(zero_copy_only=False), np.int64)[keep]
-    issue = np.where(issue >= 0, np.minimum(issue, ts), ts)
+    ts_all = np.asarray(t.column("ts").to_numpy(zero_copy_only=False), np.int64)
+    ret_all = ts_all + np.asarray(t.column("dur").to_numpy(zero_copy_only=False), np.int64)
+    issue_all = np.asarray(t.column("issue_ts").to_numpy(zero_copy_only=False), np.int64)
+    issue_all = np.where(issue_all >= 0, np.minimum(issue_all, ts_all), ts_all)
+    issue, ret = issue_all[keep], ret_all[keep]
     o = np.argsort(issue, kind="stable")
-    return {"op": op[keep][o], "peer": peer[keep][o], "issue": issue[o], "ret": (ts + dur)[o]}
+    return {"op": op[keep][o], "peer": peer[keep][o], "issue": issue[o], "ret": ret[o],
+            "other_issue": issue_all[~p2p], "other_ret": ret_all[~p2p]}
 
 
 def _thread_events(data: "RankData") -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, str, int, int]]]:
@@ -184,6 +189,7 @@ def _steps(data: "RankData", calls: dict[str, np.ndarray]) -> list[StepWaits]:
     else:
         bounds = [(-1, int(min(calls["issue"].min(), ts.min() if len(ts) else 0)), int(calls["ret"].max()))]
     us, ue = union(calls["issue"], calls["ret"])
+    cs, ce = union(calls["other_issue"], calls["other_ret"])
     out = []
     for step, t0, t1 in bounds:
         sw = StepWaits(int(step), int(t0), int(t1))
@@ -193,6 +199,7 @@ def _steps(data: "RankData", calls: dict[str, np.ndarray]) -> list[StepWaits]:
             sw.wait_ns[key] = sw.wait_ns.get(key, 0) + int(got[i])
         sel = (calls["issue"] >= t0) & (calls["issue"] < t1)
         sw.p2p_ns = int(np.clip(np.minimum(ue, t1) - np.maximum(us, t0), 0, None).sum())
+        sw.coll_ns = int(np.clip(np.minimum(ce, t1) - np.maximum(cs, t0), 0, None).sum())
         sw.messages = _messages(calls["op"][sel], calls["peer"][sel], calls["issue"][sel], own_ts, own_end)
         sw.spans = [(a, stg, mb) for t, a, stg, mb in spans if t0 <= t < t1]
         out.append(sw)
