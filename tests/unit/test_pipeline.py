@@ -205,3 +205,23 @@ def test_exposed_comm_advice_only_for_collectives_beside_the_pipeline(coll_ms, k
     f = Finding("advice.exposed_comm", "exposed communication ...", Severity.CRITICAL, (0,), {})
     out = shape_advice(results, [f], RULES)
     assert (f in out) is kept
+
+
+def test_json_names_the_bubble_per_stage_and_step(tmp_path):
+    """``rankscope analyze RUN --json``: analyses.pipeline.summary.bubble holds one entry per stage and step, each
+    with the step's waits in ms (the natural bubble here: (p-1)/(m+p-1) of the 12 ms step, up to the calls' µs)."""
+    import subprocess
+    import sys
+
+    p, m, steps = 2, 4, 3
+    root, period = gpipe_run(tmp_path / "run", [(1000.0, 2000.0)] * p, m, [1, 0], steps=steps)
+    proc = subprocess.run([sys.executable, "-m", "rankscope.cli", "analyze", str(root), "--json", "--jobs", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    s = json.loads(proc.stdout)["analyses"]["pipeline"]["summary"]
+    rows = s["bubble"]
+    assert sorted((r["stage"], r["step"]) for r in rows) == [(st, k) for st in range(p) for k in range(1, steps + 1)]
+    natural_ms = (p - 1) / (m + p - 1) * period / 1e3
+    assert all(r["bubble_ms"] == pytest.approx(natural_ms, abs=0.05) for r in rows), rows
+    assert all(r["bubble_ms"] == pytest.approx(r["fwd_wait_ms"] + r["bwd_wait_ms"] + r["send_wait_ms"], abs=0.01)
+               for r in rows)
