@@ -140,7 +140,7 @@ def load_and_analyze(path: str, jobs: int, allow_missing: bool = True, clock_ali
 
 
 def print_summary(run: Run, results: dict[str, Result], report: str | None = None) -> None:
-    from rankscope.render.terminal import findings_lines, rank_table, rpc_lines
+    from rankscope.render.terminal import findings_lines, pipeline_lines, rank_table, rpc_lines
 
     for line in coverage_lines(run):  # first: what the results below do not cover
         out.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)
@@ -150,6 +150,8 @@ def print_summary(run: Run, results: dict[str, Result], report: str | None = Non
     else:
         stragglers = {r for f in st.findings for r in f.ranks}
         out.print(rank_table(st.tables["per_rank"], stragglers))
+        for line in pipeline_lines(results):  # a pipeline's stages, under the per-rank table
+            out.print(f"[dim]{escape(line)}[/]", highlight=False, soft_wrap=True)
         mark = "⚠ " if stragglers else "○ " if st.summary.get("below_bar") else "✓ "  # ○: evidence under the bar
         out.print(f"[bold]{mark}{escape(st.summary['verdict'])}[/]")
         for line in st.summary.get("limits", []):

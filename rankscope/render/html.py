@@ -26,7 +26,7 @@ from rankscope.render.declare import view_of
 from rankscope.render.charts import breakdown_figure, columns_of, rows_of, steps_figure  # noqa: F401
 
 VIEWS: dict[str, str] = {
-    "overview": "Overview", "trajectory": "Iteration trajectory", "communication": "Communication",
+    "overview": "Overview", "trajectory": "Iteration trajectory", "pipeline": "Pipeline", "communication": "Communication",
     "operators": "Operators & kernels", "memory": "Memory", "clock": "Clock", "hang": "Collectives / hang",
     "rpc": "RPC", "flame": "Flame graph",
     "diff": "Diff", "more": "More", "problems": "Problems & skipped",

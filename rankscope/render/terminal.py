@@ -52,3 +52,25 @@ def rpc_lines(results: dict[str, Any], limit: int = 8) -> list[str]:
         lines.append(f"  slowest function: {top['fn']} on {top['dst']} ({top['calls']} calls, "
                      f"{_ms(top['round_trip_ns'])} ms in all)")
     return lines
+
+
+def pipeline_lines(results: dict[str, Any], limit: int = 8) -> list[str]:
+    """A pipeline run's stages in two lines (the "pipeline" analysis): the bubble per stage (median per step)
+    against the natural one, then the bottleneck stage and what balancing would save; none otherwise."""
+    r = results.get("pipeline")
+    if r is None or r.skipped:
+        return []
+    s = r.summary
+    per = s.get("per_stage") or []
+    waits = ", ".join(f"stage {p['stage']} {_ms(p['bubble_ns'])} ms ({p['bubble_share']:.0%})" for p in per[:limit])
+    more = f", … {len(per) - limit} more" if len(per) > limit else ""
+    exp = s.get("expected_bubble_share")
+    natural = f"; natural bubble (p-1)/(m+p-1) = {exp:.0%}" if exp is not None else ""
+    lines = [f"pipeline: {s['shape']} (ranks {s['stage_order']}), {s['schedule']}, {s['microbatches']} "
+             f"microbatches; waiting for neighbours per step: {waits}{more}{natural}"]
+    if s.get("bottleneck_stage") is not None and not s.get("balanced", True):
+        lines.append(f"  bottleneck: stage {s['bottleneck_stage']} holds {s['bottleneck_work_share']:.0%} of the work; "
+                     f"balanced, the step would take {s['step_ms_if_balanced']:,.1f} ms instead of {s['step_ms']:,.1f} ms")
+    elif s.get("bottleneck_stage") is not None:
+        lines.append(f"  the stages are balanced (the busiest holds {s['imbalance']:.2f}x the mean work)")
+    return lines

@@ -167,6 +167,9 @@ def run_advice(run: Run, results: dict[str, Result]) -> Result:
     if mem is not None and not mem.skipped and "peaks" in mem.tables:
         f = memory_rule(mem.tables["peaks"].to_pylist(), _device_totals(run))
         findings += [f] if f else []
+    from rankscope.analysis.diagnosis.pipeline_advice import shape_advice
+
+    findings = shape_advice(results, findings, RULES)  # a pipeline's waits are its bubble, not DP communication
     return Result("advice", findings=findings, summary={"rules": RULES, "fired": [f.kind for f in findings]})
 
 
@@ -179,6 +182,6 @@ ANALYSIS = Analysis(
     description="rules with thresholds: data loading, exposed comm, host gaps, memory, ...",
     run=run_advice,
     after=("breakdown",),
-    uses=("clock", "memory"),
+    uses=("clock", "memory", "pipeline"),
     view=View("Advice", place="overview"),
 )

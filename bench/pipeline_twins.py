@@ -1,0 +1,129 @@
+"""The pipeline analysis' what-if against balanced twins (issue 25, item 4).
+
+For each schedule (GPipe, 1F1B) and number of stages, each repeat runs a real pipeline job whose slow stage
+holds 2x the layers of each other stage (rankscope.demo.workloads.pipeline, ``--straggler stage``) and its
+balanced twin (the same layers spread evenly, ``--straggler none``) back to back, in alternating order,
+with the same seed. The measured difference is the job's own step time (truth.json: median over the
+recorded steps of each rank's perf_counter step, median over ranks) of the unbalanced run minus the
+twin's. The prediction is ``analyses.pipeline.summary.cost_ms`` of ``rankscope analyze RUN --json`` on the
+unbalanced run: the step time it would save if its stages were balanced. Per configuration: the median of
+the differences and the median of the predictions, and how far apart they are.
+
+    PYTHONPATH=. .venv/bin/python bench/pipeline_twins.py --schedules gpipe,1f1b --stages 2,4 --repeats 5
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from workloads import FAMILIES, command, job  # noqa: E402  (bench/workloads.py: the same jobs)
+
+
+def step_ms(run: Path) -> float:
+    """The job's own step time: per rank the median over recorded steps, then the median over ranks."""
+    truth = json.loads((run / "truth.json").read_text())
+    return float(statistics.median(truth["summary"]["median_ms"]["step_ms"].values()))
+
+
+def analyze(run: Path) -> dict[str, Any]:
+    cli = Path(sys.executable).with_name("rankscope")
+    proc = subprocess.run([str(cli), "analyze", str(run), "--json", "--jobs", "2"], capture_output=True, text=True,
+                          timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip()[-300:]}
+    an = json.loads(proc.stdout)["analyses"]
+    pipe = an.get("pipeline", {})
+    s = pipe.get("summary") or {}
+    keep = ("stages", "stages_from", "schedule", "schedule_from", "microbatches", "bottleneck_stage", "cost_ms",
+            "step_ms", "imbalance", "balanced", "bottleneck_work_share", "work_measure", "expected_bubble_share",
+            "critical_path_stage")
+    adv = [f["kind"] for f in an.get("advice", {}).get("findings", [])]
+    sev = {f["kind"]: f["severity"] for name in ("pipeline", "advice") for f in an.get(name, {}).get("findings", [])}
+    return {**{k: s.get(k) for k in keep}, "skipped": pipe.get("skipped"), "advice": adv, "severity": sev}
+
+
+def one_pair(sched: str, n: int, i: int, rng: random.Random, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    slow, seed = rng.randrange(n), rng.randrange(10**6)
+    heavy, twin = FAMILIES[f"pp-{sched}"], FAMILIES[f"pp-{sched}-healthy"]
+    runs = {"heavy": out / f"{sched}-{n}-{i}-heavy", "twin": out / f"{sched}-{n}-{i}-twin"}
+    order = ["heavy", "twin"] if i % 2 == 0 else ["twin", "heavy"]
+    loads, secs = {}, {}
+    for which in order:
+        fam, d = (heavy, runs[which]) if which == "heavy" else (twin, runs[which])
+        shutil.rmtree(d, ignore_errors=True)
+        secs[which] = job(command(fam, d, n, slow if which == "heavy" else -1, 2.0, seed, 6, False), d)
+        loads[which] = round(os.getloadavg()[0], 1)
+    got = {w: analyze(d) for w, d in runs.items()}
+    meas = step_ms(runs["heavy"]) - step_ms(runs["twin"])
+    row = {"schedule": sched, "stages": n, "i": i, "slow": slow, "seed": seed, "measured_ms": round(meas, 2),
+           "heavy_step_ms": step_ms(runs["heavy"]), "twin_step_ms": step_ms(runs["twin"]),
+           "predicted_ms": got["heavy"].get("cost_ms"), "heavy": got["heavy"], "twin": got["twin"], "load": loads,
+           "job_s": {k: round(v, 1) for k, v in secs.items()}}
+    if not args.keep:
+        for d in runs.values():
+            shutil.rmtree(d, ignore_errors=True)
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["| schedule | stages | pairs | measured: unbalanced - twin (median, ms) | predicted cost (median, ms) | "
+             "off by | bottleneck named | twins without a bottleneck finding |", "|---|---|---|---|---|---|---|---|"]
+    for sched in sorted({r["schedule"] for r in rows}):
+        for n in sorted({r["stages"] for r in rows}):
+            rs = [r for r in rows if r["schedule"] == sched and r["stages"] == n]
+            if not rs:
+                continue
+            meas = statistics.median(r["measured_ms"] for r in rs)
+            pred = statistics.median(r["predicted_ms"] or 0.0 for r in rs)
+            named = sum(r["heavy"].get("bottleneck_stage") == r["slow"] for r in rs)
+            clean = sum("pipeline_bottleneck" not in r["twin"].get("severity", {}) for r in rs)
+            off = f"{(pred - meas) / meas:+.0%}" if meas else "n/a"
+            lines.append(f"| {sched} | {n} | {len(rs)} | {meas:.1f} | {pred:.1f} | {off} | {named} / {len(rs)} | "
+                         f"{clean} / {len(rs)} |")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--schedules", default="gpipe,1f1b")
+    ap.add_argument("--stages", default="2,4")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--out", default="/tmp/rankscope-bench-pipeline")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    plan = [(s, int(n), i) for i in range(args.repeats) for s in args.schedules.split(",") for n in args.stages.split(",")]
+    rows = []
+    for sched, n, i in plan:
+        r = one_pair(sched, n, i, rng, args, out)
+        rows.append(r)
+        print(f"{sched}@{n} #{i} slow={r['slow']}: measured {r['measured_ms']:+.1f} ms, predicted "
+              f"{r['predicted_ms']} ms, bottleneck {r['heavy'].get('bottleneck_stage')}, load {r['load']}", flush=True)
+    loads = [v for r in rows for v in r["load"].values()] or [0.0]
+    lines = [f"`PYTHONPATH=. .venv/bin/python bench/pipeline_twins.py {' '.join(sys.argv[1:])}` ({os.cpu_count()} CPUs; "
+             f"seed {args.seed}; load during the jobs {min(loads)}-{max(loads)})", "", *table(rows)]
+    print("\n".join(lines))
+    path = Path(args.json) if args.json else ROOT / ".bench" / "pipeline" / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"command": sys.argv, "seed": args.seed, "rows": rows}, indent=1))
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()
