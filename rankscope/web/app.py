@@ -161,7 +161,7 @@ class Runs:
         """The page of one rank of ``name`` (None when the run has no such rank)."""
         from rankscope.analysis.registry import run_all
         from rankscope.model.run import load_run
-        from rankscope.web.rankpage import page
+        from rankscope.web.rankpage import device_analyses, page
 
         a = self.path(name)
         assert a is not None
@@ -172,7 +172,9 @@ class Runs:
         run = load_run(a, jobs=1, allow_missing_ranks=True, cache_dir=self.cache_dir)
         if rank not in run.ranks:
             return None
-        html_ = page(run, run_all(run, names=["breakdown", "clock", "links", "straggler"]), rank, name)
+        results = run_all(run, names=["breakdown", "clock", "links", "straggler"])
+        results.update(run_all(run.only(rank), names=device_analyses()))  # per-rank analyses: this rank's data only
+        html_ = page(run, results, rank, name)
         with self._lock:
             self._cache[key] = html_
             while len(self._cache) > self._pages * 8:

@@ -20,6 +20,43 @@ def top_ops(run: Any, rank: int, kinds: tuple[str, ...], n: int = 25) -> list[di
             .sort("total", descending=True).head(n).to_dicts())
 
 
+def device_analyses() -> list[str]:
+    """The analyses shown per rank below its operators: the GPU analyses (``rankscope.analysis.gpu``: kernel
+    breakdown, idle time per stream, launch delay, queue length, bandwidth, annotations, idle gaps, ...)."""
+    from rankscope.analysis.registry import analyses
+
+    return [n for n, a in analyses().items() if a.view is not None and a.run.__module__.startswith("rankscope.analysis.gpu.")]
+
+
+def device_sections(results: dict[str, Any], rank: int) -> list[str]:
+    """The GPU analyses (the report's "operators" view: kernel breakdown, idle time per stream, launch delay,
+    queue length, bandwidth, annotations, idle gaps and their causes, ...) cut to this rank: each declared
+    table that has a rank column, its rows of this rank, under the analysis' title. Nothing when a run has no
+    device activity (those analyses are skipped)."""
+    from rankscope.render.blocks import declared_table, esc
+    from rankscope.render.declare import view_of
+
+    out = []
+    for name, res in results.items():
+        if res is None or res.skipped:
+            continue
+        if name not in device_analyses():
+            continue
+        view = view_of(name, res.summary, res.tables)
+        blocks = []
+        for tv in view.tables:
+            tab = res.tables.get(tv.table)
+            df = frame(tab) if tab is not None else None
+            if df is None or "rank" not in df.columns:
+                continue
+            rows = df.filter(pl.col("rank") == rank).to_dicts()
+            if rows:
+                blocks.append(f"<h4>{esc(tv.title)}</h4>" + declared_table(rows, [c for c in tv.cols if c.key != "rank"]))
+        if blocks:
+            out.append(f'<section class="rank-device"><h3>{esc(view.title)}</h3>{"".join(blocks)}</section>')
+    return out
+
+
 def page(run: Any, results: dict[str, Any], rank: int, name: str) -> str:
     from rankscope.analysis.diagnosis.waits import choose_steps
     from rankscope.intlist import format_int_list
@@ -54,6 +91,7 @@ def page(run: Any, results: dict[str, Any], rank: int, name: str) -> str:
                 Col("mean", "mean per call", "ns"))
         if rows:
             parts.append(f"<h3>{title}</h3>" + declared_table(rows, cols))
+    parts += device_sections(results, rank)
     mem = frame(run.table(rank, "memory", columns=["ts", "total_allocated"])) if run.ranks[rank].counts.get(
         "memory", 1) else pl.DataFrame()
     if mem.height:
