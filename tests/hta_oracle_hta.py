@@ -175,6 +175,18 @@ def analyses(ta: Any, opts: dict[str, Any]) -> dict[str, Callable[[], Values]]:
     }
 
 
+def _no_overlay() -> None:
+    """HTA's frequent-sequence search ends by writing a copy of the whole rank's trace with the patterns
+    overlaid, for Chrome tracing (cuda_kernel_analysis.py:_overlay_frequent_patterns_with_trace, a pandas
+    apply per event, then a JSON dump): about 90% of the oracle's time on df_index_resolver, once per rank
+    and operator. The table it returns is built before that file and does not depend on it, and no value
+    compared here is read from it: the overlay is replaced by an empty trace (the file is still written)."""
+    from hta.analyzers.cuda_kernel_analysis import CudaKernelAnalysis
+
+    CudaKernelAnalysis._overlay_frequent_patterns_with_trace = classmethod(  # type: ignore[method-assign]
+        lambda cls, t, patterns_df, rank=0, compress_other_kernels=True: {"traceEvents": []})
+
+
 def run(trace_dir: str, opts: dict[str, Any]) -> dict[str, Any]:
     warnings.filterwarnings("ignore")
     logging.disable(logging.CRITICAL)
@@ -182,6 +194,7 @@ def run(trace_dir: str, opts: dict[str, Any]) -> dict[str, Any]:
     from hta.trace_analysis import TraceAnalysis
 
     logger.setLevel(logging.CRITICAL)
+    _no_overlay()
     ta = TraceAnalysis(trace_dir=trace_dir)
     out: dict[str, Any] = {"ranks": ta.t.get_ranks()}
     for name, fn in analyses(ta, opts).items():
