@@ -42,7 +42,7 @@ def make(root: Path, slow: dict[int, float], dims: dict[int, int] | None = None,
 
 
 def _diagnose(path: Path) -> dict:
-    return run_all(load_run(path, jobs=1), names=["breakdown", "clock", "links", "straggler"])
+    return run_all(load_run(path, jobs=1), names=["breakdown", "clock", "links", "critical_path", "straggler"])
 
 
 def test_compute_straggler_named_with_cause_and_time_lost(tmp_path):
@@ -195,7 +195,7 @@ def test_paired_rule_two_ranks():
 
 
 def test_cause_is_the_component_that_grew_most_against_its_usual_size():
-    from rankscope.analysis.diagnosis.straggler import cause
+    from rankscope.analysis.diagnosis.cause import cause
 
     others = pl.DataFrame({"computing": [21.5], "data_wait": [0.35], "free": [0.76]})
     # measured on a host-busy straggler (ms/step): +5.5 ms idle host time and, induced by the peer's
@@ -330,7 +330,7 @@ def test_paired_rule_finds_blocked_time_under_cpu_noise():
 
 
 def test_blocked_time_sits_in_the_component_that_can_hold_it():
-    from rankscope.analysis.diagnosis.straggler import cause
+    from rankscope.analysis.diagnosis.cause import cause
 
     # measured at 4 ranks on 2 cores (ms/step): a 9 ms sleep in rank 2's gradient hook (inside
     # compute) came with +4.5 ms data loading under contention; data grew more against its usual size
@@ -354,7 +354,7 @@ def test_blocked_time_sits_in_the_component_that_can_hold_it():
 
 
 def test_extra_operator_calls_make_compute_the_cause():
-    from rankscope.analysis.diagnosis.straggler import cause
+    from rankscope.analysis.diagnosis.cause import cause
 
     # medians per step (ms) of a real 4-rank run on 2 cores, CPUs rotated (bench/stragglers.py seed 127,
     # run 17): 6 extra matmul blocks on rank 3; its data loading, run beside its CPU partner's compute
@@ -467,7 +467,7 @@ def test_evidence_below_the_bar_is_said_beside_no_straggler(tmp_path):
     from rankscope.render.views import overview
 
     run = load_run(tmp_path / "a", jobs=1)
-    html = overview(run, run_all(run, names=["breakdown", "clock", "links", "straggler"]))
+    html = overview(run, run_all(run, names=["breakdown", "clock", "links", "critical_path", "straggler"]))
     assert '<p class="verdict note">no straggler (rank 2 arrived last' in html  # not the green of a clean run
     assert _diagnose(make(tmp_path / "b", {2: 1.03}, world=4, steps=8))["straggler"].summary["verdict"] == "no straggler"
     assert _diagnose(make(tmp_path / "c", {}, world=4, steps=8))["straggler"].summary["verdict"] == "no straggler"
@@ -515,7 +515,7 @@ def test_input_work_candidate_is_steady_when_the_others_wait_for_it(tmp_path):
     with whoever shares the CPU), while they arrived last at 5-7 of 8 collectives: named "no straggler".
     The input-work rule takes the arrivals as its steadiness, and its own-time bar drops to +5 % when
     the others wait for the rank; without that arrival evidence +5 % stays below the bar."""
-    from rankscope.analysis.diagnosis.straggler import last_share, more_input
+    from rankscope.analysis.diagnosis.candidates import last_share, more_input
 
     root = make(tmp_path / "a", {2: 1.2}, world=4, steps=8)
     res = _diagnose(root)
@@ -615,7 +615,7 @@ def test_extra_cpu_time_between_operators_is_the_extra_input_work():
     compute +0.2 ms and idle between operators +3.3 ms per step, while its training thread's CPU time grew by
     7.9 ms: the extra time is work done, so more input work explains it (the caller passes the CPU time only
     when the cause would be "host"; extra CPU in data loading stays data loading)."""
-    from rankscope.analysis.diagnosis.straggler import work_explains
+    from rankscope.analysis.diagnosis.cause import work_explains
 
     work = {"shapes_recorded": True, "work_ratio": 1.44}
     excess = {"compute": 0.2e6, "data": 0.02e6, "host": 3.3e6}
