@@ -30,8 +30,12 @@ BAR = {
     # ... and this many times the other ranks' savings (the noise floor of the what-if)
     "over_noise": 3.0,
 }
-# a cost said beside "no straggler" (bounds most steps, at least this share of the step)
+# a cost said beside "no straggler" (bounds most steps, at least this share of the step) ...
 STEADY_SHARE = 0.005
+# ... and bounds more steps than chance would give it (each step bounded by any one of the ranks alike):
+# P(>= that many of the steps) at most this. 2 ranks need 5 of 5 steps (3 of 3 is p = 0.125: as likely as
+# not for one of two ranks with identical work), 4 ranks 3 of 3, 8 ranks 2 of 2.
+STEADY_P = 0.05
 # path classes a cause may come from: the time of the rank's own segments on the path
 _HOST_GAP = "host (between operators)"
 NO_SAVING = "no rank's what-if shortens the critical path"
@@ -57,8 +61,13 @@ class Bound:
 
     @property
     def steady(self) -> bool:
-        """Bounds most steps at a cost above the rounding of a step: said, whatever the bar."""
-        return self.steps >= max(2, (self.of_steps + 1) // 2) and self.share >= STEADY_SHARE
+        """Bounds most steps, more of them than chance (``STEADY_P``), at a cost above the rounding of a step:
+        said, whatever the bar."""
+        from rankscope.analysis.diagnosis.likely import binom_tail
+
+        n = max(len(self.savings), 2)
+        return (self.steps >= max(2, (self.of_steps + 1) // 2) and self.share >= STEADY_SHARE
+                and binom_tail(self.steps, self.of_steps, 1 / n) <= STEADY_P)
 
     @property
     def clears_bar(self) -> bool:

@@ -10,6 +10,8 @@ own segments on the critical path hold (``bound.holds``).
 """
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from rankscope.analysis.base import frame
