@@ -660,3 +660,23 @@ def test_extra_cpu_time_between_operators_is_the_extra_input_work():
     assert work_explains(work, excess, others, 0.35, cpu_excess=7.9e6)
     assert not work_explains(work, excess, others, 0.35, cpu_excess=1.0e6)  # CPU time short of the extra time
     assert not work_explains({"shapes_recorded": True, "work_ratio": 1.02}, excess, others, 0.35, cpu_excess=7.9e6)
+
+
+def test_a_rank_named_by_own_time_must_bound_the_steps_distinctly():
+    """Issue 25: a rank the own-time rules name is kept only when the critical path shows it, and no other
+    rank, bounds the steps. Measured (tests/e2e/test_demo.py's healthy 2-rank run, 2 loaded cores, rotated
+    CPUs): rank 1 +32 % own time excluding CPU wait ("cause unclear"), but it bounded 4 of 8 steps and its
+    what-if saved 2.26 ms per step against rank 0's 2.21 ms: no rank bounds those steps. The compute straggler
+    above (6 of 6 steps, 4 ms against 0) does; so does one that bounds 5 of 8 at 3x any other rank's saving."""
+    from rankscope.analysis.diagnosis.bound import Bound
+
+    healthy = Bound(rank=1, cost_ns=2_262_439, noise_ns=2_213_221, step_ns=54_200_000, steps=4, of_steps=8,
+                    savings={0: 2_213_221, 1: 2_262_439})
+    assert not healthy.steady and not healthy.distinct
+    slow = Bound(rank=2, cost_ns=4e6, noise_ns=0.0, step_ns=20e6, steps=6, of_steps=6, savings={0: 0.0, 1: 0.0, 2: 4e6})
+    assert slow.steady and slow.distinct
+    # 2 ranks, 5 of 8 steps is chance (p = 0.36), but 7 ms against 2 ms saved is not
+    loud = Bound(rank=0, cost_ns=7e6, noise_ns=1e6, step_ns=50e6, steps=5, of_steps=8, savings={0: 7e6, 1: 2e6})
+    assert not loud.steady and loud.distinct
+    assert not Bound(rank=0, cost_ns=5e6, noise_ns=1e6, step_ns=50e6, steps=5, of_steps=8,
+                     savings={0: 5e6, 1: 2e6}).distinct

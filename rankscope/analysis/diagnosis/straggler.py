@@ -124,13 +124,15 @@ def choose(ctx: _Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, floa
     if b is None:
         return found, ""
     ranks = ctx.pr["rank"].to_list()
-    keep = [c for c in found if int(ranks[c[0]]) == b.rank]
+    keep = [c for c in found if int(ranks[c[0]]) == b.rank and b.distinct]
     note = ""
     if found and not keep:
         r = int(ranks[found[0][0]])
+        others = max((v for k, v in b.savings.items() if k != r), default=0.0)
+        who = f"it bounds only {b.steps} of {b.of_steps}" if r == b.rank else f"rank {b.rank} bounds {b.steps} of {b.of_steps}"
         note = (f"rank {r}'s own time is +{found[0][1]:.0%} over the other ranks', but it does not bound the steps on "
-                f"the critical path (rank {b.rank} bounds {b.steps} of {b.of_steps}, what-if saving "
-                f"{b.savings.get(r, 0.0) / 1e6:.1f} ms per step for rank {r}): not named")
+                f"the critical path ({who}; what-if saving {b.savings.get(r, 0.0) / 1e6:.1f} ms per step for rank {r}, "
+                f"up to {others / 1e6:.1f} ms for the others): not named")
     if not keep and b.clears_bar and b.rank in ranks:
         i = ranks.index(b.rank)
         rest = as_float(ctx.pr.filter(pl.col("rank") != b.rank)["own"].median(), 0.0)
