@@ -69,6 +69,10 @@ class Bound:
         return (self.steps >= max(2, (self.of_steps + 1) // 2) and self.share >= STEADY_SHARE
                 and binom_tail(self.steps, self.of_steps, 1 / n) <= STEADY_P)
 
+    def costs(self, saving_ns: float) -> bool:
+        """A what-if saving above the rounding of a step (``STEADY_SHARE``): a cost to say."""
+        return self.step_ns > 0 and saving_ns >= STEADY_SHARE * self.step_ns
+
     @property
     def others_best_ns(self) -> float:
         """The largest median saving of another rank."""

@@ -153,6 +153,9 @@ def input_imbalance(run: Run, pr: pl.DataFrame, excluded: list[int], b: "Bound |
         if b is not None and rank == b.rank and b.steady:
             return what  # its cost on the critical path is said beside it (``Bound.below_bar``)
         who = f"rank {b.rank} bounds {b.steps} of {b.of_steps}" if b is not None else "no rank bounds them"
+        if b is not None and b.costs(saved[rank]):  # it did cost time, just not steadily
+            return (f"{what}; on the critical path its what-if saves {saved[rank] / 1e6:.1f} ms per step "
+                    f"({saved[rank] / b.step_ns:.1%}), but it does not bound the steps steadily ({who})")
         return (f"{what}, but the critical path shows it did not bound the steps ({who}; rank {rank}'s what-if saving "
                 f"{saved[rank] / 1e6:.1f} ms per step): an input imbalance that cost no time in these steps")
     return ""
