@@ -703,3 +703,22 @@ def test_input_imbalance_that_cost_time_without_bounding_the_steps_says_its_savi
                     "bounds 5 of 8)"), said
     small = input_imbalance(run, pr, [], b, {0: 2e6, 1: 0.0, 2: 5e4, 3: 0.0})
     assert small.endswith("an input imbalance that cost no time in these steps"), small
+
+
+def test_the_critical_path_alone_names_a_rank_that_bounds_the_steps_well_above_the_others():
+    """Issue 25's FSDP2 job (rankscope.demo.workloads.fsdp, 4 ranks on 2 loaded cores, 6 steps): rank 2's data
+    loading +44.6 ms per step (14.3 % of the step, its own timers), waited for inside FSDP's spans; the own-time
+    rules said "no straggler". On the path it bounded 5 of 6 steps, its what-if saving 41.8 ms (13.3 % of a
+    314.8 ms step) against at most 13.0 ms for any other rank: named. Its healthy twin (best 12.7 ms, 4 %, 2 of
+    6 steps) is not; at 2 ranks (no other ranks' savings to stand out of) the bar stays at the twin spread."""
+    from rankscope.analysis.diagnosis.bound import Bound
+
+    fsdp = Bound(rank=2, cost_ns=41.8e6, noise_ns=15.9e6, step_ns=314.8e6, steps=5, of_steps=6,
+                 savings={0: 10.6e6, 1: 13.0e6, 2: 41.8e6, 3: 9.1e6})
+    assert fsdp.clears_bar
+    twin = Bound(rank=1, cost_ns=12.7e6, noise_ns=20.9e6, step_ns=320e6, steps=2, of_steps=6,
+                 savings={0: 5.2e6, 1: 12.7e6, 2: 11.9e6, 3: 5.0e6})
+    assert not twin.clears_bar and not twin.steady
+    two = Bound(rank=1, cost_ns=2e6, noise_ns=0.0, step_ns=20e6, steps=6, of_steps=6, savings={0: 0.0, 1: 2e6})
+    assert two.steady and not two.clears_bar  # 10 % at 2 ranks: under the twin spread
+    assert Bound(rank=1, cost_ns=5e6, noise_ns=0.0, step_ns=20e6, steps=6, of_steps=6, savings={0: 0.0, 1: 5e6}).clears_bar
