@@ -145,7 +145,8 @@ def choose(ctx: _Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, floa
         others = max((v for k, v in b.savings.items() if k != r), default=0.0)
         who = f"it bounds only {b.steps} of {b.of_steps}" if r == b.rank else f"rank {b.rank} bounds {b.steps} of {b.of_steps}"
         note = (f"rank {r}'s own time is +{found[0][1]:.0%} over the other ranks', but it does not bound the steps on "
-                f"the critical path ({who}; what-if saving {b.savings.get(r, 0.0) / 1e6:.1f} ms per step for rank {r}, "
+                f"the critical path ({who}; what-if saving {b.savings.get(r, 0.0) / 1e6:.1f} ms per step "
+                f"({b.savings.get(r, 0.0) / b.step_ns if b.step_ns > 0 else 0.0:.1%}) for rank {r}, "
                 f"up to {others / 1e6:.1f} ms for the others): not named")
     if not keep and b.clears_bar and b.rank in ranks:
         i = ranks.index(b.rank)
