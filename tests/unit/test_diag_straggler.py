@@ -722,3 +722,22 @@ def test_the_critical_path_alone_names_a_rank_that_bounds_the_steps_well_above_t
     two = Bound(rank=1, cost_ns=2e6, noise_ns=0.0, step_ns=20e6, steps=6, of_steps=6, savings={0: 0.0, 1: 2e6})
     assert two.steady and not two.clears_bar  # 10 % at 2 ranks: under the twin spread
     assert Bound(rank=1, cost_ns=5e6, noise_ns=0.0, step_ns=20e6, steps=6, of_steps=6, savings={0: 0.0, 1: 5e6}).clears_bar
+
+
+def test_a_saving_well_above_the_others_in_too_few_steps_is_said_not_named():
+    """Issue 25's 2-D job said a bare "no straggler". Measured (rankscope.demo.workloads.tp_fsdp, 4 ranks on 2
+    loaded cores, 6 steps, rank 3's 25 ms host loop, +23.8 ms per step by its own timers): rank 3's what-if saved
+    13.7 ms per step (6.5 % of 211 ms), 1.9x any other rank's 7.2 ms, bounding 3 of 6 steps (chance at 4 ranks:
+    p = 0.17): said beside "no straggler". A healthy twin's leader (3.49 against 3.48 ms) and a 2-rank run
+    (the other rank saves 0 wherever this one bounds) say nothing."""
+    from rankscope.analysis.diagnosis.bound import Bound
+
+    tp = Bound(rank=3, cost_ns=13.7e6, noise_ns=7.2e6, step_ns=211e6, steps=3, of_steps=6,
+               savings={0: 3.3e6, 1: 7.2e6, 2: 2.2e6, 3: 13.7e6})
+    assert not tp.steady and tp.below_bar() == ("on the critical path rank 3's what-if saves 13.7 ms per step (6.5%), "
+                                                "1.9x any other rank's, but it bounds only 3 of 6 steps: not named")
+    twin = Bound(rank=2, cost_ns=3.49e6, noise_ns=3.48e6, step_ns=126e6, steps=1, of_steps=6,
+                 savings={0: 0.85e6, 1: 2.5e6, 2: 3.49e6, 3: 3.48e6})
+    assert twin.below_bar() == ""
+    two = Bound(rank=1, cost_ns=1.6e6, noise_ns=0.0, step_ns=20e6, steps=3, of_steps=3, savings={0: 0.0, 1: 1.6e6})
+    assert not two.steady and two.below_bar() == ""

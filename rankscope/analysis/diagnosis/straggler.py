@@ -239,7 +239,7 @@ def run_straggler(run: Run, results: dict[str, Result]) -> Result:
     steps = per_step(bd)
     aside = left_out
     if not findings:
-        aside = "; ".join(x for x in (left_out, *below_bar(run, results, steps, pr, excluded, b, no_path)) if x)
+        aside = "; ".join(x for x in (left_out, *below_bar(run, results, steps, pr, excluded, b, no_path, bool(left_out))) if x)
         from rankscope.analysis.diagnosis.likely import evidence, likely_from
 
         seen = evidence(run, results, steps, pr, excluded)
@@ -265,12 +265,13 @@ def run_straggler(run: Run, results: dict[str, Result]) -> Result:
 
 
 def below_bar(run: Run, results: dict[str, Result], steps: pl.DataFrame, pr: pl.DataFrame, excluded: list[int],
-              b: Bound | None, no_path: str) -> list[str]:
+              b: Bound | None, no_path: str, left_out: bool = False) -> list[str]:
     """What is said beside "no straggler": a steady cost on the critical path, evidence under the bar, an
     input imbalance and what it cost."""
     from rankscope.analysis.diagnosis.likely import below_bar_note, evidence, input_imbalance
 
-    out = [b.below_bar()] if b is not None and b.steady else []
+    # a rank left out already says what the path saw of it (``choose``)
+    out = [b.below_bar()] if b is not None and (b.steady or not left_out) else []
     seen = evidence(run, results, steps, pr, excluded)
     if b is None or (seen and seen["rank"] == b.rank):
         out.append(below_bar_note(seen))
