@@ -6,8 +6,9 @@ median) shortens the path most, steadily across steps, bounds the step (``bound`
 1. the statistical rules (``rules``, ``candidates``) on each rank's own time (wall minus exposed
    communication, from the breakdown, where a wait inside a framework's span is communication) say
    whether the excess stands out of what identical ranks show; a rank they name must be the one that
-   bounds the steps, or it was only waiting and is not named; the critical path alone names its rank
-   when its cost clears ``bound.BAR`` (steady, a good share of the step, well above the other ranks');
+   bounds the steps distinctly (``Bound.distinct``), or it was only waiting and is not named (where no
+   rank does, a candidate standing on counts is kept); the critical path alone names its rank when its
+   cost clears ``bound.BAR`` (steady beyond chance, a good share of the step, well above the others');
 2. cause (``cause``): the component of own time that explains the excess, among those the rank's own
    segments on the path hold; "contention" when the extra time was mostly run-queue wait (``cpu``);
    input imbalance from the operators' input elements (``work``);
