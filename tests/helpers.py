@@ -38,7 +38,9 @@ def straggler_note(f: Any) -> str:
     "rank R is slow: LABEL" + note + ", " + measure + cost, where the measure is "own time +X% vs the other
     ranks' median", "own time excluding CPU wait +X% vs ..." (found on own time minus run-queue wait:
     evidence test "... (cpu-available)") or, for a slow link, "in every slow group (transfers up to Nx the
-    other groups' median)"; the cost ", costs M ms per step (S%)" only where time was lost."""
+    other groups' median)" or, named from the critical path alone, "bounding the step on the critical path"; the
+    cost ", costs M ms per step (S%)" only where time was lost; then, where the rank bounds the steps on the
+    critical path, "; critical path: CHAIN bounds K of N steps; at the other ranks' median the step would take ..."."""
     from rankscope.analysis.diagnosis.straggler import LABELS
 
     ev = f.evidence
@@ -46,8 +48,16 @@ def straggler_note(f: Any) -> str:
     lost = ev.get("time_lost", {})
     cost = (f", costs {lost['lost_per_step_ns'] / 1e6:.1f} ms per step ({lost.get('lost_share_of_step', 0):.0%})"
             if lost.get("lost_per_step_ns") else "")
+    path = ev.get("critical_path")
+    if path:  # the chain that bounds the step, from the critical path (``bound.Bound.clause``)
+        chain = f"{path['description']} bounds" if path.get("description") else f"rank {path['rank']} bounds"
+        cost += (f"; critical path: {chain} {path['bounds_steps']} of {path['of_steps']} steps; at the other ranks' "
+                 f"median the step would take {(path['step_ns'] - path['cost_per_step_ns']) / 1e6:.1f} ms instead of "
+                 f"{path['step_ns'] / 1e6:.1f} ms")
     if "test" not in ev and "transfer_ratio" in ev:
         tail = f", in every slow group (transfers up to {ev['transfer_ratio']:.1f}x the other groups' median){cost}"
+    elif ev["test"] == "critical path":  # named from the dependencies alone: no own-time figure
+        tail = f", bounding the step on the critical path{cost}"
     else:
         measure = "own time excluding CPU wait" if str(ev["test"]).endswith("(cpu-available)") else "own time"
         tail = f", {measure} +{ev['relative_excess']:.0%} vs the other ranks' median{cost}"

@@ -131,9 +131,15 @@ def test_same_tables_through_pool_and_dask(runs: tuple[Path, Path], cluster: Any
         # differs in the last bit between two runs of the same backend too)
         assert_frame_equal(ta[k], tb[k], check_row_order=False, rel_tol=1e-12, abs_tol=0.0)
     assert res_a["straggler"].summary["verdict"] == res_b["straggler"].summary["verdict"]
-    # rank 5 is damaged (its broken file): left out of the verdict on both backends; rank 4 still named
+    # rank 5 is damaged (its broken file): left out of the verdict on both backends; rank 4 still found.
+    # Issue 25: it is the rank the critical path puts first, but no longer named: its compute is 1.5x (own time
+    # +39 %), yet most of it hides behind the slow 0-1 link; its what-if saves 0.5 ms per step (3.6 %) and the
+    # same run generated without it (seed 3) steps 13.55 ms against 14.28 ms (0.7 ms), where the own-time rule
+    # said "costs 2.8 ms per step (20%)"
     assert rb.damaged == ra.damaged and 5 in rb.damaged
-    assert [(f.ranks, f.evidence["cause"]) for f in res_b["straggler"].findings] == [((4,), "compute")]
+    st = res_b["straggler"]
+    assert st.summary["bounding"]["rank"] == 4 and not any(5 in f.ranks for f in st.findings)
+    assert "rank 4's own time is +" in st.summary["verdict"] and "not named" in st.summary["verdict"]
 
 
 def _dies_once(task: Any) -> Any:

@@ -42,13 +42,18 @@ def make(root: Path, slow: dict[int, float], dims: dict[int, int] | None = None,
 
 
 def _diagnose(path: Path) -> dict:
-    return run_all(load_run(path, jobs=1), names=["breakdown", "clock", "links", "straggler"])
+    return run_all(load_run(path, jobs=1), names=["breakdown", "clock", "links", "critical_path", "straggler"])
 
 
 def test_compute_straggler_named_with_cause_and_time_lost(tmp_path):
+    """Rank 2's 4 mm take 3 ms each against 2 ms: it reaches the all-reduce 4 ms after the others in every
+    step, so on the critical path across ranks its mm then the all-reduce bound 6 of 6 steps, and at the other
+    ranks' speed the 20.0 ms step would take 16.0 ms (issue 25: the verdict says the chain and the what-if)."""
     res = _diagnose(make(tmp_path, {2: 1.5}))["straggler"]
     assert res.summary["verdict"] == ("rank 2 is slow: compute (same operators and input sizes, slower), own time "
-                                      "+26% vs the other ranks' median, costs 4.0 ms per step (20%)")
+                                      "+26% vs the other ranks' median, costs 4.0 ms per step (20%); critical path: "
+                                      "rank 2's aten::mm [32, 256] then all_reduce #3 of group 0 bounds 6 of 6 steps; "
+                                      "at the other ranks' median the step would take 16.0 ms instead of 20.0 ms")
     f = res.findings[0]
     assert f.evidence["cause"] == "compute" and f.evidence["test"] == "dixon" and f.confidence == 1.0
     assert f.evidence["excess_ns"]["compute"] == 4_000_000
@@ -61,13 +66,19 @@ def test_compute_straggler_named_with_cause_and_time_lost(tmp_path):
 def test_extra_operator_calls_name_a_straggler_timings_alone_cannot(tmp_path):
     """Two ranks, 6 steps: rank 1 runs 5 mm per step where rank 0 runs 4 (+2 ms, own time +11 %): under
     the +25 % ratio rule, too few steps for the signed-rank test, but the count of calls is not noise.
-    The same +2 ms from 4 slower mm ops is left to the timing rules: no straggler."""
+    The same +2 ms from 4 slower mm ops is left to the timing rules: no straggler named, but (issue 25) the
+    critical path shows rank 1 bounding 6 of 6 steps by 2.0 ms (4 mm x 0.5 ms, 10 % of the 20 ms step), a
+    steady cost said beside "no straggler" (was a bare "no straggler")."""
     more = _diagnose(make(tmp_path / "more", {}, world=2, calls={1: 5}))["straggler"]
     assert more.summary["verdict"] == ("rank 1 is slow: compute (more calls: aten::mm 5 vs 4 per step), own time +11% "
-                                       "vs the other ranks' median, costs 2.0 ms per step (10%)")
+                                       "vs the other ranks' median, costs 2.0 ms per step (10%); critical path: rank 1's "
+                                       "aten::mm [32, 256] then all_reduce #3 of group 0 bounds 6 of 6 steps; at the "
+                                       "other ranks' median the step would take 18.0 ms instead of 20.0 ms")
     assert more.findings[0].evidence["test"] == "more calls"
     slower = _diagnose(make(tmp_path / "slower", {1: 1.25}, world=2))["straggler"]
-    assert slower.summary["verdict"] == "no straggler"
+    assert slower.findings == []
+    assert slower.summary["verdict"].startswith("no straggler (rank 1 bounds 6 of 6 steps on the critical path (")
+    assert "by 2.0 ms per step (10.0%): below the bar for a verdict" in slower.summary["verdict"]
 
 
 def test_healthy_run_has_no_straggler(tmp_path):
@@ -195,7 +206,7 @@ def test_paired_rule_two_ranks():
 
 
 def test_cause_is_the_component_that_grew_most_against_its_usual_size():
-    from rankscope.analysis.diagnosis.straggler import cause
+    from rankscope.analysis.diagnosis.cause import cause
 
     others = pl.DataFrame({"computing": [21.5], "data_wait": [0.35], "free": [0.76]})
     # measured on a host-busy straggler (ms/step): +5.5 ms idle host time and, induced by the peer's
@@ -330,7 +341,7 @@ def test_paired_rule_finds_blocked_time_under_cpu_noise():
 
 
 def test_blocked_time_sits_in_the_component_that_can_hold_it():
-    from rankscope.analysis.diagnosis.straggler import cause
+    from rankscope.analysis.diagnosis.cause import cause
 
     # measured at 4 ranks on 2 cores (ms/step): a 9 ms sleep in rank 2's gradient hook (inside
     # compute) came with +4.5 ms data loading under contention; data grew more against its usual size
@@ -354,7 +365,7 @@ def test_blocked_time_sits_in_the_component_that_can_hold_it():
 
 
 def test_extra_operator_calls_make_compute_the_cause():
-    from rankscope.analysis.diagnosis.straggler import cause
+    from rankscope.analysis.diagnosis.cause import cause
 
     # medians per step (ms) of a real 4-rank run on 2 cores, CPUs rotated (bench/stragglers.py seed 127,
     # run 17): 6 extra matmul blocks on rank 3; its data loading, run beside its CPU partner's compute
@@ -458,20 +469,27 @@ def test_evidence_below_the_bar_is_said_beside_no_straggler(tmp_path):
     """Issue 12: rank 2 arrived last at every collective and had the longest own time in every step, but
     its excess (+9 % own time at 4 ranks) is under the outlier bar and under the twin spread (healthy 4-rank
     runs showed +8 to +11 %, bench/workloads.py runs 9-10): nothing is named, but the verdict says what was
-    seen, never a bare "no straggler"; a +1 % steady difference and a healthy run stay "no straggler"."""
+    seen, never a bare "no straggler"; a +1 % steady difference and a healthy run stay "no straggler".
+    Issue 25: what the critical path shows comes first: rank 2's 4 mm take 2.4 ms against 2 ms, so it bounds 8 of
+    8 steps by 1.6 ms (8 % of the 20 ms step), under bound.BAR's 20 %; the +1 % run's 0.24 ms (1.2 %) is said too."""
     res = _diagnose(make(tmp_path / "a", {2: 1.2}, world=4, steps=8))["straggler"]
     assert res.findings == []
     v = res.summary["verdict"]
-    assert v.startswith("no straggler (rank 2 arrived last at 8 of 8 collectives, its own time +8.9%") and (
+    assert v.startswith("no straggler (rank 2 bounds 8 of 8 steps on the critical path (") and (
+        "by 1.6 ms per step (8.0%): below the bar for a verdict; rank 2 arrived last at 8 of 8 collectives, its own "
+        "time +8.9%" in v) and (
         "the longest in 8 of 8 steps; not named: with no other evidence, a difference under 20% is within" in v), v
     from rankscope.render.views import overview
 
     run = load_run(tmp_path / "a", jobs=1)
-    html = overview(run, run_all(run, names=["breakdown", "clock", "links", "straggler"]))
-    assert '<p class="verdict note">no straggler (rank 2 arrived last' in html  # not the green of a clean run
-    assert _diagnose(make(tmp_path / "b", {2: 1.03}, world=4, steps=8))["straggler"].summary["verdict"] == "no straggler"
+    html = overview(run, run_all(run, names=["breakdown", "clock", "links", "critical_path", "straggler"]))
+    assert '<p class="verdict note">no straggler (rank 2 bounds 8 of 8 steps' in html  # not the green of a clean run
+    small = _diagnose(make(tmp_path / "b", {2: 1.03}, world=4, steps=8))["straggler"]
+    assert small.findings == [] and small.summary["verdict"].startswith("no straggler (rank 2 bounds 8 of 8 steps")
+    assert "by 0.2 ms per step (1.2%): below the bar" in small.summary["verdict"]  # 4 mm x 60 us
     assert _diagnose(make(tmp_path / "c", {}, world=4, steps=8))["straggler"].summary["verdict"] == "no straggler"
-    # too few collectives to beat chance (2 ranks: last at 3 of 3 has p = 0.125)
+    # too few collectives to beat chance (2 ranks: last at 3 of 3 has p = 0.125); the critical path's
+    # "bounds 3 of 3 steps" is as likely by chance, so its 1.6 ms is not said either (bound.STEADY_P)
     few = _diagnose(make(tmp_path / "d", {1: 1.2}, world=2, steps=3))["straggler"]
     assert few.summary["verdict"] == "no straggler"
 
@@ -515,7 +533,7 @@ def test_input_work_candidate_is_steady_when_the_others_wait_for_it(tmp_path):
     with whoever shares the CPU), while they arrived last at 5-7 of 8 collectives: named "no straggler".
     The input-work rule takes the arrivals as its steadiness, and its own-time bar drops to +5 % when
     the others wait for the rank; without that arrival evidence +5 % stays below the bar."""
-    from rankscope.analysis.diagnosis.straggler import last_share, more_input
+    from rankscope.analysis.diagnosis.candidates import last_share, more_input
 
     root = make(tmp_path / "a", {2: 1.2}, world=4, steps=8)
     res = _diagnose(root)
@@ -534,13 +552,17 @@ def test_input_work_candidate_is_steady_when_the_others_wait_for_it(tmp_path):
 def test_two_ranks_need_more_than_the_twin_spread_and_say_what_they_saw(tmp_path):
     """Issue 12 (bench/twin_noise.py): two ranks doing identical work differed by up to +14 % own time in 8 of
     8 steps (healthy profiled 2-rank jobs), and at 2 ranks the arrival order is the same evidence as own time.
-    Below TWIN_SPREAD nothing is named, but the verdict says what was seen; above it the rank is named."""
+    Below TWIN_SPREAD nothing is named, but the verdict says what was seen; above it the rank is named.
+    Issue 25: the critical path's cost comes first (4 mm at 2.4 ms against 2 ms: rank 1 bounds 8 of 8 steps by
+    1.6 ms, 8 % of the 20 ms step, under bound.BAR's 20 %)."""
     from rankscope.analysis.diagnosis.likely import TWIN_SPREAD
 
     below = _diagnose(make(tmp_path / "a", {1: 1.2}, world=2, steps=8))["straggler"]
     assert below.findings == []
     v = below.summary["verdict"]
-    assert v.startswith("no straggler (rank 1's own time was +") and "longer in 8 of 8 steps; not named" in v, v
+    assert v.startswith("no straggler (rank 1 bounds 8 of 8 steps on the critical path (") and (
+        "by 1.6 ms per step (8.0%): below the bar for a verdict; rank 1's own time was +" in v), v
+    assert "longer in 8 of 8 steps; not named" in v, v
     assert below.summary["below_bar"] and f"under {TWIN_SPREAD:.0%}" in v
     above = _diagnose(make(tmp_path / "b", {1: 1.6}, world=2, steps=8))["straggler"]
     assert [f.ranks for f in above.findings] == [(1,)] and above.summary["below_bar"] == ""
@@ -558,8 +580,12 @@ def test_arrival_order_names_a_rank_only_above_the_twin_spread(tmp_path):
     spread = {0: 0.8, 1: 1.0, 3: 1.15}
     below = _diagnose(make(tmp_path / "a", {**spread, 2: 1.35}, world=4, steps=8))["straggler"]
     assert below.findings == []  # +17 %: was "rank 2 is slow: compute" with the 10 % bar
-    assert below.summary["verdict"].startswith("no straggler (rank 2 arrived last at 8 of 8 collectives, its own "
-                                               "time +16.8% vs the other ranks' median"), below.summary["verdict"]
+    # issue 25: the critical path first: rank 2's mm take 2.7 ms, the next slowest rank 3's 2.3 ms, so at the
+    # others' median (2 ms) the step would be set by rank 3: 4 x 0.4 ms = 1.6 ms saved (8 %), under bound.BAR
+    v = below.summary["verdict"]
+    assert v.startswith("no straggler (rank 2 bounds 8 of 8 steps on the critical path (") and (
+        "by 1.6 ms per step (8.0%): below the bar for a verdict; rank 2 arrived last at 8 of 8 collectives, its own "
+        "time +16.8% vs the other ranks' median" in v), v
     above = _diagnose(make(tmp_path / "b", {**spread, 2: 1.6}, world=4, steps=8))["straggler"]
     f = above.findings[0]
     assert f.ranks == (2,) and f.evidence["test"] == "arrival order + steps" and f.evidence["cause"] == "compute"
@@ -569,15 +595,25 @@ def test_arrival_order_names_a_rank_only_above_the_twin_spread(tmp_path):
 def test_more_input_work_that_cost_no_time_is_said_beside_no_straggler(tmp_path):
     """Issue 12 (bench/workloads.py run 9, 4 ranks on 2 cores): a rank with 1.28x the input work had own time
     -1 % vs the others (they queued for the shared CPUs as long): nothing to name as slow, but the verdict says
-    which rank has more input work, by how much, with shapes; equal work says nothing."""
-    res = _diagnose(make(tmp_path / "a", {2: 1.03}, dims={2: 384}, world=4, steps=8))["straggler"]
+    which rank has more input work, by how much, with shapes; equal work says nothing.
+    Issue 25: "cost no time" only where the critical path shows it. Here the larger inputs cost nothing (the
+    hand-made mm take 2 ms whatever their shapes): no rank's what-if shortens the path. With its mm 3 % slower
+    (2.06 ms) the same rank bounds 8 of 8 steps by 4 x 60 us = 0.24 ms: that cost is said, not "no time"
+    (was "its own time is +3 % ... cost no time")."""
+    res = _diagnose(make(tmp_path / "a", {}, dims={2: 384}, world=4, steps=8))["straggler"]
     assert res.findings == []
     v = res.summary["verdict"]
     assert v.startswith("no straggler (rank 2 has +50% input work per step (aten::mm inputs [32, 384] vs [32, 256]), "
-                        "but its own time is +"), v
+                        "but the critical path shows it did not bound the steps (no rank bounds them; rank 2's "
+                        "what-if saving 0.0 ms per step)"), v
     assert v.endswith("an input imbalance that cost no time in these steps)") and res.summary["below_bar"]
+    cost = _diagnose(make(tmp_path / "c", {2: 1.03}, dims={2: 384}, world=4, steps=8))["straggler"]
+    v = cost.summary["verdict"]
+    assert cost.findings == [] and "cost no time" not in v, v
+    assert v.startswith("no straggler (rank 2 bounds 8 of 8 steps on the critical path (") and (
+        "by 0.2 ms per step (1.2%): below the bar for a verdict; rank 2 has +50% input work per step" in v), v
     same = _diagnose(make(tmp_path / "b", {2: 1.03}, world=4, steps=8))["straggler"]
-    assert same.summary["verdict"] == "no straggler"
+    assert same.findings == [] and "input work" not in same.summary["verdict"]  # its 0.24 ms is said, no imbalance
 
 
 def test_extra_calls_of_a_frequent_operator_are_not_input_work(tmp_path):
@@ -615,7 +651,7 @@ def test_extra_cpu_time_between_operators_is_the_extra_input_work():
     compute +0.2 ms and idle between operators +3.3 ms per step, while its training thread's CPU time grew by
     7.9 ms: the extra time is work done, so more input work explains it (the caller passes the CPU time only
     when the cause would be "host"; extra CPU in data loading stays data loading)."""
-    from rankscope.analysis.diagnosis.straggler import work_explains
+    from rankscope.analysis.diagnosis.cause import work_explains
 
     work = {"shapes_recorded": True, "work_ratio": 1.44}
     excess = {"compute": 0.2e6, "data": 0.02e6, "host": 3.3e6}
@@ -624,3 +660,84 @@ def test_extra_cpu_time_between_operators_is_the_extra_input_work():
     assert work_explains(work, excess, others, 0.35, cpu_excess=7.9e6)
     assert not work_explains(work, excess, others, 0.35, cpu_excess=1.0e6)  # CPU time short of the extra time
     assert not work_explains({"shapes_recorded": True, "work_ratio": 1.02}, excess, others, 0.35, cpu_excess=7.9e6)
+
+
+def test_a_rank_named_by_own_time_must_bound_the_steps_distinctly():
+    """Issue 25: a rank the own-time rules name is kept only when the critical path shows it, and no other
+    rank, bounds the steps. Measured (tests/e2e/test_demo.py's healthy 2-rank run, 2 loaded cores, rotated
+    CPUs): rank 1 +32 % own time excluding CPU wait ("cause unclear"), but it bounded 4 of 8 steps and its
+    what-if saved 2.26 ms per step against rank 0's 2.21 ms: no rank bounds those steps. The compute straggler
+    above (6 of 6 steps, 4 ms against 0) does; so does one that bounds 5 of 8 at 3x any other rank's saving."""
+    from rankscope.analysis.diagnosis.bound import Bound
+
+    healthy = Bound(rank=1, cost_ns=2_262_439, noise_ns=2_213_221, step_ns=54_200_000, steps=4, of_steps=8,
+                    savings={0: 2_213_221, 1: 2_262_439})
+    assert not healthy.steady and not healthy.distinct
+    slow = Bound(rank=2, cost_ns=4e6, noise_ns=0.0, step_ns=20e6, steps=6, of_steps=6, savings={0: 0.0, 1: 0.0, 2: 4e6})
+    assert slow.steady and slow.distinct
+    # 2 ranks, 5 of 8 steps is chance (p = 0.36), but 7 ms against 2 ms saved is not
+    loud = Bound(rank=0, cost_ns=7e6, noise_ns=1e6, step_ns=50e6, steps=5, of_steps=8, savings={0: 7e6, 1: 2e6})
+    assert not loud.steady and loud.distinct
+    assert not Bound(rank=0, cost_ns=5e6, noise_ns=1e6, step_ns=50e6, steps=5, of_steps=8,
+                     savings={0: 5e6, 1: 2e6}).distinct
+
+
+def test_input_imbalance_that_cost_time_without_bounding_the_steps_says_its_saving(tmp_path):
+    """Issue 25: "cost no time" only where the path shows it. Measured (rankscope.demo.workloads.moe, 2 ranks,
+    6 steps, 2 loaded cores): rank 1 with 1.61x the input elements saved 7.6 ms per step on the path while rank 0
+    bounded 4 of 6 steps; the draft said "its what-if saving 7.6 ms ...: an input imbalance that cost no time".
+    Here (the hand-made traces' input work, a path given): rank 2 saves 1.0 ms of a 20 ms step (5 %), rank 0
+    bounds 5 of 8: its saving is said as a cost; at 0.05 ms (0.25 %, under bound.STEADY_SHARE) it cost nothing."""
+    from rankscope.analysis.diagnosis.bound import Bound
+    from rankscope.analysis.diagnosis.likely import input_imbalance
+    from rankscope.analysis.diagnosis.rules import per_rank
+
+    root = make(tmp_path / "a", {}, dims={2: 384}, world=4, steps=8)
+    run = load_run(root, jobs=1)
+    pr = per_rank(pl.from_arrow(_diagnose(root)["breakdown"].tables["breakdown"]))
+    b = Bound(rank=0, cost_ns=2e6, noise_ns=1e6, step_ns=20e6, steps=5, of_steps=8,
+              savings={0: 2e6, 1: 0.0, 2: 1e6, 3: 0.0})
+    said = input_imbalance(run, pr, [], b, {0: 2e6, 1: 0.0, 2: 1e6, 3: 0.0})
+    assert said == ("rank 2 has +50% input work per step (aten::mm inputs [32, 384] vs [32, 256]); on the critical "
+                    "path its what-if saves 1.0 ms per step (5.0%), but it does not bound the steps steadily (rank 0 "
+                    "bounds 5 of 8)"), said
+    small = input_imbalance(run, pr, [], b, {0: 2e6, 1: 0.0, 2: 5e4, 3: 0.0})
+    assert small.endswith("an input imbalance that cost no time in these steps"), small
+
+
+def test_the_critical_path_alone_names_a_rank_that_bounds_the_steps_well_above_the_others():
+    """Issue 25's FSDP2 job (rankscope.demo.workloads.fsdp, 4 ranks on 2 loaded cores, 6 steps): rank 2's data
+    loading +44.6 ms per step (14.3 % of the step, its own timers), waited for inside FSDP's spans; the own-time
+    rules said "no straggler". On the path it bounded 5 of 6 steps, its what-if saving 41.8 ms (13.3 % of a
+    314.8 ms step) against at most 13.0 ms for any other rank: named. Its healthy twin (best 12.7 ms, 4 %, 2 of
+    6 steps) is not; at 2 ranks (no other ranks' savings to stand out of) the bar stays at the twin spread."""
+    from rankscope.analysis.diagnosis.bound import Bound
+
+    fsdp = Bound(rank=2, cost_ns=41.8e6, noise_ns=15.9e6, step_ns=314.8e6, steps=5, of_steps=6,
+                 savings={0: 10.6e6, 1: 13.0e6, 2: 41.8e6, 3: 9.1e6})
+    assert fsdp.clears_bar
+    twin = Bound(rank=1, cost_ns=12.7e6, noise_ns=20.9e6, step_ns=320e6, steps=2, of_steps=6,
+                 savings={0: 5.2e6, 1: 12.7e6, 2: 11.9e6, 3: 5.0e6})
+    assert not twin.clears_bar and not twin.steady
+    two = Bound(rank=1, cost_ns=2e6, noise_ns=0.0, step_ns=20e6, steps=6, of_steps=6, savings={0: 0.0, 1: 2e6})
+    assert two.steady and not two.clears_bar  # 10 % at 2 ranks: under the twin spread
+    assert Bound(rank=1, cost_ns=5e6, noise_ns=0.0, step_ns=20e6, steps=6, of_steps=6, savings={0: 0.0, 1: 5e6}).clears_bar
+
+
+def test_a_saving_well_above_the_others_in_too_few_steps_is_said_not_named():
+    """Issue 25's 2-D job said a bare "no straggler". Measured (rankscope.demo.workloads.tp_fsdp, 4 ranks on 2
+    loaded cores, 6 steps, rank 3's 25 ms host loop, +23.8 ms per step by its own timers): rank 3's what-if saved
+    13.7 ms per step (6.5 % of 211 ms), 1.9x any other rank's 7.2 ms, bounding 3 of 6 steps (chance at 4 ranks:
+    p = 0.17): said beside "no straggler". A healthy twin's leader (3.49 against 3.48 ms) and a 2-rank run
+    (the other rank saves 0 wherever this one bounds) say nothing."""
+    from rankscope.analysis.diagnosis.bound import Bound
+
+    tp = Bound(rank=3, cost_ns=13.7e6, noise_ns=7.2e6, step_ns=211e6, steps=3, of_steps=6,
+               savings={0: 3.3e6, 1: 7.2e6, 2: 2.2e6, 3: 13.7e6})
+    assert not tp.steady and tp.below_bar() == ("on the critical path rank 3's what-if saves 13.7 ms per step (6.5%), "
+                                                "1.9x any other rank's, but it bounds only 3 of 6 steps: not named")
+    twin = Bound(rank=2, cost_ns=3.49e6, noise_ns=3.48e6, step_ns=126e6, steps=1, of_steps=6,
+                 savings={0: 0.85e6, 1: 2.5e6, 2: 3.49e6, 3: 3.48e6})
+    assert twin.below_bar() == ""
+    two = Bound(rank=1, cost_ns=1.6e6, noise_ns=0.0, step_ns=20e6, steps=3, of_steps=3, savings={0: 0.0, 1: 1.6e6})
+    assert not two.steady and two.below_bar() == ""

@@ -16,12 +16,15 @@ in >= STEP_SHARE of the complete steps; its median own time >= TWIN_SPREAD above
 from __future__ import annotations
 
 from math import exp, lgamma, log
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from rankscope.analysis.base import Finding, Result, Severity
 from rankscope.model.run import Run
+
+if TYPE_CHECKING:
+    from rankscope.analysis.diagnosis.bound import Bound
 
 LAST_SHARE = 0.5
 STEP_SHARE = 0.6
@@ -123,15 +126,15 @@ def below_bar_note(ev: dict[str, Any] | None) -> str:
             "ranks doing identical work show (up to +14% measured)")
 
 
-def untimed_imbalance(run: Run, pr: pl.DataFrame, excluded: list[int]) -> str:
-    """More input work on a rank that cost no time: among the 3 ranks with the most compute per step, one
-    with >= IMBALANCE_WORK more input elements per step than the others (a count from the shapes, no noise)
-    whose own time is under MIN_EXCESS above theirs. Said beside "no straggler", never a finding: there is
-    nothing to name as slow, but the imbalance is real (here the other ranks' own time grew as much, queued
-    for the shared CPUs).
-    Measured (bench/workloads.py run 9, 4 ranks on 2 cores): a rank given 1.37x longer sequences had 1.28x
-    the input work and compute +6 %, but own time -1 % vs the others' median and arrived last at 3 of 8
-    collectives: the verdict said only "no straggler"."""
+def input_imbalance(run: Run, pr: pl.DataFrame, excluded: list[int], b: "Bound | None" = None,
+                    saved: dict[int, float] | None = None, no_path: str = "") -> str:
+    """More input work on a rank, said beside "no straggler" with what it cost: among the 3 ranks with the most
+    compute per step, one with >= IMBALANCE_WORK more input elements per step than the others (a count from the
+    shapes, no noise). "An input imbalance that cost no time" only where the critical path shows it: the rank
+    does not bound most steps (``bound.Bound``); where it does, its what-if saving is the cost; without a path
+    the cost is not told. Measured (bench/workloads.py run 9, 4 ranks on 2 cores): a rank with 1.28x the input
+    work, compute +6 %, own time -1 %; the MoE job of issue 25: a rank with 2.5x the expert tokens called
+    "cost no time" while the others waited for it inside the all_to_all (booked as compute then)."""
     from rankscope.analysis.diagnosis.work import IMBALANCE_WORK, imbalance, imbalance_note
 
     rows = pr.filter(~pl.col("rank").is_in(excluded)).sort("computing", descending=True)
@@ -140,10 +143,19 @@ def untimed_imbalance(run: Run, pr: pl.DataFrame, excluded: list[int]) -> str:
         work = imbalance(run, rank, [r for r in ranks if r != rank])
         if not work or not work.get("shapes_recorded") or work.get("work_ratio", 1.0) - 1 < IMBALANCE_WORK:
             continue
-        own = float(rows.filter(pl.col("rank") == rank)["own"][0])
-        ref = float(rows.filter(pl.col("rank") != rank)["own"].median() or 0)  # type: ignore[arg-type]
-        if ref <= 0 or own >= (1 + MIN_EXCESS) * ref:
-            return ""  # it did cost time: the rules above decided, or "likely" spoke
-        return (f"rank {rank} has{imbalance_note(work)[1:]}, but its own time is {own / ref - 1:+.0%} vs the "
-                "other ranks' median: an input imbalance that cost no time in these steps")
+        what = f"rank {rank} has{imbalance_note(work)[1:]}"
+        if saved is None or rank not in saved:
+            own = float(rows.filter(pl.col("rank") == rank)["own"][0])
+            ref = float(rows.filter(pl.col("rank") != rank)["own"].median() or 0)  # type: ignore[arg-type]
+            rel = f"{own / ref - 1:+.0%}" if ref > 0 else "?"
+            return (f"{what}, its own time {rel} vs the other ranks' median; what it cost is not told without the "
+                    f"critical path ({no_path or 'none'})")
+        if b is not None and rank == b.rank and b.steady:
+            return what  # its cost on the critical path is said beside it (``Bound.below_bar``)
+        who = f"rank {b.rank} bounds {b.steps} of {b.of_steps}" if b is not None else "no rank bounds them"
+        if b is not None and b.costs(saved[rank]):  # it did cost time, just not steadily
+            return (f"{what}; on the critical path its what-if saves {saved[rank] / 1e6:.1f} ms per step "
+                    f"({saved[rank] / b.step_ns:.1%}), but it does not bound the steps steadily ({who})")
+        return (f"{what}, but the critical path shows it did not bound the steps ({who}; rank {rank}'s what-if saving "
+                f"{saved[rank] / 1e6:.1f} ms per step): an input imbalance that cost no time in these steps")
     return ""

@@ -155,3 +155,12 @@ def cpu_available_outliers(steps: pl.DataFrame, pr: pl.DataFrame) -> list[tuple[
     if np.isnan(values).any():
         return []
     return [(i, rel, f"{test} (cpu-available)") for i, rel, test in outliers(values, PAIR_THRESHOLD)]
+
+
+def per_step(bd: pl.DataFrame) -> pl.DataFrame:
+    """Per step: the rank with the longest own time and its excess over the other ranks' median."""
+    own = bd.with_columns(own=(pl.col("wall") - pl.col("comm_exposed")).cast(pl.Float64))
+    return (own.sort("own", descending=True).group_by("step").agg(
+        slowest=pl.col("rank").first(), own=pl.col("own").first(),
+        others_median=pl.col("own").slice(1).median(), ranks=pl.len())
+        .with_columns(rel_excess=pl.col("own") / pl.col("others_median") - 1).sort("step"))

@@ -1,0 +1,228 @@
+"""Which rank bounds the steps on the critical path across ranks, what it costs, and on what.
+
+Pattern: the ``critical_path`` analysis gives, per step and rank, the what-if saving (how much shorter
+the step would be if that rank ran at the other ranks' median: its cost) and the path's segments. The
+candidate is the rank with the largest median saving over the steps; it bounds a step when its saving
+there is the largest. Noise comes from dependencies too: the other ranks' savings (with identical work,
+a rank's segments are longer than the others' median about half the time, so every rank saves a little)
+are the floor a cost must stand out of. The candidate's own segments on the path say where its time
+went (data loading, operators, host time between operators), and so which causes it can hold.
+
+Thresholds are data (``BAR``); their history is in bench/RESULTS.md ("Verdict from the critical path").
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from rankscope.analysis.base import Result, frame
+
+BAR = {
+    # a verdict from dependencies alone (no own-time rule spoke): bounds this share of the steps ...
+    "steps": 2 / 3,
+    # ... costs at least this share of the step at 2 ranks (ranks doing identical work here differ steadily
+    # by up to ~20 %: likely.TWIN_SPREAD; a slower vCPU is not an injected straggler, and at 2 ranks the other
+    # rank's saving is 0 wherever this one bounds the step: no noise floor to stand out of) ...
+    "share": 0.20,
+    # ... or this share from 3 ranks up, where the other ranks' savings are the noise floor. Measured
+    # (rankscope.demo.workloads.fsdp, 4 ranks on 2 loaded cores, 6 steps, the issue-25 job): rank 2's data
+    # +44.6 ms per step (14.3 %, its own timers) bounded 5 of 6 steps by 41.8 ms (13.3 %), the others' savings
+    # 9.1-13.0 ms; its healthy twin: at most 12.7 ms (4 %), bounding 2 of 6. The own-time rules named nothing.
+    "share_many": 0.10,
+    # ... and this many times the other ranks' savings (the noise floor of the what-if: median against median)
+    "over_noise": 3.0,
+}
+# a cost said beside "no straggler" (bounds most steps, at least this share of the step) ...
+STEADY_SHARE = 0.005
+# ... and bounds more steps than chance would give it (each step bounded by any one of the ranks alike):
+# P(>= that many of the steps) at most this. 2 ranks need 5 of 5 steps (3 of 3 is p = 0.125: as likely as
+# not for one of two ranks with identical work), 4 ranks 3 of 3, 8 ranks 2 of 2.
+STEADY_P = 0.05
+# path classes a cause may come from: the time of the rank's own segments on the path
+_HOST_GAP = "host (between operators)"
+NO_SAVING = "no rank's what-if shortens the critical path"
+# a rank that bounds too few steps to be steady is still said when its what-if saving is this many times any
+# other rank's. Measured (rankscope.demo.workloads, 4 ranks on 2 loaded cores, 6 steps): tp_fsdp, rank 3's
+# 25 ms host loop: 13.7 ms against 7.2 ms (1.9x), 3 of 6 steps, said nowhere; healthy twins of fsdp and moe:
+# 1.07x and 1.00x. From 3 ranks up only: at 2 ranks the other rank's saving is 0 wherever this one bounds.
+LEADS = 1.5
+
+
+@dataclass
+class Bound:
+    """The rank that bounds the steps, from the critical path (all times ns, medians over steps)."""
+
+    rank: int
+    cost_ns: float  # its what-if saving per step
+    noise_ns: float  # the other ranks' largest saving per step, median over steps
+    step_ns: float  # the measured step time
+    steps: int  # steps it bounds (its saving the largest)
+    of_steps: int
+    description: str = ""  # the chain of its median bounded step
+    path: dict[str, float] = field(default_factory=dict)  # its own time on the path per class (data, compute, host)
+    savings: dict[int, float] = field(default_factory=dict)  # every rank's median saving
+
+    @property
+    def share(self) -> float:
+        return self.cost_ns / self.step_ns if self.step_ns > 0 else 0.0
+
+    @property
+    def steady(self) -> bool:
+        """Bounds most steps, more of them than chance (``STEADY_P``), at a cost above the rounding of a step:
+        said, whatever the bar."""
+        from rankscope.analysis.diagnosis.likely import binom_tail
+
+        n = max(len(self.savings), 2)
+        return (self.steps >= max(2, (self.of_steps + 1) // 2) and self.share >= STEADY_SHARE
+                and binom_tail(self.steps, self.of_steps, 1 / n) <= STEADY_P)
+
+    def costs(self, saving_ns: float) -> bool:
+        """A what-if saving above the rounding of a step (``STEADY_SHARE``): a cost to say."""
+        return self.step_ns > 0 and saving_ns >= STEADY_SHARE * self.step_ns
+
+    @property
+    def others_best_ns(self) -> float:
+        """The largest median saving of another rank."""
+        return max((v for r, v in self.savings.items() if r != self.rank), default=0.0)
+
+    @property
+    def distinct(self) -> bool:
+        """It, and no other rank, bounds the steps: more of them than chance (``steady``), or at a cost
+        ``BAR["over_noise"]`` times what any other rank's what-if saves. Measured (tests/e2e/test_demo.py's
+        healthy 2-rank run, 2 loaded cores): rank 1 bounded 4 of 8 steps, saving 2.26 ms per step against
+        rank 0's 2.21 ms, while the own-time rules named it "cause unclear" (+32 % own time excluding CPU wait)."""
+        return self.steady or self.cost_ns >= BAR["over_noise"] * max(self.noise_ns, self.others_best_ns)
+
+    @property
+    def clears_bar(self) -> bool:
+        """A verdict from the dependencies alone (``BAR``): bounds most steps, more than chance (``steady``), at a
+        good share of the step, well above any other rank's saving."""
+        share = BAR["share"] if len(self.savings) < 3 else BAR["share_many"]
+        return (self.steps >= BAR["steps"] * self.of_steps and self.steady and self.share >= share
+                and self.cost_ns >= BAR["over_noise"] * self.others_best_ns)
+
+    def evidence(self) -> dict[str, Any]:
+        return {"source": "critical path across ranks (what-if at the other ranks' median)", "rank": self.rank,
+                "cost_per_step_ns": round(self.cost_ns), "others_saving_ns": round(self.noise_ns),
+                "bounds_steps": self.steps, "of_steps": self.of_steps, "share_of_step": round(self.share, 4),
+                "step_ns": round(self.step_ns), "path_ns": {k: round(v) for k, v in self.path.items()},
+                "savings_ns": {str(r): round(v) for r, v in sorted(self.savings.items())},
+                "description": self.description}
+
+    def time_lost(self) -> dict[str, Any]:
+        """The verdict's ``time_lost`` evidence: the what-if saving per step."""
+        return {"lost_per_step_ns": round(self.cost_ns), "lost_total_ns": round(self.cost_ns * self.of_steps),
+                "lost_share_of_step": round(self.share, 4), "steps": self.of_steps,
+                "method": "critical path: the step if this rank ran at the other ranks' median"}
+
+    def clause(self) -> str:
+        """"; critical path: rank 3's backward (aten::mm [4096, 4096]) then all_reduce #42 of group 0 bounds
+        5 of 6 steps; at the other ranks' median the step would take 41.0 ms instead of 48.1 ms"."""
+        chain = f"{self.description} bounds" if self.description else f"rank {self.rank} bounds"
+        return (f"; critical path: {chain} {self.steps} of {self.of_steps} steps; at the other ranks' median the "
+                f"step would take {(self.step_ns - self.cost_ns) / 1e6:.1f} ms instead of {self.step_ns / 1e6:.1f} ms")
+
+    def below_bar(self) -> str:
+        """A steady cost under the bar, said beside "no straggler"; or a saving well above any other rank's
+        (``LEADS``) in too few steps to be steady; else ""."""
+        what = f" ({self.description})" if self.description else ""
+        if self.steady:
+            return (f"rank {self.rank} bounds {self.steps} of {self.of_steps} steps on the critical path{what}, by "
+                    f"{self.cost_ns / 1e6:.1f} ms per step ({self.share:.1%}): below the bar for a verdict")
+        if len(self.savings) >= 3 and self.costs(self.cost_ns) and self.cost_ns >= LEADS * self.others_best_ns:
+            than = (f"{self.cost_ns / self.others_best_ns:.1f}x any other rank's" if self.others_best_ns > 0
+                    else "where no other rank's saves any")
+            return (f"on the critical path rank {self.rank}'s what-if saves {self.cost_ns / 1e6:.1f} ms per step "
+                    f"({self.share:.1%}), {than}, but it bounds only {self.steps} of {self.of_steps} steps: not named")
+        return ""
+
+
+def bound(results: dict[str, Result], excluded: list[int] | tuple[int, ...] = ()) -> tuple[Bound | None, str]:
+    """The candidate from the ``critical_path`` result, or (None, why not)."""
+    cp = results.get("critical_path")
+    if cp is None:
+        return None, "the critical path did not run"
+    if cp.skipped:
+        return None, f"no critical path ({cp.skipped})"
+    wi = frame(cp.tables["what_if"]).filter(~pl.col("rank").is_in(list(excluded)))
+    if wi.height == 0 or wi["step_if_median_ns"].is_null().all():
+        return None, "no critical path what-if: no two ranks run the same calls to compare (a pipeline's stages)"
+    if not (wi["saving_ns"] > 0).any():
+        return None, NO_SAVING
+    per = wi.group_by("rank").agg(med=pl.col("saving_ns").median(), n=pl.len())
+    # a rank bounds a step where its saving is the largest (ties: none)
+    top = wi.sort("saving_ns", descending=True).group_by("step", maintain_order=True).agg(
+        first=pl.col("rank").first(), best=pl.col("saving_ns").first(), second=pl.col("saving_ns").slice(1, 1).first())
+    top = top.with_columns(pl.col("second").fill_null(0))
+    wins = top.filter((pl.col("best") > pl.col("second")) & (pl.col("best") > 0)).group_by("first").agg(k=pl.len())
+    won = dict(zip(wins["first"].to_list(), wins["k"].to_list()))
+    per = per.with_columns(k=pl.col("rank").replace_strict(won, default=0)).sort(["med", "k"], descending=True)
+    rank = int(per["rank"][0])
+    mine = wi.filter(pl.col("rank") == rank).select("step", "saving_ns")
+    others = wi.filter(pl.col("rank") != rank).group_by("step").agg(o=pl.col("saving_ns").max())
+    noise = float(others["o"].median() or 0.0) if others.height else 0.0  # type: ignore[arg-type]
+    steps = frame(cp.tables["steps"])
+    b = Bound(rank=rank, cost_ns=float(per["med"][0]), noise_ns=noise, step_ns=float(steps["step_ns"].median() or 0),  # type: ignore[arg-type]
+              steps=int(won.get(rank, 0)), of_steps=int(mine.height),
+              savings={int(r): float(m) for r, m in zip(per["rank"], per["med"])})
+    bounded = top.filter(pl.col("first") == rank)["step"].to_list()
+    b.description = _description(cp, rank, bounded)
+    b.path = path_classes(frame(cp.tables["segments"]), rank, bounded)
+    return b, ""
+
+
+def savings(results: dict[str, Result], excluded: list[int] | tuple[int, ...] = ()) -> dict[int, float] | None:
+    """Per rank that has others to compare with: its median what-if saving per step (ns); None without a path."""
+    cp = results.get("critical_path")
+    if cp is None or cp.skipped:
+        return None
+    wi = frame(cp.tables["what_if"]).filter(~pl.col("rank").is_in(list(excluded)) & pl.col("step_if_median_ns").is_not_null())
+    if wi.height == 0:
+        return None
+    per = wi.group_by("rank").agg(pl.col("saving_ns").median())
+    return {int(r): float(v) for r, v in per.iter_rows()}
+
+
+def _description(cp: Result, rank: int, bounded: list[int]) -> str:
+    """The chain of the median-cost step this rank bounds (the critical path's own words)."""
+    mine = [s for s in cp.summary.get("per_step", []) if s.get("bounding_rank") == rank and s["step"] in bounded]
+    if not mine:
+        return ""
+    return str(sorted(mine, key=lambda s: s["cost_ms"])[len(mine) // 2].get("description") or "")
+
+
+def path_classes(seg: pl.DataFrame, rank: int, steps: list[int]) -> dict[str, float]:
+    """The rank's own time on the path per class, median over the steps it bounds: data (inside a data-loading
+    span), host (between operators), compute (operators, launches, device work)."""
+    from rankscope.analysis.steps.breakdown import data_spans_pattern
+
+    if seg.height == 0 or not steps:
+        return {}
+    mine = seg.filter((pl.col("rank") == rank) & pl.col("step").is_in(steps)
+                      & ~pl.col("kind").is_in(["collective", "p2p", "wait"]))
+    if mine.height == 0:
+        return {}
+    rx = re.compile(data_spans_pattern(), re.IGNORECASE)
+    is_data = [bool(rx.search(c or "") or rx.search(n or "")) for c, n in zip(mine["context"], mine["name"])]
+    mine = mine.with_columns(cls=pl.Series(is_data).cast(pl.Utf8)).with_columns(
+        cls=pl.when(pl.col("cls") == "true").then(pl.lit("data"))
+        .when(pl.col("name") == _HOST_GAP).then(pl.lit("host")).otherwise(pl.lit("compute")))
+    per = mine.group_by("step", "cls").agg(pl.col("dur").sum())
+    out = {}
+    for cls in ("data", "compute", "host"):
+        v = per.filter(pl.col("cls") == cls).select("step", "dur")
+        vals = {int(s): float(d) for s, d in v.iter_rows()}
+        out[cls] = float(np.median([vals.get(s, 0.0) for s in steps]))
+    return out
+
+
+def holds(b: Bound | None, cls: str, excess_ns: float) -> bool:
+    """Whether the bounding rank's own segments on the path can hold ``excess_ns`` of class ``cls``
+    (half of it, at least: the path crosses the rank only where it is the late one); True without a path."""
+    if b is None or not b.path:
+        return True
+    return b.path.get(cls, 0.0) >= 0.5 * max(excess_ns, 0.0)

@@ -1,0 +1,135 @@
+"""The cause of a straggler's extra own time: the component of its step that explains it.
+
+Pattern: per component (compute, data wait, host time between operators) the rank's median minus the
+other ranks' median; the component carrying a good share of the extra time that grew most against its
+usual size wins, with three corrections measured on real jobs (each at its constant below): blocked time
+(sleeps, I/O) sits in a component that grew by most of it; extra operator calls (counts, no noise) make
+it compute; more input work that explains the extra compute makes it an input imbalance. DDP's gradient
+hooks growing on a host trace are communication. ``eligible`` narrows the components to those the rank's
+own segments on the critical path hold (``bound.holds``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from rankscope.analysis.base import frame
+from rankscope.analysis.diagnosis.rules import COMPONENTS
+from rankscope.analysis.diagnosis.work import CAUSE_SHARE, Work, is_input_imbalance
+from rankscope.analysis.stats import as_float
+from rankscope.model.run import Run
+
+# A component explains the straggler when it carries at least this share of the extra time (CAUSE_SHARE,
+# from rankscope.analysis.diagnosis.work) ...
+# ... and among those, the one that grew most against its usual size wins (usual sizes below 5 % of
+# the others' own time count as 5 %, so a near-zero component cannot win on noise). Why: on a
+# shared host, a rank that is late for other reasons (5 ms of Python busy-work per step, measured
+# here) also computes its backward slower while its peer's communication threads run beside it,
+# by as much again; the busy-work grew 8x against its usual size, the compute 30 %.
+BASE_FLOOR = 0.05
+
+
+# Blocked time (the training thread neither running nor waiting for a CPU: a sleep, I/O, a lock) is one
+# interval somewhere in the step; when it carries a share of the extra time, only a component that
+# grew by most of it can hold it. Measured (4 ranks on 2 cores): a 9 ms sleep in the gradient hook
+# (inside compute) came with +4.5 ms of data loading under contention, and "grew most against its
+# usual size" picked data; compute (+8.7 ms) is the only component that can hold 9 ms. When no
+# component grew by that much, the one that grew most (absolute) is taken: measured, a 4.8 ms sleep
+# per batch in the data loader gave +6.0 ms blocked, data +3.6 ms and host +1.9 ms on a smaller usual
+# size; "grew most against its usual size" said host.
+BLOCKED_HOLD = 0.7
+
+# a cause needs a component that grew by at least this share of the usual own time; else "unclear".
+# Seen in bench/workloads.py runs: a rank found on own time minus run-queue wait with every component
+# at or below the others' (the cause was the largest of three negative numbers), and "data loading"
+# drawn from +0.7 µs of data wait.
+UNCLEAR_SHARE = 0.01
+
+
+def cause(row: dict[str, float], others: pl.DataFrame, blocked_excess: float | None = None,
+          extra_calls_ns: float = 0.0, eligible: set[str] | None = None) -> tuple[str, dict[str, float]]:
+    """The component that explains the extra own time: see CAUSE_SHARE, BASE_FLOOR, BLOCKED_HOLD.
+
+    ``extra_calls_ns``: time per step in operators this rank calls more often than the others
+    (``Work.more_calls``). Call counts are not timings and carry no noise: when they account for a
+    good share of the extra time, compute wins among the candidates. Measured (4 ranks on 2 cores, CPUs
+    rotated): 6 extra matmul blocks per step made compute +10.5 ms, and data loading, run beside the
+    CPU partner's compute once the rank fell out of step, +4.9 ms on a usual 7.7 ms: "grew most
+    against its usual size" named data."""
+    usual = {name: as_float(others[col].median(), 0.0) for col, name in COMPONENTS.items()}
+    excess = {name: float(row[col]) - usual[name] for col, name in COMPONENTS.items()}
+    total = sum(v for v in excess.values() if v > 0)
+    floor = BASE_FLOOR * as_float((others["computing"] + others["data_wait"] + others["free"]).median(), 0.0)
+    big = [k for k, v in excess.items() if v > 0 and v >= CAUSE_SHARE * total]
+    # only what the rank's own segments on the critical path hold (all, when none of them does)
+    big = [k for k in big if eligible is None or k in eligible] or big
+    if blocked_excess is not None and blocked_excess >= CAUSE_SHARE * total > 0:
+        hold = [k for k in big if excess[k] >= BLOCKED_HOLD * blocked_excess]
+        # none grew by most of it: it is still one interval, likeliest in the one that grew most
+        big = hold or ([max(big, key=lambda k: excess[k])] if big else big)
+    if max(excess.values()) < UNCLEAR_SHARE * sum(usual.values()):
+        return "unclear", excess  # no component grew: never a cause drawn from +0.7 µs or from a shrink
+    if "compute" in big and extra_calls_ns >= CAUSE_SHARE * total:
+        return "compute", excess
+    if len(big) < 2:
+        return (big[0] if big else max(excess, key=lambda k: excess[k])), excess
+    return max(big, key=lambda k: excess[k] / max(usual[k], floor, 1.0)), excess
+
+
+# DDP launches gradient communication from AccumulateGrad post-hooks (reducer -> comm hook);
+# host time that grows there is time spent getting the rank's gradients onto the wire.
+_COMM_HOOK_MARKERS = ("AccumulateGrad", "reducer", "comm_hook", "allreduce_hook")
+
+
+def top_level_excess(run: Run, rank: int, others: list[int]) -> tuple[str, float]:
+    """The step-level operator whose time per step grew most on ``rank`` against ``others``."""
+    def per_op(r: int) -> pl.DataFrame:
+        ev = frame(run.table(r, "events", columns=["name", "dur", "depth", "kind"]))
+        n_steps = max(run.table(r, "steps", columns=["step"]).num_rows, 1)
+        return (ev.filter((pl.col("depth") == 1) & pl.col("kind").cast(pl.Utf8).is_in(["cpu_op", "user_annotation"]))
+                .group_by(pl.col("name").cast(pl.Utf8)).agg((pl.col("dur").sum() / n_steps).alias(str(r))))
+    mine = per_op(rank)
+    ref = pl.concat([per_op(o).rename({str(o): "v"}) for o in others]).group_by("name").agg(pl.col("v").median())
+    joined = mine.join(ref, on="name", how="left").fill_null(0).with_columns(
+        excess=pl.col(str(rank)) - pl.col("v")).sort("excess", descending=True)
+    if joined.height == 0:
+        return "", 0.0
+    top = joined.row(0, named=True)
+    return str(top["name"]), float(top["excess"])
+
+
+def refine(run: Run, kind: str, rank: int, others: list[int], evidence: dict[str, Any]) -> str:
+    """Split host 'compute' into real compute and gradient-communication hooks."""
+    if kind != "compute":
+        return kind
+    op, excess = top_level_excess(run, rank, others)
+    evidence["top_operator_excess"] = {"name": op, "excess_ns": round(excess)}
+    if any(m in op for m in _COMM_HOOK_MARKERS):
+        return "comm"
+    return kind
+
+
+def work_explains(work: Work, excess: dict[str, float], others: pl.DataFrame, rel: float,
+                  cpu_excess: float | None = None) -> bool:
+    """More input work accounts for the rank's extra compute, which is a good share of its extra own time:
+    then the cause is the input imbalance even when another component grew more against its usual size.
+    Measured (bench/workloads.py, 4 ranks on 2 cores): an LM rank with 1.55x longer sequences had compute
+    +9 ms, and its idle gaps between operators (queued behind the other ranks for a CPU) +3 ms on a usual
+    1 ms: "grew most against its usual size" said host."""
+    if not is_input_imbalance(work, rel):
+        return False
+    usual = as_float(others["computing"].median(), 0.0)
+    expected = (work.get("work_ratio", 1.0) - 1) * usual
+    total = sum(v for v in excess.values() if v > 0)
+    # the extra compute either matches the extra work, or is the largest part of the extra time (4 ranks on
+    # 2 cores, bench run 3: 1.33x input work, compute +3.6 ms of an expected ~10, host idle +1.6 ms)
+    # or the rank's CPU time (``cpu_excess``: its training thread's extra CPU time per step, from schedstat)
+    # grew by half the extra work's expected time, or by all of its extra time: the extra time is work done,
+    # not waiting, though the trace put it between operators (bench/workloads.py run 10, 4 ranks on 2 cores:
+    # 1.44x input work, the trace's compute +0.2 ms, idle between operators +3.3 ms, CPU time +7.9 ms: "host").
+    # Callers pass it only when the cause would be "host": a decode rank reading 1.8x the bytes sorts 1.8x the
+    # elements in its DataLoader, and that is data loading (bench/workloads.py, the first try of run 11)
+    return expected > 0 and ((excess["compute"] >= CAUSE_SHARE * total and (
+        excess["compute"] >= 0.5 * expected or excess["compute"] >= max(excess.values())))
+        or (cpu_excess is not None and total > 0 and cpu_excess >= min(0.5 * expected, total)))
