@@ -140,7 +140,10 @@ def communication(run: Run, results: dict[str, Result]) -> str:
     for name in ("comm_matrix", "comm", "bandwidth"):
         res = _ok(results, name)
         for tname, t in (res.tables.items() if res else ()):
-            out += _heatmaps(name, tname, t)
+            if name == "comm_matrix" and tname == "matrix" and "by_op" in res.tables:
+                out += _heatmaps_by_op(name, t, charts.rows_of(res.tables["by_op"]))
+            else:
+                out += _heatmaps(name, tname, t)
     coll = _ok(results, "collectives")
     inst = coll.tables.get("instances") if coll else None
     if inst is not None and {"max_wait", "transfer", "op", "instance"} <= set(charts.columns_of(inst)):
@@ -171,6 +174,32 @@ _HEAT_TITLES = {"bytes": ("data sent, rank → rank", "MB", 1e6, "bytes"),
                 "time_ns": ("communication time, rank → rank", "ms", 1e6, "ns"),
                 "count": ("calls, rank → rank", "", 1.0, "count"),
                 "bandwidth (GB/s)": ("bandwidth, rank → rank", "GB/s", 1.0, "gbps")}
+
+
+_OPS_SHOWN = 12
+
+
+def _heatmaps_by_op(name: str, t: object, ops: list[dict[str, Any]]) -> list[str]:
+    """The matrix summed over every operation, and a choice of one operation at a time (``by_op``'s order:
+    most bytes first, up to _OPS_SHOWN): an all_to_all's uneven exchange is not hidden under an all_reduce's
+    even one."""
+    every = _heatmaps(name, "matrix", t)
+    if len(ops) < 2 or not every:
+        return every
+    rows = charts.rows_of(t)
+    opts = ['<option value="heat-op-all">every operation</option>']
+    picks = [f'<div class="heat-op" id="heat-op-all">{"".join(every)}</div>']
+    for k, o in enumerate(ops[:_OPS_SHOWN]):
+        mine = [r for r in rows if r.get("op") == o["op"]]
+        figs = _heatmaps(name, f"matrix-op{k}", mine)
+        if figs:
+            what = f"{o['op']} ({cell(o.get('bytes'), 'bytes')}{'' if o.get('exact') else ', modelled'})"
+            opts.append(f'<option value="heat-op-{k}">{esc(what)}</option>')
+            picks.append(f'<div class="heat-op" id="heat-op-{k}" hidden>{"".join(figs)}</div>')
+    more = f" (the {_OPS_SHOWN} with the most bytes of {len(ops)})" if len(ops) > _OPS_SHOWN else ""
+    pick = ('<p>operation <select id="heat-op-select" onchange="document.querySelectorAll(\'.heat-op\').forEach(d=>'
+            f'd.hidden=d.id!==this.value);rsDraw(document.getElementById(this.value))">{"".join(opts)}</select>{more}</p>')
+    return [pick, *picks]
 
 
 def _heatmaps(name: str, tname: str, t: object) -> list[str]:
