@@ -140,7 +140,7 @@ def communication(run: Run, results: dict[str, Result]) -> str:
     for name in ("comm_matrix", "comm", "bandwidth"):
         res = _ok(results, name)
         for tname, t in (res.tables.items() if res else ()):
-            if name == "comm_matrix" and tname == "matrix" and "by_op" in res.tables:
+            if res is not None and name == "comm_matrix" and tname == "matrix" and "by_op" in res.tables:
                 out += _heatmaps_by_op(name, t, charts.rows_of(res.tables["by_op"]))
             else:
                 out += _heatmaps(name, tname, t)
