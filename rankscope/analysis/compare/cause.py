@@ -14,10 +14,12 @@ showed rank 2's compute change as -6.5 ms (host speed not normalized).
 3. per (rank, operator, input shapes): time per step, this run minus factor x baseline;
 4. headline: the rank with the largest normalized own-time delta, its component that grew most, and
    that rank's operator (and shape) that grew most; with the share of the step-time change it explains.
+   Where both runs have a critical path (``pathcause``), the rank whose part of the path changed most is
+   named instead (a rank that only waits grows its own time, not its what-if saving).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -25,7 +27,11 @@ import polars as pl
 from rankscope.analysis.base import Finding, Severity, frame
 from rankscope.model.run import Run
 
+if TYPE_CHECKING:
+    from rankscope.analysis.compare.pathcause import PathCause
+
 PARTS = {"computing": "compute", "data_wait": "data wait", "free": "idle"}
+FROM_PATH = {"data": "data_wait", "compute": "computing", "host": "free"}  # path segment class -> component
 TOP = 50
 
 
@@ -113,17 +119,27 @@ def _operator(mine: pl.DataFrame) -> tuple[str, dict[str, Any]]:
                                                   "input_dims": here, "input_dims_base": there}
 
 
-def headline(own: pl.DataFrame, ops: pl.DataFrame, wall_diff_ns: float, factor: float, keys: int) -> Finding | None:
-    """The change that explains most of the step-time change (see the module's rules)."""
+def headline(own: pl.DataFrame, ops: pl.DataFrame, wall_diff_ns: float, factor: float, keys: int,
+             path: PathCause | None = None, no_path: str = "") -> Finding | None:
+    """The change that explains most of the step-time change (see the module's rules). With ``path`` (the
+    rank whose part of the critical path changed most) that rank is named, its component is the class of its
+    path segments that grew, and the share explained is its what-if saving's change; without, rule 4 and
+    ``no_path`` (why the path did not decide) is said."""
     if own.height == 0:
         return None
-    row = own.sort("ownDiffNorm", descending=True).row(0, named=True)
+    mine = own.filter(pl.col("rank") == path.rank) if path is not None else own.head(0)
+    if mine.height == 0:
+        path = None
+    row = mine.row(0, named=True) if path is not None else own.sort("ownDiffNorm", descending=True).row(0, named=True)
     rank, d_own = int(row["rank"]), float(row["ownDiffNorm"])
     part = max(PARTS, key=lambda c: float(row[f"{c}DiffNorm"]))
+    if path is not None and path.part:
+        part = FROM_PATH[path.part]
     op_txt, ev_op = "", {}  # type: tuple[str, dict[str, Any]]
     if part == "computing":
         op_txt, ev_op = _operator(ops.filter(pl.col("rank") == rank))
-    share = d_own / wall_diff_ns if wall_diff_ns > 0 else None
+    d_explains = path.diff_ns if path is not None else d_own
+    share = d_explains / wall_diff_ns if wall_diff_ns > 0 else None
     if share is not None and share > 1.05:  # the other ranks' own time fell meanwhile
         expl = f", more than the step-time change ({wall_diff_ns / 1e6:+.1f} ms)"
     elif share is not None and share > 0:
@@ -134,7 +150,11 @@ def headline(own: pl.DataFrame, ops: pl.DataFrame, wall_diff_ns: float, factor: 
         if keys and abs(factor - 1) >= 0.02 else ""
     ev: dict[str, Any] = {"rank": rank, "own_diff_norm_ns": round(d_own), "component": PARTS[part],
                           "component_diff_norm_ns": round(float(row[f"{part}DiffNorm"])), "speed_factor": factor,
-                          "speed_keys": keys, "wall_diff_ns": round(wall_diff_ns), "explained_share": share, **ev_op}
+                          "speed_keys": keys, "wall_diff_ns": round(wall_diff_ns), "explained_share": share, **ev_op,
+                          "method": "critical_path" if path is not None else "own_time"}
+    if path is not None:
+        ev["critical_path"] = path.evidence()
+    why = f"; {path.clause()}" if path is not None else (f"; not from the critical path: {no_path}" if no_path else "")
     sev = Severity.WARNING if share is not None and share >= 0.5 else Severity.INFO
     return Finding("cause_of_change", f"rank {rank}'s own time {d_own / 1e6:+.1f} ms per step ({PARTS[part]} "
-                   f"{float(row[f'{part}DiffNorm']) / 1e6:+.1f} ms{op_txt}){expl}{speed}", sev, (rank,), ev)
+                   f"{float(row[f'{part}DiffNorm']) / 1e6:+.1f} ms{op_txt}){expl}{speed}{why}", sev, (rank,), ev)

@@ -13,7 +13,10 @@ kernels and collectives explain it. Columns follow the X / XBase / XDiff convent
    min and max over ranks per run; joined on name, sorted by |meanDiff|;
 4. collectives: count, bytes and total host time per (op, group), mean over ranks;
 5. the cause of the change (``rankscope.analysis.compare.cause``): per rank own-time and per (rank, operator,
-   input shapes) deltas normalized by a run-wide host speed factor; the headline finding.
+   input shapes) deltas normalized by a run-wide host speed factor; the headline finding;
+6. where both runs have a critical path (``pathcause``): per rank the what-if saving and the steps it bounds in
+   each run (``path``), its own segments on the path per class (``path_segments``); the headline then names
+   the rank whose part of the path changed most, never one that only waits; else ``path_why`` says why not.
 """
 from __future__ import annotations
 
@@ -149,10 +152,38 @@ def run_diff(run: Run, results: dict[str, Result], base: Run, base_results: dict
     tables["rank_operator_totals"] = dc.rank_operator_totals(sa, sb, factor)
     if "ranks" in tables:
         tables["own"] = dc.own_deltas(tables["ranks"], factor)
+    _path_tables(tables, summary, results, base_results, factor)
     tables["operators"] = name_deltas(run, base, ("cpu_op", "user_annotation"))
     tables["kernels"] = name_deltas(run, base, ("kernel", "memcpy", "memset"))
     tables["collectives"] = comm_deltas(run, base)
     return Result("diff", tables=tables, summary=summary, findings=_findings(tables, summary))
+
+
+def _path_tables(tables: dict[str, Any], summary: dict[str, Any], results: dict[str, Result],
+                 base_results: dict[str, Result], factor: float) -> None:
+    """The critical path's per-rank what-if savings and own path segments, both runs (``pathcause``), or why not."""
+    from rankscope.analysis.compare import pathcause as pc
+
+    wa, wb = pc.why_no_path(results), pc.why_no_path(base_results)
+    if wa or wb:
+        summary["path_why"] = f"{wa} in both runs" if wa == wb else "; ".join(
+            f"{w} in the {which}" for w, which in ((wa, "run"), (wb, "baseline")) if w)
+        return
+    tables["path"] = pc.path_deltas(results, base_results, factor)
+    tables["path_segments"] = pc.path_segment_deltas(results, base_results, factor, tables["path"]["rank"].to_list())
+
+
+def _path_cause(tables: dict[str, Any], summary: dict[str, Any], wall_diff_ns: float, step_ns: float) -> Any:
+    """The rank named from the critical path (``pathcause.cause``), kept in the summary; None with the reason."""
+    from rankscope.analysis.compare import pathcause as pc
+
+    if "path" not in tables:
+        return None
+    pcause, why = pc.cause(tables["path"], tables["path_segments"], wall_diff_ns, step_ns)
+    summary["path_cause"] = pcause.evidence() if pcause is not None else None
+    if why:
+        summary["path_why"] = why
+    return pcause
 
 
 def _findings(tables: dict[str, Any], summary: dict[str, Any]) -> list[Finding]:
@@ -167,9 +198,11 @@ def _findings(tables: dict[str, Any], summary: dict[str, Any]) -> list[Finding]:
     if own is not None and own.height and a is not None and b is not None:
         from rankscope.analysis.compare.cause import headline
 
-        # the rank whose own time grew (not a rank that waited longer), host speed taken out: first
+        # the rank whose part of the critical path grew, else whose own time grew (not a rank that waited
+        # longer), host speed taken out: first
+        pcause = _path_cause(tables, summary, (a - b) * 1e6, b * 1e6)
         cause = headline(own, tables["rank_operators"], (a - b) * 1e6, summary.get("speed_factor", 1.0),
-                         summary.get("speed_keys", 0))
+                         summary.get("speed_keys", 0), pcause, summary.get("path_why", ""))
         if cause is not None:
             out.insert(0, cause)
     ops = tables.get("operators")
@@ -197,6 +230,15 @@ VIEW_TABLES: tuple[TableView, ...] = (
         Col("rank", "rank", "count"), Col("own", "own time", NS), Col("ownBase", "baseline", NS),
         Col("ownDiffNorm", D + "own time", "ns+"), Col("computingDiffNorm", D + "compute", "ns+"),
         Col("data_waitDiffNorm", D + "data wait", "ns+"), Col("freeDiffNorm", D + "idle", "ns+"))),
+    TableView("path", "per rank on the critical path (what-if: the step if the rank ran at the others' median)", (
+        Col("rank", "rank", "count"), Col("saving", "what-if saving", NS), Col("savingBase", "baseline", NS),
+        Col("savingDiff", D + "saving", "ns+"), Col("bounds", "steps it bounds", "count"),
+        Col("boundsBase", "baseline", "count"), Col("of_steps", "steps", "count")),
+        "no critical path in one of the runs (see the summary's path_why)"),
+    TableView("path_segments", "per rank, its own time on the critical path per step (median over steps)", (
+        Col("rank", "rank", "count"), Col("part", "part"), Col("on_path", "on the path", NS),
+        Col("on_pathBase", "baseline", NS), Col("on_pathDiff", D + "on the path", "ns+")),
+        "no critical path in one of the runs"),
     TableView("steps", "per rank and step (steps paired in order)", (
         Col("rank", "rank", "count"), Col("step", "step", "count"), Col("stepBase", "baseline step", "count"))
         + _STEP_DIFF),
