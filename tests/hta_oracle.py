@@ -11,9 +11,10 @@ HTA's float statistics), strings exactly; a value only one side has is a disagre
 HTA raises on is reported with its error and not counted. rankscope's own definitions, where they
 differ from HTA's (docs/gpu.md), are in other tables and not compared here.
 
-Critical path: ``CRITICAL_PATH`` is the hook for the critical-path analysis (analysis/deps/): when
-rankscope exports it, fill ``critical_path_values`` (and the HTA side in tests/hta_oracle_hta.py)
-and it is compared like the others; until then it is listed as "not built yet".
+Critical path: HTA's is one rank's graph of events; rankscope's export holds the path across ranks
+(``critical_path.steps / segments / waits / what_if``), which HTA has no counterpart for. Its one-rank
+graph, path and overlaid trace are compared with HTA's in tests/golden/test_critical_path_hta.py (HTA's
+own fixtures); here ``CRITICAL_PATH`` is listed with that pointer and not counted.
 """
 from __future__ import annotations
 
@@ -210,8 +211,8 @@ def oracle(trace_dir: Path, max_queue: int = 1024) -> dict[str, tuple[int, int, 
             out[name] = (*compare(refv, got), None)
         cp = critical_path_values(got_dir)
         for name in CRITICAL_PATH:
-            out[name] = (0, 0, [], "rankscope exports no critical-path table yet: not compared (hook: "
-                         "critical_path_values)" if cp is None else "exported but the HTA side is not wired yet")
+            out[name] = (0, 0, [], "not counted here: rankscope's one-rank graph, path and overlay are compared with HTA "
+                         "in tests/golden/test_critical_path_hta.py" if cp is None else "exported but the HTA side is not wired yet")
     return out
 
 
