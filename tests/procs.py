@@ -48,6 +48,11 @@ WHY = ("terminate called", "what():", "Error", "Exception", "Traceback", "Fatal"
 
 def why_failed(stderr: str, tail: int = 1500) -> str:
     """A failed torchrun's story for an assertion message: the ranks' own error lines (printed long before
-    torchrun's traceback, which alone fills the usual tail), then the tail."""
-    lines = [x for x in stderr.splitlines() if any(w in x for w in WHY)]
-    return "\n".join(lines[:40]) + "\n[...]\n" + stderr[-tail:]
+    torchrun's traceback, which alone fills the usual tail), the Python threads' stacks that faulthandler
+    printed on a fatal signal (jobs run with PYTHONFAULTHANDLER=1: which thread was where at an abort),
+    then the tail."""
+    lines = stderr.splitlines()
+    said = [x for x in lines if any(w in x for w in WHY)]
+    fatal = next((i for i, x in enumerate(lines) if x.startswith("Fatal Python error")), None)
+    stacks = lines[fatal:fatal + 60] if fatal is not None else []
+    return "\n".join(said[:40] + stacks) + "\n[...]\n" + stderr[-tail:]

@@ -74,7 +74,7 @@ def _workload(out: Path, job: str, kind: str, *extra: str) -> tuple[Path, dict]:
            f"rankscope.demo.workloads.{job}", "--run-dir", str(out), "--straggler", kind, "--slow-rank", "1",
            "--steps", "3", "--calib", "2", "--tune", "1", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,  # a hang bound only
-                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"})
     assert proc.returncode == 0, why_failed(proc.stderr)
     return out, json.loads((out / "truth.json").read_text())
 
