@@ -51,6 +51,15 @@ def test_cause_more_cpu_work_waits_for_a_cpu_or_blocked() -> None:
     assert cause(queued, 2)[0] == "cpu_wait"
     asleep = [score_step(step(s, {0: 0, 1: 0, 2: 12})) for s in range(5)]
     assert cause(asleep, 2)[0] == "blocked"
+    # far more CPU work (+50 %) explains the lateness even when the host also kept it waiting for a CPU;
+    # but a rank asleep 40 ms per step whose few ms of CPU are +56 % of the others' (a loaded suite run:
+    # tests/e2e/test_live.py's blocked rank) is blocked: its extra CPU is not a real part of its extra time
+    both = [score_step(step(s, {0: 0, 1: 0, 2: 12}, cpu={0: 16, 1: 16, 2: 24}, runq={0: 1, 1: 1, 2: 10}))
+            for s in range(5)]
+    assert cause(both, 2)[0] == "cpu"
+    sleeper = [score_step(step(s, {0: 0, 1: 0, 2: 40}, step_ms=80.0, cpu={0: 5, 1: 5, 2: 7.8}, runq={0: 1, 1: 1, 2: 9}))
+               for s in range(5)]
+    assert cause(sleeper, 2)[0] == "blocked"
 
 
 def test_a_rank_late_in_5_of_7_steps_is_named_once_with_its_evidence() -> None:

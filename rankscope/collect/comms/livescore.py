@@ -30,6 +30,7 @@ EXCESS = 0.10  # own time at least 10 % above the other ranks' median
 CAUSE_SHARE = 0.5  # a CPU sample's excess explains the own-time excess when it is at least half of it
 CPU_MORE = 0.10  # or when the rank's CPU time is at least 10 % above the others'
 CPU_MUCH_MORE = 0.30  # CPU time 30 % above the others': more work even when the host also made it wait
+STRONG_SHARE = 0.25  # ... when that extra CPU time is at least a quarter of the extra own time
 SCORE_BAR = 0.8  # named only when its median score over those steps is at most this (NVRx's default bar: 0.75)
 
 
@@ -129,7 +130,10 @@ def cause(scores: list[StepScore], r: int) -> tuple[str, str]:
     # more work explains the excess, or more work (CPU time up by CPU_MORE) and its wait for a CPU together do;
     # but a run-queue wait larger than the extra CPU time is the host's (under contention both rise)
     queued = cpu[0] + max(rq[0], 0.0) if cpu is not None and rq is not None else 0.0
-    strong = cpu is not None and cpu[1] > 0 and cpu[0] >= CPU_MUCH_MORE * cpu[1]  # far more work, whatever the wait
+    # far more work, whatever the wait, where that work is a real part of the extra time (a rank asleep 40 ms per
+    # step with a few ms more CPU on a busy host, +56 %, is blocked, not busy: seen in a loaded suite run)
+    strong = (cpu is not None and cpu[1] > 0 and cpu[0] >= CPU_MUCH_MORE * cpu[1]
+              and cpu[0] >= STRONG_SHARE * own_x)
     if not strong and rq is not None and rq[0] > 0 and rq[0] >= CAUSE_SHARE * own_x and (cpu is None or rq[0] >= cpu[0]):
         return "cpu_wait", f"waits for a CPU (+{rq[0]:.1f} ms run-queue wait per step, more than its extra CPU time)"
     if cpu is not None and cpu[0] > 0 and (strong or cpu[0] >= CAUSE_SHARE * own_x
