@@ -36,6 +36,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from rankscope.collect import meta as M
+from rankscope.collect import worldref
 from rankscope.collect.comms.live import LiveSidecar
 from rankscope.collect.comms.live import options as live_options
 from rankscope.collect.comms.steps import STEPS
@@ -243,6 +244,8 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         self._last_step = time.monotonic()
         self._sched_mark = self._sched.sample()
         if self.active:
+            if backend_is_torch(self._mod):
+                worldref.release()  # before torch.profiler's first start imports what would pin the group
             self._prof = self._make_prof()
             self._prof.start()
             if self._recording(self.step_num):

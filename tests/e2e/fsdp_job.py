@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
 import rankscope
+from rankscope.demo.workloads.common import finish
 
 LAYERS, HIDDEN, STEPS = 4, 64, 4
 
@@ -44,7 +45,7 @@ def main(run: str) -> None:
             prof.step()
     with open(f"{run}/job-{rank}.json", "w") as f:
         json.dump({"rank": rank, "layers": LAYERS, "captured_steps": 2}, f)
-    dist.destroy_process_group()
+    finish()  # destroy_process_group; FSDP2 keeps the group: see finish's docstring
 
 
 if __name__ == "__main__":

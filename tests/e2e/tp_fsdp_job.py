@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 import rankscope
+from rankscope.demo.workloads.common import finish
 from rankscope.demo.workloads.tp_fsdp import build
 
 
@@ -39,7 +40,7 @@ def main(run: str) -> None:
     groups = {dim: sorted(dist.get_process_group_ranks(mesh[dim].get_group())) for dim in ("dp", "tp")}
     with open(f"{run}/job-{rank}.json", "w") as f:
         json.dump({"rank": rank, "groups": groups}, f)
-    dist.destroy_process_group()
+    finish()  # destroy_process_group; FSDP2 keeps the group: see finish's docstring
 
 
 if __name__ == "__main__":

@@ -201,6 +201,39 @@ def write_truth(args: argparse.Namespace, rank: int, world: int, timers: Timers,
     tmp.replace(path)
 
 
+def finish() -> None:
+    """End the job: ``destroy_process_group``, and where the group outlives it, leave without finalizing Python.
+
+    FSDP2's state (torch 2.13) keeps its mesh's process groups after ``destroy_process_group``, so gloo's
+    worker threads are never joined; one of them dropping its last Work while Python finalizes aborts the
+    process ("terminate called without an active exception"). The other jobs free their group (rankscope.profile
+    releases what torch.profiler pinned: rankscope.collect.worldref) and end as usual. rankscope.profile has
+    stopped by now (uploads waited for, its exit hooks unregistered): skipping finalization loses nothing."""
+    import gc
+    import sys
+
+    dist.destroy_process_group()
+    gc.collect()
+    if not gloo_threads_alive():
+        return
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(0)
+
+
+def gloo_threads_alive() -> bool:
+    """Whether a gloo worker thread (``pt_gloo_runloop``, ProcessGroupGloo.cpp's name) runs in this process."""
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:  # not Linux: the job ends as usual
+        return False
+    for t in tasks:
+        with contextlib.suppress(OSError), open(f"/proc/self/task/{t}/comm") as f:
+            if f.read().strip() == "pt_gloo_runloop":
+                return True
+    return False
+
+
 def busy_unit(n: int = 2000) -> int:
     """One unit of Python-only work (the host-side straggler's loop body)."""
     x = 0

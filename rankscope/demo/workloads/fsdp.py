@@ -25,7 +25,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DataLoader, Dataset
 
 from rankscope.demo.lm import VOCAB, TinyLM, TokenBatches
-from rankscope.demo.workloads.common import (Timers, healthy_step_ms, parser, run_profiled, setup, size_extra,
+from rankscope.demo.workloads.common import (Timers, finish, healthy_step_ms, parser, run_profiled, setup, size_extra,
                                              write_truth)
 
 D, LAYERS, BATCH, LO, HI = 64, 4, 8, 48, 96
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         "slow_rank": None if args.straggler == "none" else args.slow_rank, "amount": args.amount,
         "healthy_step_ms": round(step_ms, 3), "layout": {"dp": world}},
         mine={"text_chunks": data.chunks, "extra_matmuls": model.extra})
-    torch.distributed.destroy_process_group()
+    finish()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rankscope.demo.workloads.common import Timed, Timers, healthy_step_ms, parser, run_profiled, setup, write_truth
+from rankscope.demo.workloads.common import (Timed, Timers, finish, healthy_step_ms, parser, run_profiled, setup,
+                                             write_truth)
 
 TOKENS, D, FF, LAYERS = 384, 64, 1024, 2
 
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     write_truth(args, rank, world, timers, {
         "job": "moe", "straggler": kind, "slow_rank": args.slow_rank if kind else None, "amount": args.amount,
         "router_prior": prior, "healthy_step_ms": round(step_ms, 3), "layout": {"ep": world}})
-    dist.destroy_process_group()
+    finish()
 
 
 if __name__ == "__main__":

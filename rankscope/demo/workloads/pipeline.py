@@ -18,7 +18,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from rankscope.demo.workloads.common import Timed, Timers, healthy_step_ms, parser, run_profiled, setup, write_truth
+from rankscope.demo.workloads.common import (Timed, Timers, finish, healthy_step_ms, parser, run_profiled, setup,
+                                             write_truth)
 
 VOCAB, D, SEQ, ROWS, MICRO, BASE = 128, 64, 16, 2, 8, 4
 
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     write_truth(args, rank, world, timers, {
         "job": "pipeline", "straggler": kind, "slow_rank": heavy if kind else None, "amount": args.amount,
         "healthy_step_ms": round(step_ms, 3), "layout": {"pp": world}, "pipeline": pipe})
-    dist.destroy_process_group()
+    finish()
 
 
 if __name__ == "__main__":

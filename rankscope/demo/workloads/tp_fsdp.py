@@ -19,7 +19,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-from rankscope.demo.workloads.common import (Timers, busy_unit, healthy_step_ms, parser, run_profiled, setup,
+from rankscope.demo.workloads.common import (Timers, busy_unit, finish, healthy_step_ms, parser, run_profiled, setup,
                                              size_extra, write_truth)
 
 DIM, HIDDEN, BLOCKS, BATCH = 256, 1024, 4, 64
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     write_truth(args, rank, world, timers, {
         "job": "tp_fsdp", "straggler": kind, "slow_rank": args.slow_rank if kind else None, "amount": args.amount,
         "healthy_step_ms": round(step_ms, 3), "layout": layout}, mine={"groups": groups, "loop_units": loop["units"]})
-    dist.destroy_process_group()
+    finish()
 
 
 if __name__ == "__main__":
