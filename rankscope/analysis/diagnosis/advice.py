@@ -170,6 +170,9 @@ def run_advice(run: Run, results: dict[str, Result]) -> Result:
     from rankscope.analysis.diagnosis.pipeline_advice import shape_advice
 
     findings = shape_advice(results, findings, RULES)  # a pipeline's waits are its bubble, not DP communication
+    from rankscope.analysis.diagnosis.advice_path import path_advice
+
+    findings = path_advice(results, findings)  # who the others wait for, from the critical path, comes first
     return Result("advice", findings=findings, summary={"rules": RULES, "fired": [f.kind for f in findings]})
 
 
@@ -182,6 +185,6 @@ ANALYSIS = Analysis(
     description="rules with thresholds: data loading, exposed comm, host gaps, memory, ...",
     run=run_advice,
     after=("breakdown",),
-    uses=("clock", "memory", "pipeline"),
+    uses=("clock", "memory", "pipeline", "straggler", "critical_path"),
     view=View("Advice", place="overview"),
 )

@@ -1,0 +1,114 @@
+"""Advice from the dependencies: the rank the critical path names comes first, and the category rules it
+contradicts are corrected.
+
+Pattern: the breakdown's rules read each rank's time by category, so a rank that waits for a straggler
+inside a collective shows "exposed communication" and "communication barely overlaps compute", and a compute
+imbalance is read from time booked as compute, which on FSDP, TP and MoE jobs holds waits (issue 25). Where
+the "straggler" analysis named a rank from the critical path (its finding carries ``critical_path``: the
+steps it bounds and the what-if saving), ``path_advice``:
+
+- puts first one ``advice.straggler`` finding per such rank: what it costs per step, and what to try for its
+  cause (the cause's own advice);
+- takes the ranks that wait for it out of the communication rules and says instead, as information, that
+  their exposed communication is that wait (fixing the straggler removes it; nothing to tune in their
+  communication);
+- (a pipeline's slow stage keeps its own advice instead: move layers off it)
+- drops the compute-imbalance rule where the path named the same rank (said once, with its cost) or another
+  (the path, not the categories, decides who the others wait for; the rule's rank is kept in the evidence).
+
+Where the path ran and no rank bounds the steps, a compute imbalance costs no time: said as information.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from rankscope.analysis.base import Finding, Result, Severity
+from rankscope.intlist import format_int_list
+
+WAIT_RULES = ("advice.exposed_comm", "advice.missing_overlap")
+CRITICAL_SHARE = 0.2  # a straggler costing a fifth of the step is critical
+TRY = {
+    "compute": "the same work runs slower there: check that rank's device and host (clocks, thermals, other "
+               "processes, a slower part)",
+    "imbalance": "it gets more work than the others: balance it (shard sizes, sequence lengths or packing, "
+                 "expert routing)",
+    "data": "it waits for its input: more DataLoader workers, prefetching, pin_memory; check its storage",
+    "host": "its host is busy between operators: Python overhead, syncs, other processes on that host",
+    "comm": "its links are slow: check that rank's network path",
+}
+
+
+def path_advice(results: dict[str, Result], found: list[Finding]) -> list[Finding]:
+    """``found`` (the category rules' findings) read against the critical path; unchanged without a path."""
+    st = results.get("straggler")
+    if st is None or st.skipped:
+        return found
+    named = {f.ranks[0]: f for f in st.findings if f.kind == "straggler" and "critical_path" in f.evidence}
+    if not named:
+        return _no_cost(results, st, found)
+    # a pipeline's slow stage has its own advice (move layers off it: pipeline_advice), said once
+    staged = {r for f in found if f.kind == "advice.pipeline_balance" for r in f.ranks}
+    out: list[Finding] = [_straggler(r, f) for r, f in sorted(named.items()) if r not in staged]
+    for f in found:
+        if f.kind in WAIT_RULES:
+            own = tuple(r for r in f.ranks if r in named)
+            waiting = tuple(r for r in f.ranks if r not in named)
+            if own and waiting:
+                out.append(replace(f, ranks=own, title=f"{f.title} Of these, {_ranks(own)} only: the others wait for "
+                                                         f"{_ranks(tuple(sorted(named)))}."))
+            elif own:
+                out.append(f)
+            if waiting and f.kind == "advice.exposed_comm":
+                out.append(_waiting(waiting, sorted(named), f))
+        elif f.kind == "advice.dp_imbalance":
+            for g in out:
+                if g.kind == "advice.straggler":
+                    g.evidence["category_rule"] = {"rule": f.kind, "ranks": list(f.ranks),
+                                                   "ratio": f.evidence.get("ratio")}
+        else:
+            out.append(f)
+    return out
+
+
+def _straggler(rank: int, f: Finding) -> Finding:
+    cp: dict[str, Any] = f.evidence["critical_path"]
+    cause = str(f.evidence.get("cause", "unclear"))
+    cost, share = float(cp.get("cost_per_step_ns", 0)), float(cp.get("share_of_step", 0))
+    what = TRY.get(cause, "look at its timeline in the steps it bounds")
+    title = (f"fix rank {rank} first: it bounds {cp.get('bounds_steps')} of {cp.get('of_steps')} steps on the critical "
+             f"path and costs {cost / 1e6:.1f} ms per step ({share:.0%}); {what}.")
+    return Finding(kind="advice.straggler", title=title, ranks=(rank,),
+                   severity=Severity.CRITICAL if share >= CRITICAL_SHARE else Severity.WARNING,
+                   evidence={"cause": cause, "cost_per_step_ns": round(cost), "share_of_step": share,
+                             "bounds_steps": cp.get("bounds_steps"), "of_steps": cp.get("of_steps"),
+                             "source": "straggler (critical path across ranks)"})
+
+
+def _waiting(ranks: tuple[int, ...], slow: list[int], f: Finding) -> Finding:
+    who, them = _ranks(tuple(slow)), _ranks(ranks)
+    share = f.evidence.get("share", {})
+    worst = max((float(share[str(r)]) for r in ranks if str(r) in share), default=0.0)
+    return Finding(kind="advice.waiting_for_straggler", severity=Severity.INFO, ranks=ranks,
+                   title=f"{them}: exposed communication (up to {worst:.0%} of the step) is the wait for {who} on the "
+                         f"critical path; it goes when {who} is fixed, not by tuning communication.",
+                   evidence={"straggler": slow, "exposed_share": {str(r): share.get(str(r)) for r in ranks},
+                             "rule": f.kind})
+
+
+def _no_cost(results: dict[str, Result], st: Result, found: list[Finding]) -> list[Finding]:
+    """The path ran and no rank bounds the steps: a compute imbalance there costs no time."""
+    cp = results.get("critical_path")
+    if cp is None or cp.skipped or st.summary.get("bounding") is not None:
+        return found
+    out = []
+    for f in found:
+        if f.kind == "advice.dp_imbalance":
+            f = replace(f, severity=Severity.INFO, title=f.title + " On the critical path it costs no time: no rank "
+                                                                   "bounds the steps.")
+        out.append(f)
+    return out
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_int_list(ranks)}"
