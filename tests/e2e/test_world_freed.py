@@ -17,7 +17,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 JOB = os.path.join(ROOT, "tests", "e2e", "world_freed_job.py")
 GLOO = "pt_gloo_runloop"  # the name gloo's ProcessGroup gives its worker threads (ProcessGroupGloo.cpp)
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
 
 
 def _job(tmp_path, mode: str) -> dict[int, dict[str, list[str]]]:
