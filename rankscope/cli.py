@@ -73,11 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    from rankscope.commands.common import ALLOCATOR_ENV, lean_allocators
     from rankscope.errors import RankscopeError, safe
 
     # Verbs pass options to ingest workers through the environment (--max-inflated-size,
     # --no-clock-align, --dask); put it back afterwards so that an in-process caller (tests, notebooks) is unchanged.
-    saved = {k: os.environ.get(k) for k in _ENV_OPTIONS}
+    saved = {k: os.environ.get(k) for k in (*_ENV_OPTIONS, *ALLOCATOR_ENV)}
+    lean_allocators()  # before pyarrow and polars load (a fresh process): peak RSS, issue 26
     if getattr(args, "dask", None):  # read by rankscope.model.run.load_run, whichever verb loads runs
         os.environ["RANKSCOPE_DASK"] = args.dask
     try:

@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from rankscope.engine.memory import ALLOCATOR_ENV, lean_allocators  # noqa: F401 - the CLI's, re-exported
+
 if TYPE_CHECKING:  # the CLI imports the model and analyses only when a verb runs
     from rankscope.analysis.base import Result
     from rankscope.model.run import Run

@@ -180,8 +180,10 @@ def load_run(path: str | os.PathLike[str], *, jobs: int | None = None, allow_mis
     ``--dask`` sets). ``cache_dir``: keep the Parquet cache there (keyed by the run's path) instead
     of next to the run, e.g. to leave a served directory untouched.
     """
+    from rankscope.engine.memory import pyarrow_without_pandas
     from rankscope.store import source
 
+    pyarrow_without_pandas()  # before any table work here or in forked ingest workers
     dask = dask or os.environ.get("RANKSCOPE_DASK") or None
     if source.is_url(str(path)):  # streamed from remote storage, cached on this machine
         from rankscope.model import remote

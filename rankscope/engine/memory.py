@@ -1,0 +1,62 @@
+"""Process-wide memory settings for a process that reads and analyzes runs (issue 26, bench/RESULTS.md).
+
+The libraries' allocators keep freed memory for reuse, and on one large rank that retention, not the
+live tables, is most of the peak RSS. ``lean_allocators`` asks each of them to hand freed pages back;
+it acts only on libraries not loaded yet (the CLI calls it first), in this process and its workers.
+``pyarrow_without_pandas`` stops pyarrow from importing pandas just to recognise pandas objects.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+# Arrow's default pool (mimalloc) keeps whole segments; the system allocator returns what is freed.
+# Polars' jemalloc keeps dirty pages for 10 s by default: purge them at once instead.
+ALLOCATOR_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}
+# glibc: blocks of 128 KiB and more are mapped and unmapped on their own (a freed column goes back to the
+# OS; the default threshold grows with the first large free and then keeps such blocks in the heap).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_MMAP_BYTES = 128 << 10
+
+
+def lean_allocators() -> None:
+    """Set ``ALLOCATOR_ENV`` (where the user has not) and glibc's mmap and trim thresholds.
+
+    Takes effect for pyarrow and polars only if they load after this call; safe to call again."""
+    for k, v in ALLOCATOR_ENV.items():
+        os.environ.setdefault(k, v)
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_BYTES)
+        libc.mallopt(_M_TRIM_THRESHOLD, _MMAP_BYTES)
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt): nothing to tune
+        pass
+
+
+class _NoPandas:
+    """A meta path finder that says pandas is not installed (for one import attempt)."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas":
+            raise ModuleNotFoundError("pandas left out by rankscope", name="pandas")
+
+
+def pyarrow_without_pandas() -> None:
+    """pyarrow imports pandas (~20-40 MB RSS) the first time it converts any Python value (``pa.array(list)``,
+    ``pc.equal(col, 1)``), only to ask whether the value is a pandas object; rankscope never passes one.
+    Its shim remembers that soft check's answer but imports pandas for real on a real pandas call
+    (``to_pandas``, ``from_pandas``), so this changes nothing else. Nothing to do once pandas is loaded."""
+    if "pandas" in sys.modules:
+        return
+    import pyarrow as pa
+
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        pa.scalar(0)  # pyarrow/pandas-shim.pxi: _check_import(raise_=False), once per process
+    finally:
+        sys.meta_path.remove(finder)
