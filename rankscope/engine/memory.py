@@ -17,12 +17,15 @@ ALLOCATOR_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "_RJEM_MALLOC_CONF": "di
 # OS; the default threshold grows with the first large free and then keeps such blocks in the heap).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _MMAP_BYTES = 128 << 10
+_LEAN = False  # set by lean_allocators: only a process that asked for it (the CLI) is tuned
 
 
 def lean_allocators() -> None:
     """Set ``ALLOCATOR_ENV`` (where the user has not) and glibc's mmap and trim thresholds.
 
     Takes effect for pyarrow and polars only if they load after this call; safe to call again."""
+    global _LEAN
+    _LEAN = True
     for k, v in ALLOCATOR_ENV.items():
         os.environ.setdefault(k, v)
     if not sys.platform.startswith("linux"):
@@ -49,8 +52,9 @@ def pyarrow_without_pandas() -> None:
     """pyarrow imports pandas (~20-40 MB RSS) the first time it converts any Python value (``pa.array(list)``,
     ``pc.equal(col, 1)``), only to ask whether the value is a pandas object; rankscope never passes one.
     Its shim remembers that soft check's answer but imports pandas for real on a real pandas call
-    (``to_pandas``, ``from_pandas``), so this changes nothing else. Nothing to do once pandas is loaded."""
-    if "pandas" in sys.modules:
+    (``to_pandas``, ``from_pandas``), so this changes nothing else. Nothing to do once pandas is loaded, or
+    in a process that did not call ``lean_allocators`` (a notebook keeps pyarrow as it is)."""
+    if not _LEAN or "pandas" in sys.modules:
         return
     import pyarrow as pa
 
