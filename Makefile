@@ -61,8 +61,12 @@ $(HTA_VENV)/.installed:
 	$(HTA_VENV)/bin/python -m pip install -q holistictraceanalysis==0.5.0 "pandas<3"
 	@touch $@
 
+# Two pytest workers (pytest-xdist), each test file on one worker: most of the suite's time is real jobs waiting
+# (rendezvous, watchdogs, hung ranks, a browser loading), so two at a time on 2 cores halve the wall time
+# (bench/RESULTS.md, "Test time"). TEST_WORKERS=0: one process, in file order.
+TEST_WORKERS ?= 2
 test: $(STAMP) sysdeps npu-wheel hta-venv
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) bench/ingest.py
