@@ -741,3 +741,34 @@ def test_a_saving_well_above_the_others_in_too_few_steps_is_said_not_named():
     assert twin.below_bar() == ""
     two = Bound(rank=1, cost_ns=1.6e6, noise_ns=0.0, step_ns=20e6, steps=3, of_steps=3, savings={0: 0.0, 1: 1.6e6})
     assert not two.steady and two.below_bar() == ""
+
+
+def test_at_two_ranks_the_path_names_a_data_straggler_its_own_timers_agree_on():
+    """The 2-rank FSDP2 data straggler (rankscope.demo.workloads.fsdp, bench/workloads.py seeds 2612, 2614):
+    7.5-9.3 ms of tokenizing per step (its own timers), 10-14 % of the step, under the 2-rank share bar. On the
+    path it bounded 6 of 6 steps by 10.1 ms, 9.0 ms of that its own data loading, the other rank's saving 1.8 ms:
+    named, as data, when its data wait is over the other rank's too. Its healthy twins (3-4 of 6 steps, at most
+    1.3 ms of data on the path) and the same cost held by compute (a slower vCPU) are not."""
+    from rankscope.analysis.diagnosis.bound import Bound
+
+    def make(path_data: float, steps: int = 6, cost: float = 10.1e6, other: float = 1.83e6) -> Bound:
+        return Bound(rank=1, cost_ns=cost, noise_ns=other, step_ns=88.3e6, steps=steps, of_steps=6,
+                     path={"data": path_data, "compute": 28.4e6, "host": 0.4e6}, savings={0: other, 1: cost})
+
+    slow = make(9.0e6)
+    assert not slow.clears_bar and slow.clears_bar_on_data(8.9e6)
+    assert make(7.9e6, steps=5, cost=8.3e6, other=1.24e6).clears_bar_on_data(7.5e6)  # 5 of 6: not steady, named
+    assert not slow.clears_bar_on_data(2.0e6)  # its own timers show no data wait over the other rank's
+    assert not make(1.3e6).clears_bar_on_data(8.9e6)  # the cost is held by compute on its path
+    assert not make(9.0e6, steps=3).clears_bar_on_data(8.9e6)  # 3 of 6 steps: chance
+    assert not make(9.0e6, other=4.0e6).clears_bar_on_data(8.9e6)  # the other rank saves nearly as much
+    assert not make(5.0e6, cost=5.0e6, other=1.0e6).clears_bar_on_data(5.0e6)  # 5.7 % of the step: under the bar
+
+
+def test_data_excess_is_over_the_other_ranks_median():
+    import polars as pl
+
+    from rankscope.analysis.diagnosis.straggler import data_excess
+
+    pr = pl.DataFrame({"rank": [0, 1, 2], "data_wait": [1e6, 10e6, 3e6]})
+    assert data_excess(pr, 1) == 8e6 and data_excess(pr, 0) == -5.5e6 and data_excess(pr, 7) == 0.0

@@ -35,6 +35,15 @@ BAR = {
     "share_many": 0.10,
     # ... and this many times the other ranks' savings (the noise floor of the what-if: median against median)
     "over_noise": 3.0,
+    # ... or, at any rank count, this share where the rank's own data loading holds at least half the cost
+    # twice over: on its segments of the path and in its own timers against the other ranks' (a slower vCPU
+    # slows every part of a step alike, and data loading is a small part of it); two lines of evidence, so
+    # most steps suffice (``BAR["steps"]``, not ``steady``). Measured (rankscope.demo.workloads.fsdp, 2 ranks,
+    # 6 steps, bench/workloads.py seeds 2612-2615): data stragglers of 7.0-9.3 ms per step bounded 5-6 of 6
+    # steps by 8.3-13.0 ms (8.7-14.2 %), 82-100 % of it data loading on the path, the other rank's saving
+    # 1.2-2.5 ms. Healthy twins at 2 ranks (FSDP2, MoE, TP x FSDP2, DDP LM and decoding; 24 runs): where data
+    # held half their cost on the path (DDP decoding), that cost was 0.5-4.6 % of the step.
+    "share_data": 0.07,
 }
 # a cost said beside "no straggler" (bounds most steps, at least this share of the step) ...
 STEADY_SHARE = 0.005
@@ -104,6 +113,15 @@ class Bound:
         share = BAR["share"] if len(self.savings) < 3 else BAR["share_many"]
         return (self.steps >= BAR["steps"] * self.of_steps and self.steady and self.share >= share
                 and self.cost_ns >= BAR["over_noise"] * self.others_best_ns)
+
+    def clears_bar_on_data(self, data_excess_ns: float) -> bool:
+        """A verdict from the dependencies with its cause (``BAR["share_data"]``): ``clears_bar`` at a lower share
+        where data loading holds at least half the cost both on the rank's own path segments and in
+        ``data_excess_ns`` (its data wait over the other ranks' median, from its own timers)."""
+        half = 0.5 * self.cost_ns
+        return (self.steps >= BAR["steps"] * self.of_steps and self.share >= BAR["share_data"]
+                and self.cost_ns >= BAR["over_noise"] * self.others_best_ns
+                and self.path.get("data", 0.0) >= half and data_excess_ns >= half)
 
     def evidence(self) -> dict[str, Any]:
         return {"source": "critical path across ranks (what-if at the other ranks' median)", "rank": self.rank,
