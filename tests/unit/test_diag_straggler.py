@@ -772,3 +772,33 @@ def test_data_excess_is_over_the_other_ranks_median():
 
     pr = pl.DataFrame({"rank": [0, 1, 2], "data_wait": [1e6, 10e6, 3e6]})
     assert data_excess(pr, 1) == 8e6 and data_excess(pr, 0) == -5.5e6 and data_excess(pr, 7) == 0.0
+
+
+def test_a_pipeline_edge_stage_the_path_cannot_measure_is_left_to_the_stage_model():
+    """bench/workloads.py seed 2616, GPipe on 4 stages, stage 0 with 2x the layers: the critical path has a
+    what-if for ranks 1 and 2 only (no other rank runs stage 0's or stage 3's calls) and named rank 1 at 1.6 ms,
+    which dropped the rules' rank 0 (+82 % own time). A rank without a what-if is now kept where the pipeline
+    analysis names its stage the bottleneck, and its cost is that analysis's (43.5 ms; the job's own: 43.1 ms)."""
+    import polars as pl
+
+    from rankscope.analysis.base import Result
+    from rankscope.analysis.diagnosis.bound import without_what_if
+    from rankscope.analysis.diagnosis.straggler import bottleneck_ranks, stage_cost
+
+    wi = pl.DataFrame({"step": [1, 1, 1, 1, 2, 2, 2, 2], "rank": [0, 1, 2, 3] * 2,
+                       "step_ns": [200e6] * 8, "step_if_median_ns": [None, 198e6, None, None, None, 199e6, 203e6, None],
+                       "saving_ns": [0.0, 2e6, 0.0, 0.0, 0.0, 1e6, -3e6, 0.0]})
+    results = {"critical_path": Result("critical_path", tables={"what_if": wi.to_arrow()}),
+               "pipeline": Result("pipeline", summary={"balanced": False, "bottleneck_stage": 0,
+                                                       "stage_ranks": [[0], [1], [2], [3]], "cost_ns": 43501000,
+                                                       "cost_share": 0.2149, "of_steps": 6})}
+    assert without_what_if(results) == {0, 3}  # rank 2 has a what-if in one step: measured
+    assert bottleneck_ranks(results) == {0}
+    lost = stage_cost(results)
+    assert lost["lost_per_step_ns"] == 43501000 and lost["lost_share_of_step"] == 0.2149
+    assert lost["lost_total_ns"] == 6 * 43501000
+    # a balanced pipeline (its twin) and a job without one name no stage
+    results["pipeline"] = Result("pipeline", summary={"balanced": True, "bottleneck_stage": 0,
+                                                      "stage_ranks": [[0], [1], [2], [3]]})
+    assert bottleneck_ranks(results) == set()
+    assert bottleneck_ranks({}) == set() and without_what_if({}) == set()

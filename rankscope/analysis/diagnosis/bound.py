@@ -193,6 +193,19 @@ def bound(results: dict[str, Result], excluded: list[int] | tuple[int, ...] = ()
     return b, ""
 
 
+def without_what_if(results: dict[str, Result]) -> set[int]:
+    """Ranks the critical path has no what-if for in any step: no other rank runs their calls (a pipeline's first
+    or last stage). The path can neither confirm nor deny that such a rank bounds the steps."""
+    cp = results.get("critical_path")
+    if cp is None or cp.skipped:
+        return set()
+    wi = frame(cp.tables["what_if"])
+    if wi.height == 0:
+        return set()
+    per = wi.group_by("rank").agg(none=pl.col("step_if_median_ns").is_null().all())
+    return {int(r) for r, none in per.iter_rows() if none}
+
+
 def savings(results: dict[str, Result], excluded: list[int] | tuple[int, ...] = ()) -> dict[int, float] | None:
     """Per rank that has others to compare with: its median what-if saving per step (ns); None without a path."""
     cp = results.get("critical_path")
