@@ -59,9 +59,10 @@ def test_lm_with_longer_sequences_on_one_rank_is_input_imbalance(tmp_path):
 def test_slow_decoding_on_one_rank_is_data_loading(tmp_path):
     """Rank 1 decodes 2.5x the bytes (the top of bench/workloads.py's decode-slow range). At 1.6x, with a 4-rank
     pipeline job of the other pytest worker beside it (6 busy processes on 2 cores), rank 0's own decoding was
-    as slow as rank 1's in 4 of 8 steps (run-queue wait), and the critical path rightly saw the two ranks take
-    turns: "no straggler". The question here is the cause (data loading, not compute), not the smallest
-    imbalance a loaded machine still shows."""
+    as slow as rank 1's in 4 of 8 steps (run-queue wait) and the critical path saw the two ranks take turns:
+    "no straggler" (since then a path bounded by a rank's run-queue wait no longer vetoes the rules: straggler.
+    starved). The question here is the cause (data loading, not compute), not the smallest imbalance a loaded
+    machine still shows."""
     run = load_run(_job(tmp_path / "dec", "decode", 1, factor=2.5), jobs=1)
     res = run_all(run)
     st = res["straggler"]

@@ -802,3 +802,31 @@ def test_a_pipeline_edge_stage_the_path_cannot_measure_is_left_to_the_stage_mode
                                                       "stage_ranks": [[0], [1], [2], [3]]})
     assert bottleneck_ranks(results) == set()
     assert bottleneck_ranks({}) == set() and without_what_if({}) == set()
+
+
+def test_a_path_bounded_by_a_rank_that_waited_for_a_cpu_does_not_veto_the_rules(tmp_path):
+    """tests/fixtures/runs/demo_host_starved (a real 2-rank demo run with a host straggler on rank 1, recorded beside
+    another pytest worker's jobs): the path's bounding rank is rank 0, which waited for a CPU 14.6 ms per step over
+    rank 1 with less CPU time of its own; its what-if saving (13 ms) is that wait. Before: "no straggler" (the path
+    vetoed the rules' rank 1). Now the rules' rank 1 stands, with its cause; the path alone names nobody there."""
+    import shutil
+
+    from rankscope.analysis.base import frame
+    from rankscope.analysis.diagnosis.bound import bound
+    from rankscope.analysis.diagnosis.cpu import wait_excess
+    from rankscope.analysis.diagnosis.rules import per_rank
+    from rankscope.analysis.diagnosis.straggler import _Ctx, starved, verdict_input
+
+    src = tmp_path / "run"  # a copy: the analysis writes its cache beside the run
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "demo_host_starved", src)
+    run = load_run(src, jobs=1)
+    res = run_all(run)
+    st = res["straggler"]
+    assert [(f.ranks, f.evidence["cause"]) for f in st.findings] == [((1,), "host")], st.summary["verdict"]
+    b, _ = bound(res)
+    assert b is not None and b.rank == 0 and b.steps >= 4  # the path alone would say rank 0
+    bd, _, _ = verdict_input(run, frame(res["breakdown"].tables["breakdown"]))
+    ctx = _Ctx(run, res, bd, per_rank(bd))
+    waited = wait_excess(ctx.sched, 0, ctx.own_steps)
+    assert waited is not None and waited["unexplained_ns"] >= b.cost_ns and waited["cpu_excess_ns"] < 0
+    assert starved(ctx, b)

@@ -140,6 +140,7 @@ def choose(ctx: _Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, floa
     found = ctx.rule_candidates()
     if b is None:
         return found, ""
+    hungry = starved(ctx, b)
     ranks = ctx.pr["rank"].to_list()
     # a rank the path has no what-if for (a pipeline's first or last stage: no other rank runs its calls) is kept
     # where the pipeline analysis names its stage the bottleneck (bench/workloads.py seed 2616, pp-gpipe at 4
@@ -147,7 +148,8 @@ def choose(ctx: _Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, floa
     # 43.1 ms injected; the path's what-if covered ranks 1 and 2 only and named rank 1 at 1.6 ms)
     unseen = without_what_if(ctx.results) & bottleneck_ranks(ctx.results)
     keep = [c for c in found if (int(ranks[c[0]]) == b.rank and b.distinct)
-            or (not b.distinct and counted(ctx, int(ranks[c[0]]), c[2])) or int(ranks[c[0]]) in unseen]
+            or (not b.distinct and counted(ctx, int(ranks[c[0]]), c[2])) or int(ranks[c[0]]) in unseen
+            or (hungry and int(ranks[c[0]]) != b.rank)]
     note = ""
     if found and not keep:
         r = int(ranks[found[0][0]])
@@ -157,7 +159,7 @@ def choose(ctx: _Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, floa
                 f"the critical path ({who}; what-if saving {b.savings.get(r, 0.0) / 1e6:.1f} ms per step "
                 f"({b.savings.get(r, 0.0) / b.step_ns if b.step_ns > 0 else 0.0:.1%}) for rank {r}, "
                 f"up to {others / 1e6:.1f} ms for the others): not named")
-    if not keep and b.rank in ranks and (b.clears_bar or b.clears_bar_on_data(data_excess(ctx.pr, b.rank))):
+    if not keep and not hungry and b.rank in ranks and (b.clears_bar or b.clears_bar_on_data(data_excess(ctx.pr, b.rank))):
         i = ranks.index(b.rank)
         rest = as_float(ctx.pr.filter(pl.col("rank") != b.rank)["own"].median(), 0.0)
         rel = float(ctx.pr["own"][i]) / rest - 1 if rest > 0 else 0.0
@@ -190,6 +192,20 @@ def data_excess(pr: pl.DataFrame, rank: int) -> float:
     mine = pr.filter(pl.col("rank") == rank)["data_wait"]
     rest = as_float(pr.filter(pl.col("rank") != rank)["data_wait"].median(), 0.0)
     return float(mine[0]) - rest if mine.len() else 0.0
+
+
+def starved(ctx: _Ctx, b: Bound) -> bool:
+    """The path's bounding rank waited for a CPU, over the other ranks and beyond what its own extra CPU time
+    brings at their rate (``wait_excess``'s unexplained wait: a rank busy with its own extra work waits more
+    too, and is not starved), at least as long as its what-if saving:
+    its segments on the path are the run queue's, not its own work: the path names nobody and does not veto
+    another rank the rules name (a rule naming this same rank still needs the path to agree).
+    Measured (tests/e2e/test_demo.py's host straggler, 2 ranks, beside the other pytest worker's jobs): rank 1's
+    host loop +11 ms CPU per step; rank 0 waited 26-61 ms per step for a CPU (15 ms over rank 1's mean, with less
+    CPU time of its own) and so
+    bounded 5 of 6 steps by 13.0 ms, which dropped the rules' rank 1 (+41 % own time): "no straggler"."""
+    waited = wait_excess(ctx.sched, b.rank, ctx.own_steps)
+    return waited is not None and b.cost_ns > 0 and float(waited["unexplained_ns"]) >= b.cost_ns
 
 
 def named(ctx: _Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None) -> Finding:
