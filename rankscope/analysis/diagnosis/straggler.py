@@ -147,9 +147,11 @@ def choose(ctx: _Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, floa
     # ranks: stage 0 with 2x the layers, +82 % own time, its cost by the stage model 43.5 ms per step against
     # 43.1 ms injected; the path's what-if covered ranks 1 and 2 only and named rank 1 at 1.6 ms)
     unseen = without_what_if(ctx.results) & bottleneck_ranks(ctx.results)
-    keep = [c for c in found if (int(ranks[c[0]]) == b.rank and b.distinct)
-            or (not b.distinct and counted(ctx, int(ranks[c[0]]), c[2])) or int(ranks[c[0]]) in unseen
-            or (hungry and int(ranks[c[0]]) != b.rank)]
+    def kept(r: int, test: str) -> bool:
+        return ((r == b.rank and b.distinct) or (not b.distinct and counted(ctx, r, test)) or r in unseen
+                or (hungry and r != b.rank))
+
+    keep = [c for c in found if kept(int(ranks[c[0]]), c[2])]
     note = ""
     if found and not keep:
         r = int(ranks[found[0][0]])
@@ -202,8 +204,8 @@ def starved(ctx: _Ctx, b: Bound) -> bool:
     another rank the rules name (a rule naming this same rank still needs the path to agree).
     Measured (tests/e2e/test_demo.py's host straggler, 2 ranks, beside the other pytest worker's jobs): rank 1's
     host loop +11 ms CPU per step; rank 0 waited 26-61 ms per step for a CPU (15 ms over rank 1's mean, with less
-    CPU time of its own) and so
-    bounded 5 of 6 steps by 13.0 ms, which dropped the rules' rank 1 (+41 % own time): "no straggler"."""
+    CPU time of its own) and so bounded 5 of 6 steps by 13.0 ms, which dropped the rules' rank 1 (+41 % own
+    time): "no straggler"."""
     waited = wait_excess(ctx.sched, b.rank, ctx.own_steps)
     return waited is not None and b.cost_ns > 0 and float(waited["unexplained_ns"]) >= b.cost_ns
 
