@@ -61,11 +61,10 @@ $(HTA_VENV)/.installed:
 	$(HTA_VENV)/bin/python -m pip install -q holistictraceanalysis==0.5.0 "pandas<3"
 	@touch $@
 
-# One process by default. TEST_WORKERS=2 runs two pytest workers (pytest-xdist, one test file per worker): most of
-# the suite's time is real jobs waiting, so that takes 15 instead of 23 minutes on 2 cores, but it is not yet
-# safe: two workers' jobs share the default spool folder (/tmp/rankscope-spool/RUN/rank-R), and the 2-rank demo's
-# host-straggler verdict is load-sensitive beside the other worker (bench/RESULTS.md, "Two pytest workers").
-TEST_WORKERS ?= 0
+# Two pytest workers by default (pytest-xdist, one test file per worker): most of the suite's time is real jobs
+# waiting, so that takes 15 instead of 23 minutes on 2 cores (bench/RESULTS.md, "Two pytest workers"). Each
+# worker, and each test, spools under its own folder (tests/conftest.py). TEST_WORKERS=0 runs one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) sysdeps npu-wheel hta-venv
 	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 

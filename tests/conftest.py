@@ -1,7 +1,10 @@
 """Shared fixtures. Every test is checked for leaked global state (signal handlers, atexit-free)."""
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,32 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
 _SIGNALS = [s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)]
+
+
+_OWN_SPOOL: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each pytest process (one per xdist worker) gets its own default spool folder, so the jobs of two
+    workers never share ``/tmp/rankscope-spool/RUN/rank-R`` (two tests' runs are often both named "run").
+    Module-scoped fixtures start their jobs under this one; each test gets its own below it."""
+    if "RANKSCOPE_SPOOL" not in os.environ:
+        _OWN_SPOOL.append(tempfile.mkdtemp(prefix="rankscope-spool-"))
+        os.environ["RANKSCOPE_SPOOL"] = _OWN_SPOOL[0]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for d in _OWN_SPOOL:
+        shutil.rmtree(d, ignore_errors=True)
+        if os.environ.get("RANKSCOPE_SPOOL") == d:
+            del os.environ["RANKSCOPE_SPOOL"]
+
+
+@pytest.fixture(autouse=True)
+def own_spool_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test's jobs (subprocesses inherit the environment) spool under a folder of their own."""
+    if _OWN_SPOOL:
+        monkeypatch.setenv("RANKSCOPE_SPOOL", tempfile.mkdtemp(prefix="t-", dir=_OWN_SPOOL[0]))
 
 
 @pytest.fixture(autouse=True)

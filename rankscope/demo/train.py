@@ -83,10 +83,13 @@ def delayed_allreduce_hook(delay_s: float) -> CommHook:
 
 
 def host_busy(seconds: float) -> None:
-    """Spin in Python (not sleep): the host is busy while no operator runs."""
-    end = time.perf_counter() + seconds
+    """Spin in Python (not sleep) for ``seconds`` of this thread's CPU time: the host is busy while no
+    operator runs. CPU time, not wall time, as real host work is a fixed amount of work: on a shared
+    machine it takes longer when the thread waits for a CPU, like every other part of the step (a
+    wall-clock spin would instead hide that wait inside the injected time)."""
+    end = time.thread_time() + seconds
     x = 0
-    while time.perf_counter() < end:
+    while time.thread_time() < end:
         x += 1
 
 
