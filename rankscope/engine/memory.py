@@ -13,10 +13,12 @@ import sys
 # Arrow's default pool (mimalloc) keeps whole segments; the system allocator returns what is freed.
 # Polars' jemalloc keeps dirty pages for 10 s by default: purge them at once instead.
 ALLOCATOR_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system", "_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}
-# glibc: blocks of 128 KiB and more are mapped and unmapped on their own (a freed column goes back to the
-# OS; the default threshold grows with the first large free and then keeps such blocks in the heap).
+# glibc: blocks of 32 KiB and more are mapped and unmapped on their own (a freed column goes back to the
+# OS; the default threshold grows with the first large free and then keeps such blocks in the heap). 32 KiB,
+# not 128: ingest's decoded chunks otherwise leave the heap fragmented under the per-rank pass (-4 MB peak
+# RSS on df_index_resolver, bench/RESULTS.md).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_MMAP_BYTES = 128 << 10
+_MMAP_BYTES = 32 << 10
 _LEAN = False  # set by lean_allocators: only a process that asked for it (the CLI) is tuned
 
 

@@ -35,13 +35,20 @@ HOST_CATS = ("cpu_op", "user_annotation", "python_function")
 
 def _cpu_threads(f: pl.DataFrame) -> pl.DataFrame:
     """CPU events of the threads HTA builds call stacks for (hta/common/types.py:16 ``infer_device_type``:
-    a thread whose events all have a stream > 0, or whose pid or tid is 0, is a GPU stream)."""
-    t = f.group_by("pid", "tid").agg(((pl.col("stream") > 0).all() | (pl.col("pid") == 0).all()
-                                      | (pl.col("tid") == 0).all()).alias("_gpu"))
-    cpu = f.filter(pl.col("stream") == -1).select("idx", "nid", "cid", "ts", "dur", "end", "pid", "tid", "depth")
-    cpu = cpu.join(t, on=["pid", "tid"], how="left", maintain_order="left")
-    return cpu.filter(~pl.col("_gpu")).drop("_gpu").with_columns(
-        thread=pl.struct("pid", "tid").rank("dense").cast(pl.Int64)).drop("pid", "tid")
+    a thread whose events all have a stream > 0, or whose pid or tid is 0, is a GPU stream); ``thread``
+    numbers their (pid, tid) in sorted order from 1. Group codes in numpy: polars' group_by, join and
+    struct rank here held three copies of the frame at the pass's peak (issue 26)."""
+    pid, tid, stream = (f[c].to_numpy() for c in ("pid", "tid", "stream"))
+    o = np.lexsort((tid, pid))
+    new = np.r_[True, (pid[o][1:] != pid[o][:-1]) | (tid[o][1:] != tid[o][:-1])] if len(o) else np.ones(0, bool)
+    grp = np.empty(len(o), np.int64)
+    grp[o] = np.cumsum(new) - 1
+    first = o[new]  # pid and tid are constant within a group
+    gpu = (np.bincount(grp, weights=stream <= 0, minlength=len(first)) == 0) | (pid[first] == 0) | (tid[first] == 0)
+    keep = (stream == -1) & ~gpu[grp]
+    thread = np.unique(grp[keep], return_inverse=True)[1].reshape(-1).astype(np.int64) + 1
+    return f.filter(pl.Series(keep)).select("idx", "nid", "cid", "ts", "dur", "end", "depth").with_columns(
+        thread=pl.Series(thread, dtype=pl.Int64))
 
 
 def _pairs(roots: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
@@ -103,13 +110,17 @@ def sequences(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFrame:
         pl.col("idx").alias("k_idx"), pl.col("nid").alias("k_nid"), pl.col("ts").alias("k_ts"),
         pl.col("dur").alias("k_dur"), pl.col("index_correlation").alias("idx"))
     launches = cpu.select("idx", "thread", "ts", "end").join(k, on="idx")
+    del cpu  # the pass's peak is here: drop each frame as soon as it is used (issue 26)
     own = k.select(pl.col("idx").alias("root"), "k_idx").join(
         roots.filter(~pl.col("cid").is_in(host)).select(pl.col("idx").alias("root")), on="root")
     pairs = pl.concat([_pairs(roots.filter(pl.col("cid").is_in(host)), launches), own])
+    del launches, own
     pairs = pairs.join(k.drop("idx"), on="k_idx")
+    del k
     pairs = pairs.filter(pl.len().over("root") >= MIN_PATTERN_LEN).sort("root", "k_ts", "k_idx")
     # patterns as lists of name codes; names are joined only once per distinct pattern
     per = pairs.group_by("root", maintain_order=True).agg(pl.col("k_nid").alias("seq"), pl.col("k_dur").sum().alias("gpu"))
+    del pairs
     per = per.join(roots.select(pl.col("idx").alias("root"), "nid", "dur"), on="root")
     agg = per.group_by("nid", "seq").agg(pl.len().alias("count"), pl.col("gpu").sum(), pl.col("dur").sum().alias("cpu"))
     names = pl.Series(v.names, dtype=pl.Utf8)
