@@ -102,7 +102,7 @@ def start_s3() -> tuple[subprocess.Popen[bytes], str]:
 def upload(run: Path, endpoint: str, name: str) -> str:
     import s3fs
 
-    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint}, key="test", secret="test")
+    fs = s3fs.S3FileSystem(endpoint_url=endpoint, key="test", secret="test")
     if not fs.exists("rankscope-bench"):
         fs.mkdir("rankscope-bench")
     if not fs.exists(f"rankscope-bench/{name}/run.json"):

@@ -7,6 +7,11 @@ import signal
 import tempfile
 from pathlib import Path
 
+# fsspec reads its FSSPEC_* configuration once, when first imported. Imported here, before any test sets
+# FSSPEC_S3_ENDPOINT_URL, it never keeps one test module's moto endpoint for the next module (each module that
+# imports the moto_server fixture starts its own server): on a worker whose first fsspec import happened inside
+# s3_env, the next module's s3fs got two different endpoint_url values and raised TypeError (#23).
+import fsspec  # noqa: F401
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -37,7 +37,7 @@ class MotoServer:
         import s3fs
 
         name = f"rs-{uuid.uuid4().hex[:10]}"
-        s3fs.S3FileSystem(client_kwargs={"endpoint_url": self.endpoint}, key="test", secret="test").mkdir(name)
+        s3fs.S3FileSystem(endpoint_url=self.endpoint, key="test", secret="test").mkdir(name)
         return name
 
 

@@ -32,7 +32,7 @@ def stored(tmp_path: Path, s3_env: Any, monkeypatch: pytest.MonkeyPatch) -> tupl
     local = generate(tmp_path / "local", ranks=4, steps=3, ops_per_step=40, seed=5,
                      stragglers=["2:compute:1.5"], clock_skew_s=0.1)
     bucket = s3_env.bucket()
-    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_env.endpoint}, key="test", secret="test")
+    fs = s3fs.S3FileSystem(endpoint_url=s3_env.endpoint, key="test", secret="test")
     fs.put(str(local), f"{bucket}/runs/exp1", recursive=True)
     assert fs.exists(f"{bucket}/runs/exp1/ranks/0/meta.json")
     return local, f"s3://{bucket}/runs/exp1"
@@ -153,7 +153,7 @@ def test_hang_reads_flight_recorder_dumps_from_s3(s3_env: Any, tmp_path: Path,
     source._FS.clear()
     local = _job(tmp_path, "skip")
     bucket = s3_env.bucket()
-    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_env.endpoint}, key="test", secret="test")
+    fs = s3fs.S3FileSystem(endpoint_url=s3_env.endpoint, key="test", secret="test")
     fs.put(str(local), f"{bucket}/job7/fr", recursive=True)
     assert main(["hang", str(local), "--json"]) == 0
     want = json.loads(capsys.readouterr().out)
