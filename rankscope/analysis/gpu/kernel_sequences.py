@@ -16,7 +16,7 @@ Roots of one depth do not overlap on a thread, so each depth is one sorted searc
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import polars as pl
@@ -97,7 +97,12 @@ def _linked_depths(v: hv.View, cpu: pl.DataFrame) -> pl.DataFrame:
 
 
 def sequences(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFrame:
-    """Per (operator name id, pattern): count, kernel time, operator time (ns); ``hta``: HTA's depths."""
+    """Per operator name and pattern: count, kernel time, operator time (ns); ``hta``: HTA's depths."""
+    return named(sequence_codes(v, min_stream, hta), v.names)
+
+
+def sequence_codes(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFrame:
+    """``sequences`` with the operator and its kernels as name codes (``nid``, list ``seq``)."""
     f = v.frame
     cpu = _cpu_threads(f)
     if hta:  # HTA nests every CPU event of a thread (runtime calls too), then links the autograd thread
@@ -122,19 +127,33 @@ def sequences(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFrame:
     per = pairs.group_by("root", maintain_order=True).agg(pl.col("k_nid").alias("seq"), pl.col("k_dur").sum().alias("gpu"))
     del pairs
     per = per.join(roots.select(pl.col("idx").alias("root"), "nid", "dur"), on="root")
-    agg = per.group_by("nid", "seq").agg(pl.len().alias("count"), pl.col("gpu").sum(), pl.col("dur").sum().alias("cpu"))
-    names = pl.Series(v.names, dtype=pl.Utf8)
-    pattern = [v.names[n] + "|" + "|".join(names.gather(s).to_list()) for n, s in agg.select("nid", "seq").iter_rows()]
-    return v.with_names(agg, "operator").with_columns(pattern=pl.Series(pattern, dtype=pl.Utf8)).drop("nid", "seq")
+    return per.group_by("nid", "seq").agg(pl.len().alias("count"), pl.col("gpu").sum(), pl.col("dur").sum().alias("cpu"))
+
+
+def named(codes: pl.DataFrame, names: Sequence[str] | dict[int, str]) -> pl.DataFrame:
+    """``sequence_codes`` with ``operator`` and ``pattern`` ("operator|kernel|kernel|...") for the codes."""
+    pattern = [names[n] + "|" + "|".join([names[k] for k in s]) for n, s in codes.select("nid", "seq").iter_rows()]
+    return codes.with_columns(operator=pl.Series([names[n] for n in codes["nid"].to_list()], dtype=pl.Utf8),
+                              pattern=pl.Series(pattern, dtype=pl.Utf8)).drop("nid", "seq")
+
+
+def _used_names(names: list[str], *codes: pl.DataFrame) -> dict[int, str]:
+    """The names the codes use: a part keeps these, not its patterns' strings (one pattern of a step's
+    kernels is ~200 KB of text; they are joined in ``combine``, after the rank's tables are freed: issue 26)."""
+    used = set()
+    for c in codes:
+        used.update(c["nid"].to_list())
+        used.update(c["seq"].explode().drop_nulls().unique().to_list())
+    return {i: names[i] for i in sorted(used)}
 
 
 @guarded
 def rank_part(d: RankData) -> dict[str, Any] | None:
     v = hv.view(d)
-    hta, own = sequences(v, 1, hta=True), sequences(v, 0)
+    hta, own = sequence_codes(v, 1, hta=True), sequence_codes(v, 0)
     if not hta.height and not own.height:
         return None
-    return {"hta": hta.with_columns(rank=pl.lit(d.rank)), "own": own.with_columns(rank=pl.lit(d.rank))}
+    return {"hta": hta, "own": own, "names": _used_names(v.names, hta, own)}
 
 
 def run_kernel_sequences(run: Run, results: dict[str, Any]) -> Result:
@@ -143,14 +162,14 @@ def run_kernel_sequences(run: Run, results: dict[str, Any]) -> Result:
 
 def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:
     parts, problems = split(parts)
-    got = [p for _, p in parts if p is not None]
+    got = [(r, p) for r, p in parts if p is not None]
     if not got:
         why = f"no operator launched {MIN_PATTERN_LEN} or more kernels in any rank"
         return with_problems(problems, Result("kernel_sequences", skipped=why))
-    hta = pl.concat([p["hta"] for p in got]).select(
+    hta = pl.concat([named(p["hta"], p["names"]).with_columns(rank=pl.lit(r)) for r, p in got]).select(
         "rank", "operator", "pattern", "count", hv.to_us(pl.col("gpu")).alias("GPU kernel duration (us)"),
         hv.to_us(pl.col("cpu")).alias("CPU op duration (us)"))
-    own = pl.concat([p["own"] for p in got]).select(
+    own = pl.concat([named(p["own"], p["names"]).with_columns(rank=pl.lit(r)) for r, p in got]).select(
         "rank", "operator", "pattern", "count", pl.col("gpu").alias("kernel_time"), pl.col("cpu").alias("operator_time"))
     return with_problems(problems, Result("kernel_sequences", tables={
         "kernel_sequences": own.sort(["rank", "count", "kernel_time"], descending=[False, True, True]),
