@@ -3,12 +3,15 @@
 The libraries' allocators keep freed memory for reuse, and on one large rank that retention, not the
 live tables, is most of the peak RSS. ``lean_allocators`` asks each of them to hand freed pages back;
 it acts only on libraries not loaded yet (the CLI calls it first), in this process and its workers.
-``pyarrow_without_pandas`` stops pyarrow from importing pandas just to recognise pandas objects.
+``pyarrow_without_pandas`` stops pyarrow from importing pandas just to recognise pandas objects, and its
+S3 filesystem plugin, which rankscope never uses.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from typing import Iterator
 
 # Arrow's default pool (mimalloc) keeps whole segments; the system allocator returns what is freed.
 # Polars' jemalloc keeps dirty pages for 10 s by default: purge them at once instead.
@@ -42,27 +45,45 @@ def lean_allocators() -> None:
         pass
 
 
-class _NoPandas:
-    """A meta path finder that says pandas is not installed (for one import attempt)."""
+class _Absent:
+    """A meta path finder that says the named modules are not installed (while it is on ``sys.meta_path``)."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = names
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name == "pandas":
-            raise ModuleNotFoundError("pandas left out by rankscope", name="pandas")
+        if name in self.names:
+            raise ModuleNotFoundError(f"{name} left out by rankscope", name=name)
 
 
 def pyarrow_without_pandas() -> None:
     """pyarrow imports pandas (~20-40 MB RSS) the first time it converts any Python value (``pa.array(list)``,
     ``pc.equal(col, 1)``), only to ask whether the value is a pandas object; rankscope never passes one.
     Its shim remembers that soft check's answer but imports pandas for real on a real pandas call
-    (``to_pandas``, ``from_pandas``), so this changes nothing else. Nothing to do once pandas is loaded, or
-    in a process that did not call ``lean_allocators`` (a notebook keeps pyarrow as it is)."""
-    if not _LEAN or "pandas" in sys.modules:
+    (``to_pandas``, ``from_pandas``), so this changes nothing else. Likewise ``pyarrow.fs`` (imported by
+    ``pyarrow.parquet``) loads its S3 filesystem, libarrow_s3 (~4 MB RSS), where it is built in; rankscope
+    reads and writes Parquet on local paths only (remote runs go through fsspec), so pyarrow.fs is loaded
+    without it (``pyarrow.fs.S3FileSystem`` then raises ImportError in this process). Nothing to do once
+    pandas or pyarrow.fs is loaded, or in a process that did not call ``lean_allocators`` (a notebook keeps
+    pyarrow as it is)."""
+    if not _LEAN:
+        return
+    if "pyarrow.fs" not in sys.modules:
+        with _hidden("pyarrow._s3fs"):
+            import pyarrow.fs  # noqa: F401 - pyarrow/fs.py: S3FileSystem is optional there (ImportError)
+    if "pandas" in sys.modules:
         return
     import pyarrow as pa
 
-    finder = _NoPandas()
+    with _hidden("pandas"):
+        pa.scalar(0)  # pyarrow/pandas-shim.pxi: _check_import(raise_=False), once per process
+
+
+@contextlib.contextmanager
+def _hidden(*names: str) -> Iterator[None]:
+    finder = _Absent(*names)
     sys.meta_path.insert(0, finder)
     try:
-        pa.scalar(0)  # pyarrow/pandas-shim.pxi: _check_import(raise_=False), once per process
+        yield
     finally:
         sys.meta_path.remove(finder)
