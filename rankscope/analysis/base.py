@@ -54,8 +54,10 @@ class Analysis:
     results it needs (skipped when one of them was); ``uses`` those it reads when they ran (it runs after
     them). An analysis with ``rank_part`` and ``combine`` joins the shared pass over the ranks: each
     rank's events are read once (``RankData``) for all of them, ``rank_part(data)`` keeps a small
-    per-rank part and ``combine(run, [(rank, part)], results)`` makes the Result. ``view`` says how the
-    report and the web UI show it.
+    per-rank part and ``combine(run, [(rank, part)], results)`` makes the Result. ``rank_reads`` names what
+    ``rank_part`` reads of the ``RankData``: "events" (the event table, or anything computed from it), or
+    only memoized tables such as "htaview" (``analysis/gpu/htaview.py``); the pass runs the readers of
+    "events" first, then frees the events for the others. ``view`` says how the report and the web UI show it.
 
     Example::
 
@@ -73,6 +75,7 @@ class Analysis:
     combine: Callable[..., Result] | None = None
     uses: tuple[str, ...] = ()
     view: "View | None" = None
+    rank_reads: tuple[str, ...] = ("events",)
 
 
 def frame(table: Any) -> "pl.DataFrame":

@@ -57,6 +57,16 @@ class RankData:
             self._memo[key] = make()
         return self._memo[key]
 
+    def release(self, keep: tuple[str, ...] = ()) -> bool:
+        """Free the tables and every memoized value but those under ``keep``, if those are all computed
+        already (else the parts that read them would read the events again: nothing is freed). The pass
+        calls it once the parts that read the events are done (issue 26). True if it freed them."""
+        if any(k not in self._memo for k in keep):
+            return False
+        self._tables.clear()
+        self._memo = {k: v for k, v in self._memo.items() if k in keep}
+        return True
+
     def col(self, name: str) -> np.ndarray:
         """A numeric event column as numpy (read once)."""
         return self.memo(("col", name), lambda: np.asarray(self.events.column(name).to_numpy()))

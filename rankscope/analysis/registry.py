@@ -88,14 +88,18 @@ def _reorder(every: list[Analysis]) -> None:
 
 def per_rank_pass(run: Run, analyses: list[Analysis]) -> dict[str, list[tuple[int, Any]]]:
     """One walk over the ranks: each rank's events are read once (``RankData``) and given to the
-    ``rank_part`` of every analysis listed; only one rank's events are in memory at a time.
+    ``rank_part`` of every analysis listed; only one rank's events are in memory at a time, and only
+    while the parts that read them (``Analysis.rank_reads``) run: the parts that read only memoized
+    tables (the HTA view) run after the events are freed.
 
     With a Dask cluster configured (``$RANKSCOPE_DASK``, the CLI's ``--dask``) the walk runs on the
     workers, one task per rank; each task gets only its own rank's summary and sends back only the
     small per-rank parts."""
     parts: dict[str, list[tuple[int, Any]]] = {a.name: [] for a in analyses}
     dask = os.environ.get("RANKSCOPE_DASK")
-    fns = tuple((a.name, a.rank_part) for a in analyses)
+    late = [a for a in analyses if "events" not in a.rank_reads]
+    fns = (tuple((a.name, a.rank_part) for a in analyses if a not in late), tuple((a.name, a.rank_part) for a in late),
+           tuple(sorted({k for a in late for k in a.rank_reads})))
     if dask and len(run.ranks) > 1:
         from rankscope.engine.executors import run_tasks
 
@@ -109,14 +113,22 @@ def per_rank_pass(run: Run, analyses: list[Analysis]) -> dict[str, list[tuple[in
     return parts
 
 
-def rank_parts(task: tuple[Run, tuple[tuple[str, Any], ...]], rank: int | None = None) -> dict[str, Any]:
+Parts = tuple[tuple[str, Any], ...]
+
+
+def rank_parts(task: tuple[Run, tuple[Parts, Parts, tuple[str, ...]]], rank: int | None = None) -> dict[str, Any]:
     """Every listed ``rank_part`` on one rank's ``RankData`` (a module-level function: it runs on
-    Dask workers). ``rank`` defaults to the run's only rank (``Run.only``)."""
+    Dask workers): ``task`` is (run, (parts that read the events, parts that read only the memoized
+    tables named last, those names)). ``rank`` defaults to the run's only rank (``Run.only``)."""
     from rankscope.analysis.rankdata import RankData
 
-    run, fns = task
+    run, (first, late, keep) = task
     data = RankData(run, run.rank_ids[0] if rank is None else rank)
-    return {name: fn(data) for name, fn in fns}
+    out = {name: fn(data) for name, fn in first}
+    if late:
+        data.release(keep)  # the events table and its derived arrays: ~20 MB on a large rank (bench/RESULTS.md)
+        out.update((name, fn(data)) for name, fn in late)
+    return out
 
 
 def run_all(run: Run, names: list[str] | None = None,

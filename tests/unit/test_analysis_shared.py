@@ -66,6 +66,37 @@ def test_shared_pass_equals_standalone_and_reads_events_once(tmp_path, monkeypat
                           for r in rb], (n, t)
 
 
+def test_pass_frees_the_events_before_the_parts_that_read_only_the_hta_view(tmp_path, monkeypatch):
+    """Issue 26: the rank parts that declare ``rank_reads=("htaview",)`` run after the events and everything
+    computed from them are freed; where nothing before them built the view, nothing is freed (the events
+    are still read once)."""
+    from rankscope.analysis.rankdata import RankData
+
+    run = _run(tmp_path)
+    seen = []
+    orig = RankData.release
+
+    def spy(self, keep=()):
+        freed = orig(self, keep)
+        seen.append((self.rank, freed, dict(self._tables), set(self._memo)))
+        return freed
+
+    monkeypatch.setattr(RankData, "release", spy)
+    reads = []
+    table = Run.table
+    monkeypatch.setattr(Run, "table", lambda self, r, n, columns=None: (reads.append((r, n)), table(self, r, n, columns))[1])
+    together = run_all(run, names=["kernel_breakdown", "aten_kernels", "hta_temporal"])
+    assert [(r, freed, t, m) for r, freed, t, m in seen] == [(r, True, {}, {"htaview"}) for r in range(4)]
+    assert sorted(r for r, n in reads if n == "events") == [0, 1, 2, 3]
+    assert together["hta_temporal"].tables["hta_temporal"].to_pylist() == \
+        hta_compat.run_hta_temporal(run, {}).tables["hta_temporal"].to_pylist()
+    seen.clear()
+    reads.clear()
+    run_all(run, names=["breakdown", "hta_temporal"])  # the view is first built by hta_temporal: kept events
+    assert [(r, freed) for r, freed, *_ in seen] == [(r, False) for r in range(4)]
+    assert sorted(r for r, n in reads if n == "events") == [0, 1, 2, 3]
+
+
 def test_kernel_stats_per_launching_shape(tmp_path):
     res = run_all(_run(tmp_path), names=["opstats"])["opstats"]
     rows = {r["input_dims"]: r for r in res.tables["kernels_by_shape"].to_pylist()}

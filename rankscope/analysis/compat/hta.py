@@ -113,7 +113,7 @@ ANALYSIS = Analysis(
     description="HTA-compatible temporal breakdown (idle / compute / non-compute)",
     run=run_hta_temporal,
     needs=("kernels",),
-    rank_part=rank_part, combine=combine,
+    rank_part=rank_part, combine=combine, rank_reads=(hv.KEY,),
     view=View("Device time: idle, compute, non-compute (as HTA's temporal breakdown)",
         empty="needs GPU kernels in the traces (profile a CUDA or NPU job with device activities)", place="operators"),
 )

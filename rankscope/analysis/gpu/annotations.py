@@ -130,7 +130,7 @@ ANALYSIS = Analysis(
     name="annotations",
     description="user annotations on GPU and CPU; each kernel with its annotation (HTA parity)",
     run=run_annotations,
-    rank_part=rank_part, combine=combine,
+    rank_part=rank_part, combine=combine, rank_reads=(hv.KEY,),
     view=View("User annotations (record_function) on GPU and CPU", tables=(
         TableView("annotation_kernels", "per GPU annotation: its kernels", (
             Col("rank", "rank", "count"), Col("name", "annotation"), Col("instances", "instances", "count"),

@@ -169,7 +169,7 @@ ANALYSIS = Analysis(
     description="aten operator -> kernels launched, operator and runtime launch delays (HTA parity)",
     run=run_aten_kernels,
     needs=("kernels",),
-    rank_part=rank_part, combine=combine,
+    rank_part=rank_part, combine=combine, rank_reads=(hv.KEY,),
     view=View("ATen operators and the kernels they launch", tables=(
         TableView("aten_op_kernels", "per operator and kernel sequence (operator on the launch's thread)", (
             Col("rank", "rank", "count"), Col("aten_op_name", "operator"), Col("kernel_sequence", "kernels"),

@@ -165,9 +165,14 @@ def _filtered(df: pl.DataFrame, steps: list[int]) -> pl.DataFrame:
     return pl.concat([gpu, cpu])
 
 
+# The view's memo key: an analysis whose rank part reads only the view declares ``rank_reads=(KEY,)`` and
+# runs after the rank's events are freed (``registry.rank_parts``).
+KEY = "htaview"
+
+
 def view(d: "RankData") -> View:
     """``build`` once per rank (shared by every GPU analysis of the per-rank pass)."""
-    return d.memo("htaview", lambda: build(d))
+    return d.memo(KEY, lambda: build(d))
 
 
 def device(df: pl.DataFrame) -> pl.DataFrame:

@@ -181,7 +181,7 @@ ANALYSIS = Analysis(
     description="frequent kernel sequences launched per operator (HTA parity)",
     run=run_kernel_sequences,
     needs=("kernels",),
-    rank_part=rank_part, combine=combine,
+    rank_part=rank_part, combine=combine, rank_reads=(hv.KEY,),
     view=View("Frequent kernel sequences per operator", tables=(
         TableView("kernel_sequences", "per operator and kernel sequence", (
             Col("rank", "rank", "count"), Col("operator", "operator"), Col("count", "calls", "count"),

@@ -89,7 +89,7 @@ ANALYSIS = Analysis(
     description="kernel launch delay after the runtime call ends; slow runtime calls (HTA parity)",
     run=run_launch_delay,
     needs=("kernels",),
-    rank_part=rank_part, combine=combine,
+    rank_part=rank_part, combine=combine, rank_reads=(hv.KEY,),
     view=View("Kernel launch delay and slow runtime calls", (
         Col("long_runtime_calls", "runtime calls over 50 µs", "count"), Col("long_delays", "launch delays over 100 µs", "count")), (
         TableView("launch_summary", "per rank (delay = kernel start − end of its launch call, ≥ 0)", (

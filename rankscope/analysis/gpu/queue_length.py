@@ -140,7 +140,7 @@ ANALYSIS = Analysis(
     description="launch queue length per stream: series, summary, time at a full queue (HTA parity)",
     run=run_queue_length,
     needs=("kernels",),
-    rank_part=rank_part, combine=combine,
+    rank_part=rank_part, combine=combine, rank_reads=(hv.KEY,),
     view=View("Launch queue length per stream", (
         Col("max_queue_length", "longest queue", "count"), Col("time_full_ns", "time with a full queue", NS)), (
         TableView("queue_length_summary", "per rank and stream", (
