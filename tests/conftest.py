@@ -20,29 +20,33 @@ _SIGNALS = [s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SI
 
 
 _OWN_SPOOL: list[str] = []
+_SPOOL_MARK = "RANKSCOPE_TESTS_SPOOL"  # the folder this suite chose, so that a worker can tell it from a user's
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Each pytest process (one per xdist worker) gets its own default spool folder, so the jobs of two
-    workers never share ``/tmp/rankscope-spool/RUN/rank-R`` (two tests' runs are often both named "run").
-    Module-scoped fixtures start their jobs under this one; each test gets its own below it."""
-    if "RANKSCOPE_SPOOL" not in os.environ:
+    """Each pytest process gets its own default spool folder, so the jobs of two xdist workers never share
+    ``/tmp/rankscope-spool/RUN/rank-R`` (two tests' runs are often both named "run"). An xdist worker
+    inherits the controller's environment, folder included: the mark tells that apart from a folder the
+    user set, and the worker makes its own. Module-scoped fixtures start their jobs under this folder;
+    each test gets its own below it (``own_spool_folder``)."""
+    inherited = os.environ.get("RANKSCOPE_SPOOL")
+    if inherited is None or inherited == os.environ.get(_SPOOL_MARK):
         _OWN_SPOOL.append(tempfile.mkdtemp(prefix="rankscope-spool-"))
-        os.environ["RANKSCOPE_SPOOL"] = _OWN_SPOOL[0]
+        os.environ["RANKSCOPE_SPOOL"] = os.environ[_SPOOL_MARK] = _OWN_SPOOL[0]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     for d in _OWN_SPOOL:
         shutil.rmtree(d, ignore_errors=True)
-        if os.environ.get("RANKSCOPE_SPOOL") == d:
-            del os.environ["RANKSCOPE_SPOOL"]
 
 
 @pytest.fixture(autouse=True)
 def own_spool_folder(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A test's jobs (subprocesses inherit the environment) spool under a folder of their own."""
-    if _OWN_SPOOL:
-        monkeypatch.setenv("RANKSCOPE_SPOOL", tempfile.mkdtemp(prefix="t-", dir=_OWN_SPOOL[0]))
+    """A test's jobs (subprocesses inherit the environment) spool under a folder of their own, inside the
+    process's folder (or the user's ``RANKSCOPE_SPOOL``)."""
+    base = os.environ.get("RANKSCOPE_SPOOL")
+    if base and os.path.isdir(base):
+        monkeypatch.setenv("RANKSCOPE_SPOOL", tempfile.mkdtemp(prefix="t-", dir=base))
 
 
 @pytest.fixture(autouse=True)
