@@ -830,3 +830,29 @@ def test_a_path_bounded_by_a_rank_that_waited_for_a_cpu_does_not_veto_the_rules(
     waited = wait_excess(ctx.sched, 0, ctx.own_steps)
     assert waited is not None and waited["unexplained_ns"] >= b.cost_ns and waited["cpu_excess_ns"] < 0
     assert starved(ctx, b)
+
+
+def test_more_input_work_on_a_saturated_machine_is_named_from_cpu_time(tmp_path):
+    """tests/fixtures/runs/lm_saturated (a real 2-rank LM run, rank 1 with 1.47x the input work, recorded with four
+    pytest workers on 2 cores): no traced component of rank 1 grew (rank 0's compute holds 14.7 ms of run-queue
+    wait per step, rank 1's 4.8 ms), but rank 1's CPU time grew by 9.4 ms per step, more than half of the 16.5 ms
+    its extra input predicts. Before: "cause unclear". Now: the input imbalance, with its work evidence."""
+    import shutil
+
+    from rankscope.analysis.diagnosis.cause import cpu_time_explains
+    from tests.helpers import straggler_note
+
+    src = tmp_path / "run"  # a copy: the analysis writes its cache beside the run
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "lm_saturated", src)
+    st = run_all(load_run(src, jobs=1))["straggler"]
+    assert [(f.ranks, f.evidence["cause"]) for f in st.findings] == [((1,), "imbalance")], st.summary["verdict"]
+    ev = st.findings[0].evidence
+    assert all(v <= 0.01 * ev["others_median_ns"] for v in ev["excess_ns"].values())  # no traced component grew
+    assert ev["cpu_wait"]["cpu_excess_ns"] > 0 and ev["work"]["work_ratio"] > 1.3
+    straggler_note(st.findings[0])
+    # the rule itself: half the expected extra time, in CPU time
+    work = {"shapes_recorded": True, "work_ratio": 1.5}
+    others = pl.DataFrame({"computing": [30e6]})  # expected: 15 ms
+    assert cpu_time_explains(work, others, 0.4, 7.6e6) and not cpu_time_explains(work, others, 0.4, 7.4e6)
+    assert not cpu_time_explains(work, others, 0.4, None)
+    assert not cpu_time_explains({"shapes_recorded": True, "work_ratio": 1.05}, others, 0.4, 20e6)  # too little work

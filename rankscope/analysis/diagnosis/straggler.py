@@ -28,7 +28,7 @@ import polars as pl
 from rankscope.analysis.base import Analysis, Finding, Result, Severity, frame
 from rankscope.analysis.diagnosis.bound import NO_SAVING, Bound, bound, holds, savings, without_what_if
 from rankscope.analysis.diagnosis.candidates import agreeing, last_share, more_input, more_work, steady_candidates
-from rankscope.analysis.diagnosis.cause import cause, refine, work_explains
+from rankscope.analysis.diagnosis.cause import cause, cpu_time_explains, refine, work_explains
 from rankscope.analysis.diagnosis.cpu import CONTENTION_SHARE, sched_frame, wait_excess
 from rankscope.analysis.diagnosis.rules import (PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, complete_steps,
                                                 cpu_available_outliers, outliers, paired, per_rank, per_step,
@@ -246,7 +246,8 @@ def named(ctx: _Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None
     note = ""
     if imb:
         evidence["work"] = imb
-    if kind in ("host", "data") and explains(kind):
+    if kind in ("host", "data") and explains(kind) or (
+            kind == "unclear" and imb and cpu_time_explains(imb, others, float(rel), cpu_excess)):  # type: ignore[arg-type]
         kind = "compute"  # then named input imbalance below
     if kind == "compute" and imb:
         if is_input_imbalance(imb, float(rel)):
