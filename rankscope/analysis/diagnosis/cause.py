@@ -110,6 +110,12 @@ def refine(run: Run, kind: str, rank: int, others: list[int], evidence: dict[str
     return kind
 
 
+def expected_extra_ns(work: Work, others: pl.DataFrame) -> float:
+    """The extra compute per step that the rank's extra input work predicts: the others' usual compute times
+    the work ratio's excess."""
+    return (work.get("work_ratio", 1.0) - 1) * as_float(others["computing"].median(), 0.0)
+
+
 def work_explains(work: Work, excess: dict[str, float], others: pl.DataFrame, rel: float,
                   cpu_excess: float | None = None) -> bool:
     """More input work accounts for the rank's extra compute, which is a good share of its extra own time:
@@ -119,8 +125,7 @@ def work_explains(work: Work, excess: dict[str, float], others: pl.DataFrame, re
     1 ms: "grew most against its usual size" said host."""
     if not is_input_imbalance(work, rel):
         return False
-    usual = as_float(others["computing"].median(), 0.0)
-    expected = (work.get("work_ratio", 1.0) - 1) * usual
+    expected = expected_extra_ns(work, others)
     total = sum(v for v in excess.values() if v > 0)
     # the extra compute either matches the extra work, or is the largest part of the extra time (4 ranks on
     # 2 cores, bench run 3: 1.33x input work, compute +3.6 ms of an expected ~10, host idle +1.6 ms)
@@ -144,5 +149,5 @@ def cpu_time_explains(work: Work, others: pl.DataFrame, rel: float, cpu_excess: 
     rank 1's CPU time +9.4 ms against 16.5 ms expected: "cause unclear" (tests/fixtures/runs/lm_saturated)."""
     if cpu_excess is None or not is_input_imbalance(work, rel):
         return False
-    expected = (work.get("work_ratio", 1.0) - 1) * as_float(others["computing"].median(), 0.0)
+    expected = expected_extra_ns(work, others)
     return expected > 0 and cpu_excess >= 0.5 * expected
