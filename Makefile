@@ -61,11 +61,10 @@ $(HTA_VENV)/.installed:
 	$(HTA_VENV)/bin/python -m pip install -q holistictraceanalysis==0.5.0 "pandas<3"
 	@touch $@
 
-# One process by default. TEST_WORKERS=2 runs two pytest workers (pytest-xdist, one test file per worker): 15-19
-# instead of 23 minutes on 2 cores; each worker and each test spools under its own folder (tests/conftest.py).
-# Not yet the default: its last fresh run (a24facb) failed test_demo[host] once beside the other worker's jobs
-# (bench/RESULTS.md, "Two workers by default: fresh runs").
-TEST_WORKERS ?= 0
+# Two pytest workers by default (pytest-xdist, one test file per worker): 15-19 instead of 23-26 minutes on 2
+# cores; each worker and each test spools under its own folder (tests/conftest.py). TEST_WORKERS=0 runs one
+# process (bench/RESULTS.md, "Two workers by default: fresh runs").
+TEST_WORKERS ?= 2
 test: $(STAMP) sysdeps npu-wheel hta-venv
 	$(PY) -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 

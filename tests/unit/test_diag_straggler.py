@@ -294,6 +294,37 @@ def test_cpu_wait_that_comes_with_its_own_extra_work_is_not_contention():
     assert hogged["share_of_excess"] >= CONTENTION_SHARE
 
 
+def test_cpu_wait_beside_its_own_extra_work_is_that_work_not_contention():
+    """The run-queue share alone is not enough. When the others wait little per CPU second (blocked in
+    collectives most of the step) and the rank queues behind another job in bursts, its wait is mostly
+    "unexplained", yet its own CPU time grew by its extra work: the cause is that work (the demo's host
+    straggler, 20 ms of thread CPU time per step, beside another pytest worker: a24facb run 7). A healthy
+    rank whose CPU time moved by noise stays contention, and so does a rank with no CPU samples."""
+    from rankscope.analysis.diagnosis.cpu import CONTENTION_SHARE, is_contention, wait_excess
+
+    def split(cpu1: float, wait1: float) -> dict:
+        base = {0: (27.0, 2.0), 1: (cpu1, wait1), 2: (27.2, 2.1)}
+        rows = [(r, s, int(c * 1e6), int(w * 1e6)) for r, (c, w) in base.items() for s in range(6)]
+        sched = pl.DataFrame(rows, schema={"rank": pl.Int64, "step": pl.Int64, "cpu_ns": pl.Int64,
+                                           "runq_wait_ns": pl.Int64}, orient="row")
+        own = sched.select("rank", "step", own=pl.col("cpu_ns") + pl.col("runq_wait_ns"))
+        w = wait_excess(sched, 1, own)
+        assert w is not None
+        return w
+
+    worked = split(47.0, 32.0)  # +20 ms CPU, +30 ms wait
+    assert worked["share_of_excess"] >= CONTENTION_SHARE  # the share alone would say contention
+    assert worked["cpu_excess_ns"] == 19_900_000 and worked["others_cpu_ns"] == 27_100_000
+    assert not is_contention(worked)
+    noisy = split(28.0, 12.0)  # +0.9 ms CPU (3 % of the others'), +9.95 ms wait
+    assert noisy["share_of_excess"] >= CONTENTION_SHARE and is_contention(noisy)
+    small = split(29.5, 5.05)  # +2.4 ms CPU is over a quarter of the +5.35 ms excess, but 9 % of 27.1 ms
+    assert small["cpu_excess_ns"] >= 0.25 * small["own_excess_ns"]
+    assert small["share_of_excess"] >= CONTENTION_SHARE and is_contention(small)
+    assert not is_contention({**worked, "share_of_excess": CONTENTION_SHARE - 0.01})
+    assert is_contention({**worked, "cpu_excess_ns": None})
+
+
 def test_bursty_cpu_wait_is_split_by_means():
     """A contended rank waits in bursts: 12 ms in two of six steps, nothing in the others. Own time is
     CPU time + run-queue wait step by step, so the mean split puts all of the extra time on the run

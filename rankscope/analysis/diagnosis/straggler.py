@@ -29,7 +29,7 @@ from rankscope.analysis.base import Analysis, Finding, Result, Severity, frame
 from rankscope.analysis.diagnosis.bound import NO_SAVING, Bound, bound, holds, savings, without_what_if
 from rankscope.analysis.diagnosis.candidates import agreeing, last_share, more_input, more_work, steady_candidates
 from rankscope.analysis.diagnosis.cause import cause, cpu_time_explains, refine, work_explains
-from rankscope.analysis.diagnosis.cpu import CONTENTION_SHARE, sched_frame, wait_excess
+from rankscope.analysis.diagnosis.cpu import is_contention, sched_frame, wait_excess
 from rankscope.analysis.diagnosis.rules import (PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, complete_steps,
                                                 cpu_available_outliers, outliers, paired, per_rank, per_step,
                                                 with_sched)
@@ -237,7 +237,7 @@ def named(ctx: _Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None
         "test": test, "consistency": round(cons, 3)}
     if waited is not None:
         evidence["cpu_wait"] = waited
-        if waited["share_of_excess"] >= CONTENTION_SHARE:  # mostly waiting for a CPU: the host, whatever the test
+        if is_contention(waited):  # mostly waiting for a CPU, not for its own extra work: the host, whatever the test
             kind = "contention"
     # DDP's gradient hooks growing on a host trace mean communication, unless more input work (a count) explains
     # the extra compute (bench run 3, 4 ranks on 2 cores: 1.47x longer sequences, AccumulateGrad +4.3 ms of +13.6)
