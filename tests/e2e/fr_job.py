@@ -2,7 +2,9 @@
 
 ``skip``: rank 1 skips the 4th all_reduce of the default group (a desync: it is already at the
 all_gather). ``stop``: rank 1 leaves before the 2nd broadcast of the sub-group [0, 1] (rank 0 waits
-in it: a hang). Every rank dumps its recorder (pickle, as TORCH_FR_DUMP_TEMP_FILE would, and the JSON form of
+in it: a hang). Setup and the collectives that complete have a generous timeout (a loaded machine can take
+seconds to rendezvous: with 3 s for the whole job, a fresh run beside three other pytest processes left no dump at
+all); only the collectives the job breaks wait 3 s (``Work.wait``). Every rank dumps its recorder (pickle, as TORCH_FR_DUMP_TEMP_FILE would, and the JSON form of
 _dump_fr_trace_json into OUT-json) when its collective times out or when it leaves, then exits.
 """
 from __future__ import annotations
@@ -17,9 +19,9 @@ import torch.distributed as dist
 
 def main(out: str, mode: str) -> None:
     rank = int(os.environ["RANK"])
-    timeout = datetime.timedelta(seconds=3)
-    dist.init_process_group("gloo", timeout=timeout)
-    sub = dist.new_group([0, 1], timeout=timeout)
+    setup, broken = datetime.timedelta(seconds=120), datetime.timedelta(seconds=3)
+    dist.init_process_group("gloo", timeout=setup)
+    sub = dist.new_group([0, 1], timeout=setup)
     t = torch.ones(1000)
     try:
         for _ in range(3):
@@ -28,10 +30,10 @@ def main(out: str, mode: str) -> None:
             dist.broadcast(t, 0, group=sub)
         if mode == "skip":
             if rank != 1:
-                dist.all_reduce(t)
-            dist.all_gather([torch.zeros(1000) for _ in range(3)], t)
+                dist.all_reduce(t, async_op=True).wait(broken)
+            dist.all_gather([torch.zeros(1000) for _ in range(3)], t, async_op=True).wait(broken)
         elif mode == "stop" and rank == 0:
-            dist.broadcast(t, 0, group=sub)  # rank 1 has left: waits until the timeout
+            dist.broadcast(t, 0, group=sub, async_op=True).wait(broken)  # rank 1 has left: waits 3 s
     except Exception as exc:  # noqa: BLE001 - the timeout this job provokes
         print(f"rank {rank}: {type(exc).__name__}", flush=True)
     finally:
