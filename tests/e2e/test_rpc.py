@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -89,15 +88,15 @@ def test_remote_matmul_in_the_callers_table_under_the_remote_node(job):
     assert cells[-1] == "1" and cells[-2] == "1"  # node 1 (worker1), one call
     local = next(line for line in table.splitlines() if line.startswith("aten::mm "))
     assert local.split()[-1] == "0"  # the caller's own matmuls stay on node 0
-    # plausible time: the remote aten::mm of a 384x384 matmul, within a factor of 20 of the local one's
-    # average and inside the callee's own time for that call
+    # plausible time, whatever the machine's load: at least what a 384x384 matmul (113 MFLOP) takes at 450
+    # GFLOP/s, more than this machine's two cores can do (a unit read as us instead of ns would be 1000x
+    # under it), and inside the callee's own time for that call, inside the caller's round trip (a unit
+    # 1000x over would break that). Not a ratio to the local matmul's average: beside a second fresh suite
+    # (load 7-8) one remote call took 122.6 ms against a local average of 1.64 ms, a stall, not a bug.
     call = _call(job["calls"], "rpc_sync#remote_mm(worker0 -> worker1)")
     mm = [e for e in call["events"] if e["name"] == "aten::mm"]
     assert len(mm) == 1 and mm[0]["worker"] == "worker1" and mm[0]["worker_id"] == 1
-    assert mm[0]["dur"] > 20_000 and mm[0]["dur"] <= call["remote_ns"] <= call["t_done"] - call["t_send"]
-    local_avg_ms = float(re.sub("[a-z]+$", "", local.split()[-3])) * (1e-3 if local.split()[-3].endswith("us")
-                                                                       else 1.0)
-    assert local_avg_ms / 20 < mm[0]["dur"] / 1e6 < local_avg_ms * 20
+    assert 2 * 384 ** 3 / 450e9 * 1e9 < mm[0]["dur"] <= call["remote_ns"] <= call["t_done"] - call["t_send"]
 
 
 def test_trace_has_remote_events_inside_the_callers_span_in_the_workers_lane(job):
