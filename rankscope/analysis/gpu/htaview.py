@@ -124,7 +124,9 @@ def _index_correlation(idx: np.ndarray, corr: np.ndarray, gpu: np.ndarray) -> np
 
 def build(d: "RankData") -> View:
     """The rank's frame as HTA loads it, ordered as HTA's, with its earliest start ``tmin``. ``idx`` is the
-    event's row in the rank's events table + 1 (file order; bytes and bandwidth stay there: ``column``)."""
+    event's row in the rank's events table + 1 (file order; bytes and bandwidth stay there: ``column``).
+    The rows that stay are chosen on numpy first and each column is gathered once (building the whole
+    frame and then filtering it held two frames: the pass's largest table after the events, issue 26)."""
     ev = d.events
     info = d.run.ranks.get(d.rank) if hasattr(d.run.ranks, "get") else None
     base = int(getattr(info, "base_time_ns", 0) or 0)
@@ -138,13 +140,15 @@ def build(d: "RankData") -> View:
     sync = np.isin(nid, [i for i, n in enumerate(names) if n in SYNC_NAMES])
     gpu = ((stream >= 0) & (corr >= 0)) | sync
     idx = rows.astype(np.int64) + 1
-    frame = pl.DataFrame({"idx": idx, "nid": nid, "cid": cid, "ts": ts - tmin, "dur": end - ts, "end": end - tmin,
-                          "pid": d.col("pid")[rows], "tid": d.col("tid")[rows], "stream": stream, "correlation": corr,
-                          "depth": d.col("depth")[rows], "gpu": gpu,
-                          "index_correlation": _index_correlation(idx, corr, gpu)})
-    del ts, end, stream, corr, gpu
-    steps = [i for i, n in enumerate(names) if "ProfilerStep" in n]
-    return View(_filtered(frame, steps), names, cats, tmin, base)
+    keep = _kept(gpu, corr, ts - tmin, nid, [i for i, n in enumerate(names) if "ProfilerStep" in n])
+    cols: dict[str, Callable[[], np.ndarray]] = {
+        "idx": lambda: idx, "nid": lambda: nid, "cid": lambda: cid, "ts": lambda: ts - tmin,
+        "dur": lambda: end - ts, "end": lambda: end - tmin, "pid": lambda: d.col("pid")[rows],
+        "tid": lambda: d.col("tid")[rows], "stream": lambda: stream, "correlation": lambda: corr,
+        "depth": lambda: d.col("depth")[rows], "gpu": lambda: gpu,
+        "index_correlation": lambda: _index_correlation(idx, corr, gpu)}
+    frame = pl.DataFrame([pl.Series(k, make() if keep is None else make()[keep]) for k, make in cols.items()])
+    return View(frame, names, cats, tmin, base)
 
 
 def column(d: "RankData", name: str, idx: Any) -> np.ndarray:
@@ -152,17 +156,21 @@ def column(d: "RankData", name: str, idx: Any) -> np.ndarray:
     return d.col(name)[np.asarray(idx) - 1]
 
 
-def _filtered(df: pl.DataFrame, steps: list[int]) -> pl.DataFrame:
-    """Drop what HTA's load drops from the start of the last ProfilerStep on (trace.py:705-731)."""
+def _kept(gpu: np.ndarray, corr: np.ndarray, ts: np.ndarray, nid: np.ndarray, steps: list[int]) -> np.ndarray | None:
+    """The rows HTA's load keeps, in its order, where the trace has two or more ProfilerSteps (trace.py:705-731;
+    None: all rows as they are): the GPU events, each once per CPU event of its correlation that starts before
+    the last step (an inner merge: with none, dropped), then those CPU events."""
     if len(steps) < 2:
-        return df
-    cpu = df.filter(~pl.col("gpu"))
-    last = cpu.filter(pl.col("nid").is_in(steps))["ts"].max()
-    cpu = cpu.filter(pl.col("ts") < last) if last is not None else cpu.clear()
-    n = cpu.group_by("correlation").agg(pl.len().alias("_n"))
-    gpu = df.filter(pl.col("gpu")).join(n, on="correlation", maintain_order="left")
-    gpu = gpu.select(pl.all().repeat_by("_n").explode()).drop("_n") if (gpu["_n"] > 1).any() else gpu.drop("_n")
-    return pl.concat([gpu, cpu])
+        return None
+    cpu = np.flatnonzero(~gpu)
+    at_step = cpu[np.isin(nid[cpu], steps)]
+    cpu = cpu[ts[cpu] < ts[at_step].max()] if len(at_step) else cpu[:0]
+    values, counts = np.unique(corr[cpu], return_counts=True)
+    g = np.flatnonzero(gpu)
+    if not len(values):
+        return cpu
+    at = np.minimum(np.searchsorted(values, corr[g]), len(values) - 1)
+    return np.concatenate([np.repeat(g, np.where(values[at] == corr[g], counts[at], 0)), cpu])
 
 
 # The view's memo key: an analysis whose rank part reads only the view declares ``rank_reads=(KEY,)`` and
