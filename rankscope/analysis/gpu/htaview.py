@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import polars as pl
 
+from rankscope.analysis.rankdata import MAKERS
+
 if TYPE_CHECKING:
     from rankscope.analysis.rankdata import RankData
 
@@ -141,13 +143,20 @@ def build(d: "RankData") -> View:
     gpu = ((stream >= 0) & (corr >= 0)) | sync
     idx = rows.astype(np.int64) + 1
     keep = _kept(gpu, corr, ts - tmin, nid, [i for i, n in enumerate(names) if "ProfilerStep" in n])
-    cols: dict[str, Callable[[], np.ndarray]] = {
-        "idx": lambda: idx, "nid": lambda: nid, "cid": lambda: cid, "ts": lambda: ts - tmin,
-        "dur": lambda: end - ts, "end": lambda: end - tmin, "pid": lambda: d.col("pid")[rows],
-        "tid": lambda: d.col("tid")[rows], "stream": lambda: stream, "correlation": lambda: corr,
-        "depth": lambda: d.col("depth")[rows], "gpu": lambda: gpu,
-        "index_correlation": lambda: _index_correlation(idx, corr, gpu)}
-    frame = pl.DataFrame([pl.Series(k, make() if keep is None else make()[keep]) for k, make in cols.items()])
+    ic = _index_correlation(idx, corr, gpu)
+    # each column is gathered and its full-length array dropped in turn: never two frames' worth at once
+    cols: dict[str, Any] = {
+        "idx": idx, "nid": nid, "cid": cid, "ts": ts - tmin, "dur": end - ts, "end": end - tmin,
+        "pid": lambda: d.col("pid")[rows], "tid": lambda: d.col("tid")[rows], "stream": stream,
+        "correlation": corr, "depth": lambda: d.col("depth")[rows], "gpu": gpu, "index_correlation": ic}
+    del idx, nid, cid, ts, end, stream, corr, gpu, ic, sync
+    series = []
+    for k in list(cols):
+        a = cols.pop(k)
+        a = a() if callable(a) else a
+        series.append(pl.Series(k, a if keep is None else a[keep]))
+        del a
+    frame = pl.DataFrame(series)
     return View(frame, names, cats, tmin, base)
 
 
@@ -181,6 +190,9 @@ KEY = "htaview"
 def view(d: "RankData") -> View:
     """``build`` once per rank (shared by every GPU analysis of the per-rank pass)."""
     return d.memo(KEY, lambda: build(d))
+
+
+MAKERS[KEY] = build  # the pass builds the view itself before it frees the events (``RankData.prepare``)
 
 
 def device(df: pl.DataFrame) -> pl.DataFrame:

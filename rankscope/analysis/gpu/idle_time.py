@@ -27,7 +27,7 @@ from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.gpu.stats import describe
 from rankscope.analysis.gpu.kernels import _launch_ts
-from rankscope.analysis.rankdata import RankData
+from rankscope.analysis.rankdata import Later, RankData, part_of
 from rankscope.model.run import Run
 
 KERNEL_WAIT_NS = 30_000  # HTA's consecutive_kernel_delay default (trace_analysis.py:587: 30 µs)
@@ -97,12 +97,17 @@ def _own_part(d: RankData) -> list[dict[str, Any]]:
 def rank_part(d: RankData) -> dict[str, Any] | None:
     if not d.kind_in(DEVICE_KINDS).any():
         return None
+    own = _own_part(d)
+    return Later(guarded(lambda data: _with_hta(data, own)), (hv.KEY,))  # the view's side after the events go
+
+
+def _with_hta(d: RankData, own: list[dict[str, Any]]) -> dict[str, Any]:
     rows, stats = _hta_part(d)
-    return {"own": _own_part(d), "hta": rows, "stats": stats}
+    return {"own": own, "hta": rows, "stats": stats}
 
 
 def run_gpu_idle(run: Run, results: dict[str, Any]) -> Result:
-    return combine(run, [(r, rank_part(RankData(run, r))) for r in run.rank_ids], results)
+    return combine(run, [(r, part_of(rank_part, run, r)) for r in run.rank_ids], results)
 
 
 def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:

@@ -24,7 +24,7 @@ from rankscope.analysis.classify import DEVICE_KINDS
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.gpu.stats import hta_sweep, sweep, top_n
-from rankscope.analysis.rankdata import RankData
+from rankscope.analysis.rankdata import Later, RankData, part_of
 from rankscope.model.run import Run
 
 HTA_CLASSES = (hv.COMPUTATION, hv.COMMUNICATION, hv.MEMORY)
@@ -74,11 +74,11 @@ def rank_part(d: RankData) -> dict[str, Any] | None:
     own = _own_part(d)
     if own is None:
         return None
-    return {**own, "hta": _hta_part(d)}
+    return Later(guarded(lambda data: {**own, "hta": _hta_part(data)}), (hv.KEY,))  # the view's side after the events go
 
 
 def run_kernel_breakdown(run: Run, results: dict[str, Any]) -> Result:
-    return combine(run, [(r, rank_part(RankData(run, r))) for r in run.rank_ids], results)
+    return combine(run, [(r, part_of(rank_part, run, r)) for r in run.rank_ids], results)
 
 
 def _hta_types(parts: list[dict[str, Any]]) -> pl.DataFrame:

@@ -115,7 +115,7 @@ ANALYSIS = Analysis(
     description="memcpy / memset bandwidth per copy kind (HTA parity)",
     run=run_memory_bw,
     needs=("kernels",),
-    rank_part=rank_part, combine=combine,
+    rank_part=rank_part, combine=combine, rank_reads=("events", hv.KEY),  # bytes and bandwidth: events columns
     view=View("Memory copy / set bandwidth", (Col("bytes", "bytes moved", "bytes"),), (
         TableView("memory_bw", "per rank and copy kind (bandwidth = bytes / busy time)", (
             Col("rank", "rank", "count"), Col("name", "kind"), Col("ops", "operations", "count"),
