@@ -82,6 +82,13 @@ class View:
                                             key: [fn(n) for n in self.names]})
         return self._memo[key]
 
+    def text_ids(self) -> np.ndarray:
+        """Per name code, the first code of the same text (a missing name is "", which may be a name too)."""
+        if "_text" not in self._memo:
+            first: dict[str, int] = {}
+            self._memo["_text"] = np.array([first.setdefault(n, i) for i, n in enumerate(self.names)], dtype=np.int32)
+        return self._memo["_text"]
+
     def cat_id(self, cat: str) -> int:
         return self.cats.index(cat) if cat in self.cats else -1
 

@@ -91,9 +91,9 @@ def _linked_depths(v: hv.View, cpu: pl.DataFrame) -> pl.DataFrame:
     bts = b["ts"].to_numpy()
     j = np.clip(np.searchsorted(tts, bts, side="right") - 1, 0, max(top.height - 1, 0))
     add = np.where(len(tts) > 0, np.maximum(shift[j] if len(tts) else 0, 0), 0)
-    moved = b.select("idx").with_columns(_add=pl.Series(add.astype(np.int64)))
-    cpu = cpu.join(moved, on="idx", how="left", maintain_order="left")
-    return cpu.with_columns((pl.col("depth").cast(pl.Int64) + pl.col("_add").fill_null(0)).alias("depth")).drop("_add")
+    full = np.zeros(cpu.height, np.int64)  # b's rows are the bwd thread's rows of cpu, in cpu's order
+    full[(cpu["thread"] == bwd[0]).to_numpy()] = add
+    return cpu.with_columns(depth=pl.col("depth").cast(pl.Int64) + pl.Series(full))
 
 
 def sequences(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFrame:
@@ -111,9 +111,9 @@ def sequence_codes(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFra
     host = [v.cat_id(c) for c in HOST_CATS]  # operators and annotations nest; a runtime call (one
     # cudaGraphLaunch runs a whole graph) owns the kernels it launched itself
     roots = cpu.filter(pl.col("depth") == pl.col("depth").min().over("nid"))
-    k = f.filter((pl.col("stream") >= min_stream) & (pl.col("index_correlation") > 0)).select(
-        pl.col("idx").alias("k_idx"), pl.col("nid").alias("k_nid"), pl.col("ts").alias("k_ts"),
-        pl.col("dur").alias("k_dur"), pl.col("index_correlation").alias("idx"))
+    k = f.select(pl.col("idx").alias("k_idx"), pl.col("nid").alias("k_nid"), pl.col("ts").alias("k_ts"),
+                 pl.col("dur").alias("k_dur"), pl.col("index_correlation").alias("idx"), "stream").filter(
+        (pl.col("stream") >= min_stream) & (pl.col("idx") > 0)).drop("stream")  # a filter copies all it is given
     launches = cpu.select("idx", "thread", "ts", "end").join(k, on="idx")
     del cpu  # the pass's peak is here: drop each frame as soon as it is used (issue 26)
     own = k.select(pl.col("idx").alias("root"), "k_idx").join(
