@@ -27,9 +27,17 @@ EVENT_COLUMNS = ["name", "kind", "ts", "dur", "tid", "stream", "is_comm", "exter
                  "depth", "input_dims", "cat", "pid", "bytes", "bandwidth"]
 
 
+@dataclass(frozen=True)
+class Maker:
+    """How a memoized table is made from the events (``make``), and the event columns it reads."""
+
+    make: Callable[["RankData"], Any]
+    columns: tuple[str, ...]
+
+
 # Memoized tables the pass can make from the events before it frees them (``RankData.prepare``), by memo key;
 # the module that defines one registers its maker (``analysis/gpu/htaview.py``: the HTA view).
-MAKERS: dict[str, Callable[["RankData"], Any]] = {}
+MAKERS: dict[str, Maker] = {}
 
 
 @dataclass(frozen=True)
@@ -84,11 +92,19 @@ class RankData:
             self._memo[key] = make()
         return self._memo[key]
 
-    def prepare(self, keys: tuple[str, ...]) -> None:
-        """Make the memoized tables ``keys`` that have a maker (``MAKERS``) and are not made yet."""
-        for k in keys:
-            if k not in self._memo and k in MAKERS:
-                self.memo(k, lambda: MAKERS[k](self))
+    def prepare(self, keys: tuple[str, ...], narrow: bool = False) -> None:
+        """Make the memoized tables ``keys`` that have a maker (``MAKERS``) and are not made yet. ``narrow``
+        (nothing else reads the events any more): first free every other table, event column and memoized
+        value, so that the makers run beside only what they read (issue 26)."""
+        todo = [k for k in keys if k not in self._memo and k in MAKERS]
+        if todo and narrow:
+            cols = {c for k in todo for c in MAKERS[k].columns}
+            self._columns = [c for c in self._columns if c in cols]
+            ev = self._tables.get("events")
+            self._tables = {} if ev is None else {"events": ev.select([c for c in ev.column_names if c in cols])}
+            self._memo = {k: v for k, v in self._memo.items() if k in keys}
+        for k in todo:
+            self.memo(k, lambda: MAKERS[k].make(self))
 
     def release(self, keep: tuple[str, ...] = ()) -> bool:
         """Free the tables and every memoized value but those under ``keep``, if those are all computed

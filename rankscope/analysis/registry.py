@@ -135,7 +135,7 @@ def rank_parts(task: tuple[Run, tuple[Parts, Parts, Parts, tuple[str, ...]]], ra
     out = {name: fn(data) for name, fn in first}
     later = {name: p for name, p in out.items() if isinstance(p, Later)}
     keep = tuple(sorted({*keep, *(k for p in later.values() for k in p.reads)}))
-    data.prepare(keep)
+    data.prepare(keep, narrow=not both)
     out.update((name, fn(data)) for name, fn in both)
     if late or later:
         data.release(keep)  # the events table and its derived arrays: ~20 MB on a large rank (bench/RESULTS.md)

@@ -98,13 +98,14 @@ def test_pass_frees_the_events_before_the_parts_that_read_only_the_hta_view(tmp_
 
 
 def test_pass_builds_the_view_after_the_events_side_and_runs_the_view_side_after_the_events_go(tmp_path, monkeypatch):
-    """Issue 26: kernel_breakdown's rank part reads the events and returns a ``Later`` for its HTA side; memory_bw
-    reads both. Per rank: the events side, the view built, memory_bw, the events freed, then the view side; the
-    results equal the standalone runs."""
+    """Issue 26: kernel_breakdown's and memory_bw's rank parts read the events and return a ``Later`` for their
+    HTA side. Per rank: the events sides, then the view built beside only the event columns it reads (the
+    other tables, columns and memoized values freed), the events freed, then the view sides; the results
+    equal the standalone runs."""
     from rankscope.analysis.gpu import htaview as hv
     from rankscope.analysis.gpu import kernel_breakdown as kb
     from rankscope.analysis.gpu import memory_bw
-    from rankscope.analysis.rankdata import MAKERS, RankData
+    from rankscope.analysis.rankdata import MAKERS, Maker, RankData
 
     run = _run(tmp_path)
     alone = {"kernel_breakdown": kb.run_kernel_breakdown(run, {}), "memory_bw": memory_bw.run_memory_bw(run, {})}
@@ -113,13 +114,21 @@ def test_pass_builds_the_view_after_the_events_side_and_runs_the_view_side_after
     def spy(tag, fn):
         return lambda *a, **k: (calls.append(tag), fn(*a, **k))[1]
 
-    monkeypatch.setitem(MAKERS, hv.KEY, spy("view", MAKERS[hv.KEY]))
+    maker = MAKERS[hv.KEY]
+
+    def make(d):
+        calls.append(("view", sorted(d._tables), sorted(d.events.column_names), sorted(d._memo)))
+        return maker.make(d)
+
+    monkeypatch.setitem(MAKERS, hv.KEY, Maker(make, maker.columns))
     monkeypatch.setattr(kb, "_own_part", spy("own", kb._own_part))
     monkeypatch.setattr(kb, "_hta_part", spy("hta", kb._hta_part))
-    monkeypatch.setattr(memory_bw, "copies", spy("both", memory_bw.copies))
+    monkeypatch.setattr(memory_bw, "copy_columns", spy("copy columns", memory_bw.copy_columns))
+    monkeypatch.setattr(memory_bw, "copies", spy("copies", memory_bw.copies))
     monkeypatch.setattr(RankData, "release", spy("release", RankData.release))
     shared = run_all(run, names=["kernel_breakdown", "memory_bw"])
-    assert calls == ["own", "view", "both", "release", "hta"] * 4
+    view = ("view", ["events"], sorted(maker.columns), [])
+    assert calls == ["own", "copy columns", view, "release", "hta", "copies"] * 4
     for n, res in alone.items():
         assert res.skipped == shared[n].skipped
         for t, a in res.tables.items():

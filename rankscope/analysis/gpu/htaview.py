@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import polars as pl
 
-from rankscope.analysis.rankdata import MAKERS
+from rankscope.analysis.rankdata import MAKERS, Maker
 
 if TYPE_CHECKING:
     from rankscope.analysis.rankdata import RankData
@@ -199,7 +199,8 @@ def view(d: "RankData") -> View:
     return d.memo(KEY, lambda: build(d))
 
 
-MAKERS[KEY] = build  # the pass builds the view itself before it frees the events (``RankData.prepare``)
+# the pass builds the view itself before it frees the events (``RankData.prepare``), from these columns
+MAKERS[KEY] = Maker(build, ("name", "cat", "ts", "dur", "stream", "correlation", "pid", "tid", "depth"))
 
 
 def device(df: pl.DataFrame) -> pl.DataFrame:
