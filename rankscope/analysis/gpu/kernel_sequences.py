@@ -122,10 +122,17 @@ def sequence_codes(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFra
     del launches, own
     pairs = pairs.join(k.drop("idx"), on="k_idx")
     del k
-    pairs = pairs.filter(pl.len().over("root") >= MIN_PATTERN_LEN).sort("root", "k_ts", "k_idx")
+    # roots with enough kernels, each root's kernels in start order: sorted in numpy and only the columns the
+    # patterns need gathered (a filter and a sort of the frame held two more copies of it at the part's peak)
+    root, k_ts, k_idx = (pairs[c].to_numpy() for c in ("root", "k_ts", "k_idx"))
+    o = np.lexsort((k_idx, k_ts, root))
+    r = root[o]
+    run = np.cumsum(np.r_[True, r[1:] != r[:-1]] if len(r) else np.zeros(0, bool)) - 1
+    o = o[np.bincount(run)[run] >= MIN_PATTERN_LEN]
+    per = pl.DataFrame({"root": root[o], "k_nid": pairs["k_nid"].to_numpy()[o], "k_dur": pairs["k_dur"].to_numpy()[o]})
+    del pairs, root, k_ts, k_idx, o, r, run
     # patterns as lists of name codes; names are joined only once per distinct pattern
-    per = pairs.group_by("root", maintain_order=True).agg(pl.col("k_nid").alias("seq"), pl.col("k_dur").sum().alias("gpu"))
-    del pairs
+    per = per.group_by("root", maintain_order=True).agg(pl.col("k_nid").alias("seq"), pl.col("k_dur").sum().alias("gpu"))
     per = per.join(roots.select(pl.col("idx").alias("root"), "nid", "dur"), on="root")
     return per.group_by("nid", "seq").agg(pl.len().alias("count"), pl.col("gpu").sum(), pl.col("dur").sum().alias("cpu"))
 
