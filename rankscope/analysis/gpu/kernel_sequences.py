@@ -47,7 +47,8 @@ def _cpu_threads(f: pl.DataFrame) -> pl.DataFrame:
     gpu = (np.bincount(grp, weights=stream <= 0, minlength=len(first)) == 0) | (pid[first] == 0) | (tid[first] == 0)
     keep = (stream == -1) & ~gpu[grp]
     thread = np.unique(grp[keep], return_inverse=True)[1].reshape(-1).astype(np.int64) + 1
-    return f.filter(pl.Series(keep)).select("idx", "nid", "cid", "ts", "dur", "end", "depth").with_columns(
+    # the columns chosen before the rows: a filter copies every column it is given (most rows stay here)
+    return f.select("idx", "nid", "cid", "ts", "dur", "end", "depth").filter(pl.Series(keep)).with_columns(
         thread=pl.Series(thread, dtype=pl.Int64))
 
 
@@ -117,9 +118,11 @@ def sequence_codes(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFra
     launches = cpu.select("idx", "thread", "ts", "end").join(k, on="idx")
     del cpu  # the pass's peak is here: drop each frame as soon as it is used (issue 26)
     own = k.select(pl.col("idx").alias("root"), "k_idx").join(
-        roots.filter(~pl.col("cid").is_in(host)).select(pl.col("idx").alias("root")), on="root")
-    pairs = pl.concat([_pairs(roots.filter(pl.col("cid").is_in(host)), launches), own])
-    del launches, own
+        roots.select(pl.col("idx").alias("root"), "cid").filter(~pl.col("cid").is_in(host)).drop("cid"), on="root")
+    nesting = roots.select("idx", "ts", "end", "depth", "thread", "cid").filter(pl.col("cid").is_in(host))
+    roots = roots.select(pl.col("idx").alias("root"), "nid", "dur")  # all that is read of them from here on
+    pairs = pl.concat([_pairs(nesting, launches), own])
+    del launches, own, nesting
     pairs = pairs.join(k.drop("idx"), on="k_idx")
     del k
     # roots with enough kernels, each root's kernels in start order: sorted in numpy and only the columns the
@@ -133,7 +136,7 @@ def sequence_codes(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFra
     del pairs, root, k_ts, k_idx, o, r, run
     # patterns as lists of name codes; names are joined only once per distinct pattern
     per = per.group_by("root", maintain_order=True).agg(pl.col("k_nid").alias("seq"), pl.col("k_dur").sum().alias("gpu"))
-    per = per.join(roots.select(pl.col("idx").alias("root"), "nid", "dur"), on="root")
+    per = per.join(roots, on="root")
     return per.group_by("nid", "seq").agg(pl.len().alias("count"), pl.col("gpu").sum(), pl.col("dur").sum().alias("cpu"))
 
 
