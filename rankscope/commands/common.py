@@ -5,7 +5,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rankscope.engine.memory import ALLOCATOR_ENV, lean_allocators  # noqa: F401 - the CLI's, re-exported
 
@@ -163,10 +163,10 @@ def _draws_live() -> bool:
         return False
 
 
-def progress() -> Progress | _NoProgress:
+def progress() -> Progress:
     """The progress bar on stderr (transient); no-op where rich would draw none (output to a file or pipe)."""
     if not _draws_live():
-        return _NoProgress()
+        return cast("Progress", _NoProgress())  # the same calls, nothing drawn
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

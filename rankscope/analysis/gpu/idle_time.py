@@ -94,7 +94,7 @@ def _own_part(d: RankData) -> list[dict[str, Any]]:
 
 
 @guarded
-def rank_part(d: RankData) -> dict[str, Any] | None:
+def rank_part(d: RankData) -> Later | None:
     if not d.kind_in(DEVICE_KINDS).any():
         return None
     own = _own_part(d)

@@ -70,7 +70,7 @@ def _own_part(d: RankData) -> dict[str, Any] | None:
 
 
 @guarded
-def rank_part(d: RankData) -> dict[str, Any] | None:
+def rank_part(d: RankData) -> Later | None:
     own = _own_part(d)
     if own is None:
         return None
