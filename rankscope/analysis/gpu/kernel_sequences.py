@@ -141,10 +141,13 @@ def sequence_codes(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFra
 
 
 def named(codes: pl.DataFrame, names: Sequence[str] | dict[int, str]) -> pl.DataFrame:
-    """``sequence_codes`` with ``operator`` and ``pattern`` ("operator|kernel|kernel|...") for the codes."""
-    pattern = [names[n] + "|" + "|".join([names[k] for k in s]) for n, s in codes.select("nid", "seq").iter_rows()]
+    """``sequence_codes`` with ``operator`` and ``pattern`` ("operator|kernel|kernel|...") for the codes. A
+    pattern can be ~200 KB of text: each is made and stored in turn (a chunk each), never all twice (issue 26)."""
+    pattern = pl.concat([pl.Series("pattern", [names[n] + "|" + "|".join([names[k] for k in s])], dtype=pl.Utf8)
+                         for n, s in codes.select("nid", "seq").iter_rows()] or [pl.Series("pattern", [], pl.Utf8)],
+                        rechunk=False)
     return codes.with_columns(operator=pl.Series([names[n] for n in codes["nid"].to_list()], dtype=pl.Utf8),
-                              pattern=pl.Series(pattern, dtype=pl.Utf8)).drop("nid", "seq")
+                              pattern=pattern).drop("nid", "seq")
 
 
 def _used_names(names: list[str], *codes: pl.DataFrame) -> dict[int, str]:
@@ -176,14 +179,27 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
     if not got:
         why = f"no operator launched {MIN_PATTERN_LEN} or more kernels in any rank"
         return with_problems(problems, Result("kernel_sequences", skipped=why))
-    hta = pl.concat([named(p["hta"], p["names"]).with_columns(rank=pl.lit(r)) for r, p in got]).select(
+    got.sort(key=lambda rp: rp[0])  # each rank's rows in the table's order, ranks ascending: the patterns'
+    # text is made in its final order (sorting the named table would copy it: issue 26)
+    hta = pl.concat([named(_ordered(p["hta"], p["names"], "operator"), p["names"]).with_columns(rank=pl.lit(r))
+                     for r, p in got]).select(
         "rank", "operator", "pattern", "count", hv.to_us(pl.col("gpu")).alias("GPU kernel duration (us)"),
         hv.to_us(pl.col("cpu")).alias("CPU op duration (us)"))
-    own = pl.concat([named(p["own"], p["names"]).with_columns(rank=pl.lit(r)) for r, p in got]).select(
+    own = pl.concat([named(_ordered(p["own"], p["names"], "gpu"), p["names"]).with_columns(rank=pl.lit(r))
+                     for r, p in got]).select(
         "rank", "operator", "pattern", "count", pl.col("gpu").alias("kernel_time"), pl.col("cpu").alias("operator_time"))
-    return with_problems(problems, Result("kernel_sequences", tables={
-        "kernel_sequences": own.sort(["rank", "count", "kernel_time"], descending=[False, True, True]),
-        "hta_kernel_sequences": hta.sort(["rank", "operator", "count"], descending=[False, False, True])}))
+    return with_problems(problems, Result("kernel_sequences", tables={"kernel_sequences": own,
+                                                                      "hta_kernel_sequences": hta}))
+
+
+def _ordered(codes: pl.DataFrame, names: Sequence[str] | dict[int, str], by: str) -> pl.DataFrame:
+    """One rank's codes in its table's order: by operator name, then count descending ("operator"), or by count,
+    then kernel time, descending ("gpu")."""
+    if by == "operator":
+        op = pl.Series([names[n] for n in codes["nid"].to_list()], dtype=pl.Utf8)
+        return codes[op.to_frame("o").with_columns(codes["count"]).with_row_index("_i").sort(
+            ["o", "count"], descending=[False, True])["_i"]]
+    return codes.sort(["count", "gpu"], descending=[True, True])
 
 
 ANALYSIS = Analysis(
