@@ -140,12 +140,19 @@ def sequence_codes(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFra
     return per.group_by("nid", "seq").agg(pl.len().alias("count"), pl.col("gpu").sum(), pl.col("dur").sum().alias("cpu"))
 
 
-def named(codes: pl.DataFrame, names: Sequence[str] | dict[int, str]) -> pl.DataFrame:
+def named(codes: pl.DataFrame, names: Sequence[str] | dict[int, str],
+          made: dict[tuple[int, tuple[int, ...]], pl.Series] | None = None) -> pl.DataFrame:
     """``sequence_codes`` with ``operator`` and ``pattern`` ("operator|kernel|kernel|...") for the codes. A
-    pattern can be ~200 KB of text: each is made and stored in turn (a chunk each), never all twice (issue 26)."""
-    pattern = pl.concat([pl.Series("pattern", [names[n] + "|" + "|".join([names[k] for k in s])], dtype=pl.Utf8)
-                         for n, s in codes.select("nid", "seq").iter_rows()] or [pl.Series("pattern", [], pl.Utf8)],
-                        rechunk=False)
+    pattern can be ~200 KB of text: each is made once, as a chunk of its own, and shared by the tables that
+    name the same codes through ``made`` (issue 26: the two tables held the same text twice)."""
+    made = {} if made is None else made
+    chunks = []
+    for n, s in codes.select("nid", "seq").iter_rows():
+        key = (n, tuple(s))
+        if key not in made:
+            made[key] = pl.Series("pattern", [names[n] + "|" + "|".join([names[k] for k in s])], dtype=pl.Utf8)
+        chunks.append(made[key])
+    pattern = pl.concat(chunks, rechunk=False) if chunks else pl.Series("pattern", [], dtype=pl.Utf8)
     return codes.with_columns(operator=pl.Series([names[n] for n in codes["nid"].to_list()], dtype=pl.Utf8),
                               pattern=pattern).drop("nid", "seq")
 
@@ -181,12 +188,13 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
         return with_problems(problems, Result("kernel_sequences", skipped=why))
     got.sort(key=lambda rp: rp[0])  # each rank's rows in the table's order, ranks ascending: the patterns'
     # text is made in its final order (sorting the named table would copy it: issue 26)
-    hta = pl.concat([named(_ordered(p["hta"], p["names"], "operator"), p["names"]).with_columns(rank=pl.lit(r))
-                     for r, p in got]).select(
+    made: dict[int, dict[Any, pl.Series]] = {r: {} for r, _ in got}  # a rank's patterns, shared by both tables
+    hta = pl.concat([named(_ordered(p["hta"], p["names"], "operator"), p["names"], made[r]).with_columns(
+        rank=pl.lit(r)) for r, p in got]).select(
         "rank", "operator", "pattern", "count", hv.to_us(pl.col("gpu")).alias("GPU kernel duration (us)"),
         hv.to_us(pl.col("cpu")).alias("CPU op duration (us)"))
-    own = pl.concat([named(_ordered(p["own"], p["names"], "gpu"), p["names"]).with_columns(rank=pl.lit(r))
-                     for r, p in got]).select(
+    own = pl.concat([named(_ordered(p["own"], p["names"], "gpu"), p["names"], made[r]).with_columns(
+        rank=pl.lit(r)) for r, p in got]).select(
         "rank", "operator", "pattern", "count", pl.col("gpu").alias("kernel_time"), pl.col("cpu").alias("operator_time"))
     return with_problems(problems, Result("kernel_sequences", tables={"kernel_sequences": own,
                                                                       "hta_kernel_sequences": hta}))
