@@ -57,7 +57,8 @@ def _hta_stream(k: pl.DataFrame) -> tuple[list[dict[str, Any]], pl.DataFrame]:
 def _hta_part(d: RankData) -> tuple[list[dict[str, Any]], list[pl.DataFrame]]:
     v = hv.view(d)
     f = v.frame
-    k = f.filter((pl.col("stream") != -1) & pl.col("cid").is_in([v.cat_id(c) for c in HTA_CATS]))
+    k = f.select("stream", "cid", "index_correlation", "ts", "end").filter(  # a filter copies all it is given
+        (pl.col("stream") != -1) & pl.col("cid").is_in([v.cat_id(c) for c in HTA_CATS]))
     # the launch's start: the event whose index is the kernel's index_correlation (none: NaN)
     starts = f.select(pl.col("idx").alias("index_correlation"), pl.col("ts").alias("ts_runtime")).unique(
         "index_correlation", keep="first")

@@ -39,7 +39,7 @@ def _is_type(kind: str, name: str) -> bool:
 
 def _hta_part(d: RankData) -> dict[str, Any]:
     v = hv.view(d)
-    k = hv.device(v.frame).select("nid", "ts", "end", "dur")
+    k = hv.device(v.frame.select("nid", "ts", "end", "dur", "stream")).drop("stream")  # a filter copies all it is given
     types_of = {c: v.name_ids(c, functools.partial(_is_type, c)) for c in HTA_CLASSES}
     parts = {c: k.filter(pl.col("nid").is_in(ids)) for c, ids in types_of.items()}
     types = hta_sweep([(c, p["ts"].to_numpy(), p["end"].to_numpy()) for c, p in parts.items()])

@@ -42,7 +42,7 @@ def copies(d: RankData, v: hv.View, cols: Columns | None = None) -> pl.DataFrame
     a copy without Kineto's bandwidth has HTA's default, 0 (hta/configs/default_event_args.py). ``cols``:
     ``copy_columns`` of the rank (else read from its events)."""
     mem = v.name_ids("memory_kernels", lambda n: hv.kernel_type(n) == hv.MEMORY)
-    k = hv.device(v.frame).filter(pl.col("nid").is_in(mem))
+    k = hv.device(v.frame.select("idx", "nid", "ts", "pid", "dur", "stream")).filter(pl.col("nid").is_in(mem))
     idx = k["idx"].to_numpy()
     if cols is None:
         nbytes, bw = hv.column(d, "bytes", idx), hv.column(d, "bandwidth", idx)
