@@ -144,25 +144,36 @@ def build(d: "RankData") -> View:
     rows = np.flatnonzero(cid != (cats.index("Trace") if "Trace" in cats else -2))
     nid, cid = nid[rows], cid[rows]
     stream, corr = d.col("stream")[rows], d.col("correlation")[rows]
+    gpu = ((stream >= 0) & (corr >= 0)) | np.isin(nid, [i for i, n in enumerate(names) if n in SYNC_NAMES])
+    # the links first, beside as few full-length arrays as possible (its join is the build's largest step)
+    ic = _index_correlation(rows + 1, corr, gpu)
     ts, end = _rounded(d.col("ts")[rows] - base, d.col("dur")[rows])
     tmin = int(ts.min()) if len(ts) else 0
-    sync = np.isin(nid, [i for i, n in enumerate(names) if n in SYNC_NAMES])
-    gpu = ((stream >= 0) & (corr >= 0)) | sync
-    idx = rows.astype(np.int64) + 1
     keep = _kept(gpu, corr, ts - tmin, nid, [i for i, n in enumerate(names) if "ProfilerStep" in n])
-    ic = _index_correlation(idx, corr, gpu)
-    # each column is gathered and its full-length array dropped in turn: never two frames' worth at once
-    cols: dict[str, Any] = {
-        "idx": idx, "nid": nid, "cid": cid, "ts": ts - tmin, "dur": end - ts, "end": end - tmin,
-        "pid": lambda: d.col("pid")[rows], "tid": lambda: d.col("tid")[rows], "stream": stream,
-        "correlation": corr, "depth": lambda: d.col("depth")[rows], "gpu": gpu, "index_correlation": ic}
-    del idx, nid, cid, ts, end, stream, corr, gpu, ic, sync
-    series = []
-    for k in list(cols):
-        a = cols.pop(k)
-        a = a() if callable(a) else a
-        series.append(pl.Series(k, a if keep is None else a[keep]))
-        del a
+    # each column is gathered in the frame's order and its full-length array dropped as soon as it is used
+    # (a frame's worth of arrays and the frame are never both held)
+    series: list[pl.Series] = []
+
+    def add(name: str, a: np.ndarray) -> None:
+        series.append(pl.Series(name, a if keep is None else a[keep]))
+
+    add("idx", rows + 1)
+    add("nid", nid)
+    add("cid", cid)
+    del nid, cid
+    add("ts", ts - tmin)
+    add("dur", end - ts)
+    add("end", end - tmin)
+    del ts, end
+    add("pid", d.col("pid")[rows])
+    add("tid", d.col("tid")[rows])
+    add("stream", stream)
+    add("correlation", corr)
+    del stream, corr
+    add("depth", d.col("depth")[rows])
+    add("gpu", gpu)
+    add("index_correlation", ic)
+    del rows, gpu, ic
     frame = pl.DataFrame(series)
     return View(frame, names, cats, tmin, base)
 
