@@ -127,7 +127,7 @@ def rank_parts(task: tuple[Run, tuple[Parts, Parts, Parts, tuple[str, ...]]], ra
     In that order, so that a rank's events and the tables made from them are held together only as long
     as needed (issue 26): the events-only parts (and the events side of those that return a ``Later``),
     then the memoized tables are made (the HTA view), the parts that read both, then the events are freed,
-    and the parts and ``Later``s that read only the memoized tables run."""
+    and the parts that read only the memoized tables run, then the ``Later``s."""
     from rankscope.analysis.rankdata import Later, RankData
 
     run, (first, both, late, keep) = task
@@ -139,8 +139,10 @@ def rank_parts(task: tuple[Run, tuple[Parts, Parts, Parts, tuple[str, ...]]], ra
     out.update((name, fn(data)) for name, fn in both)
     if late or later:
         data.release(keep)  # the events table and its derived arrays: ~20 MB on a large rank (bench/RESULTS.md)
-        out.update((name, p.fn(data)) for name, p in later.items())
+        # the Laters last: the view sides of gpu_idle, kernel_breakdown and memory_bw fault in much library code
+        # that the largest transients (aten_kernels, kernel_sequences) need not sit on (-2 MB peak, bench/RESULTS.md)
         out.update((name, fn(data)) for name, fn in late)
+        out.update((name, p.fn(data)) for name, p in later.items())
     return out
 
 
