@@ -118,7 +118,8 @@ def per_rank_pass(run: Run, analyses: list[Analysis]) -> dict[str, list[tuple[in
 Parts = tuple[tuple[str, Any], ...]
 
 
-def rank_parts(task: tuple[Run, tuple[Parts, Parts, Parts, tuple[str, ...]]], rank: int | None = None) -> dict[str, Any]:
+def rank_parts(task: tuple[Run, tuple[Parts, Parts, Parts, tuple[str, ...]]],
+               rank: int | None = None) -> dict[str, Any]:
     """Every listed ``rank_part`` on one rank's ``RankData`` (a module-level function: it runs on
     Dask workers). ``task`` is (run, (parts that read only the events, parts that read the events and
     memoized tables, parts that read only memoized tables, the names of those tables)); ``rank``

@@ -20,16 +20,20 @@ if TYPE_CHECKING:  # the CLI imports the model and analyses only when a verb run
     out: Console  # stdout
 
 
-def __getattr__(name: str) -> Any:
-    """``console`` (stderr) and ``out`` (stdout): rich consoles made on first use, so that a run that draws no
+def _console(name: str) -> Console:
+    """``console`` (stderr) or ``out`` (stdout): rich consoles made on first use, so that a run that draws no
     progress bar loads rich only to print its results, after the analyses (peak RSS, issue 26)."""
-    if name not in ("console", "out"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if name not in globals():
         from rich.console import Console
 
         globals()[name] = Console(stderr=name == "console")
-    return globals()[name]
+    return globals()[name]  # type: ignore[no-any-return]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("console", "out"):
+        return _console(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def escape(text: str) -> str:
@@ -110,7 +114,8 @@ def warn(text: str) -> None:
     """One warning line on stderr: file names escaped (no terminal escapes, no rich markup)."""
     from rankscope.errors import safe
 
-    __getattr__("console").print(f"[yellow]warning:[/] {escape(safe(text))}", highlight=False, soft_wrap=True)  # one line each
+    # one line each
+    _console("console").print(f"[yellow]warning:[/] {escape(safe(text))}", highlight=False, soft_wrap=True)
 
 
 def coverage_lines(run: Run) -> list[str]:
@@ -150,7 +155,7 @@ def _draws_live() -> bool:
     """Whether rich would draw a live progress bar on stderr (``Console.is_terminal``, or Jupyter); in doubt,
     True. A transient bar that is not drawn leaves nothing behind."""
     if "console" in globals():  # made already: ask it
-        con = __getattr__("console")
+        con = _console("console")
         return bool(con.is_terminal or con.is_jupyter)
     env = os.environ
     if "IPython" in sys.modules or env.get("TTY_COMPATIBLE") == "1" or env.get("FORCE_COLOR"):
@@ -170,7 +175,7 @@ def progress() -> Progress:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=__getattr__("console"), transient=True)
+                    TimeElapsedColumn(), console=_console("console"), transient=True)
 
 
 def load_and_analyze(path: str, jobs: int, allow_missing: bool = True, clock_align: bool = True,
@@ -201,7 +206,7 @@ def load_and_analyze(path: str, jobs: int, allow_missing: bool = True, clock_ali
 def print_summary(run: Run, results: dict[str, Result], report: str | None = None) -> None:
     from rankscope.render.terminal import findings_lines, pipeline_lines, rank_table, rpc_lines
 
-    out = __getattr__("out")
+    out = _console("out")
 
     for line in coverage_lines(run):  # first: what the results below do not cover
         out.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)

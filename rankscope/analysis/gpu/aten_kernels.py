@@ -93,8 +93,8 @@ def _rows(v: hv.View, same_thread: bool) -> pl.DataFrame:
     f = v.frame.select("idx", "nid", "ts", "end", "tid")  # a filter copies every column it is given
     aten = f.filter(pl.col("nid").is_in(v.name_ids("aten", lambda n: n.startswith("aten::"))))
     lau = f.filter(pl.col("nid").is_in(v.name_ids("kernel_launch", lambda n: _LAUNCH.match(n) is not None)))
-    kern = hv.device(v.frame.select("nid", "ts", "stream", "index_correlation")).group_by("index_correlation").agg(pl.len().alias("n"), pl.col("ts").first().alias("k_ts"),
-                                                          pl.col("nid").first().alias("k_nid"))
+    kern = hv.device(v.frame.select("nid", "ts", "stream", "index_correlation")).group_by("index_correlation").agg(
+        pl.len().alias("n"), pl.col("ts").first().alias("k_ts"), pl.col("nid").first().alias("k_nid"))
     lau = lau.join(kern.filter(pl.col("n") == 1), left_on="idx", right_on="index_correlation", maintain_order="left")
     a_ts, a_end, a_tid = aten["ts"].to_numpy(), aten["end"].to_numpy(), aten["tid"].to_numpy()
     l_ts, l_end, l_tid = lau["ts"].to_numpy(), lau["end"].to_numpy(), lau["tid"].to_numpy()
@@ -128,7 +128,8 @@ def _grouped(v: hv.View, rows: pl.DataFrame) -> pl.DataFrame:
         pl.len().alias("occurrence_count"), pl.col("aten_op_delay").sum(), pl.col("runtime_delay").sum())
     n = v.names
     g = g.select(pl.Series("aten_op_name", [n[i] for i in g["op"].to_list()], dtype=pl.Utf8),
-                 pl.Series("kernel_sequence", [" -> ".join(n[i] for i in s) for s in g["seq"].to_list()], dtype=pl.Utf8),
+                 pl.Series("kernel_sequence", [" -> ".join(n[i] for i in s) for s in g["seq"].to_list()],
+                           dtype=pl.Utf8),
                  "occurrence_count", "aten_op_delay", "runtime_delay")
     return g.group_by("aten_op_name", "kernel_sequence").agg(
         pl.col("occurrence_count").sum().cast(g.schema["occurrence_count"]), pl.col("aten_op_delay").sum(),

@@ -99,7 +99,7 @@ def rank_part(d: RankData) -> Later | None:
     if not d.kind_in(DEVICE_KINDS).any():
         return None
     own = _own_part(d)
-    return Later(guarded(lambda data: _with_hta(data, own)), (hv.KEY,))  # the view's side after the events go
+    return Later(guarded(lambda data: _with_hta(data, own)), (hv.KEY,))  # view side: after the events
 
 
 def _with_hta(d: RankData, own: list[dict[str, Any]]) -> dict[str, Any]:

@@ -74,7 +74,7 @@ def rank_part(d: RankData) -> Later | None:
     own = _own_part(d)
     if own is None:
         return None
-    return Later(guarded(lambda data: {**own, "hta": _hta_part(data)}), (hv.KEY,))  # the view's side after the events go
+    return Later(guarded(lambda data: {**own, "hta": _hta_part(data)}), (hv.KEY,))  # view side: after the events
 
 
 def run_kernel_breakdown(run: Run, results: dict[str, Any]) -> Result:

@@ -135,7 +135,8 @@ def sequence_codes(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFra
     per = pl.DataFrame({"root": root[o], "k_nid": pairs["k_nid"].to_numpy()[o], "k_dur": pairs["k_dur"].to_numpy()[o]})
     del pairs, root, k_ts, k_idx, o, r, run
     # patterns as lists of name codes; names are joined only once per distinct pattern
-    per = per.group_by("root", maintain_order=True).agg(pl.col("k_nid").alias("seq"), pl.col("k_dur").sum().alias("gpu"))
+    per = per.group_by("root", maintain_order=True).agg(pl.col("k_nid").alias("seq"),
+                                                        pl.col("k_dur").sum().alias("gpu"))
     per = per.join(roots, on="root")
     return per.group_by("nid", "seq").agg(pl.len().alias("count"), pl.col("gpu").sum(), pl.col("dur").sum().alias("cpu"))
 

@@ -100,7 +100,7 @@ def _own(d: RankData, c: pl.DataFrame) -> list[dict[str, Any]]:
 @guarded
 def rank_part(d: RankData) -> Later:
     cols = copy_columns(d)
-    return Later(guarded(lambda data: _part(data, cols)), (hv.KEY,))  # the view's side after the events go
+    return Later(guarded(lambda data: _part(data, cols)), (hv.KEY,))  # view side: after the events
 
 
 def _part(d: RankData, cols: Columns | None = None) -> dict[str, Any] | None:
