@@ -49,13 +49,25 @@ EPILOG = """examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _verb_of(argv: Sequence[str]) -> str | None:
+    """The verb ``argv`` names (its first word that is no option: the only top-level options are flags), or None."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in VERBS else None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every verb; with ``argv`` naming a verb, only that verb's module is imported (the others
+    are listed by name): each verb's imports cost memory for the whole run (peak RSS, issue 26)."""
+    chosen = _verb_of(argv) if argv is not None else None
     p = argparse.ArgumentParser(prog="rankscope", description="Profile PyTorch distributed training on every "
                                 "rank and turn the per-rank traces into one diagnosis.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = p.add_subparsers(dest="verb", metavar="VERB")
     for name, mod in VERBS.items():
+        if chosen is not None and name != chosen:
+            sub.add_parser(name)
+            continue
         m = importlib.import_module(mod)
         sp = sub.add_parser(name, help=m.HELP, description=(m.__doc__ or m.HELP).strip(),
                             formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -66,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if not getattr(args, "verb", None):
         parser.print_help()

@@ -55,9 +55,11 @@ class Analysis:
     them). An analysis with ``rank_part`` and ``combine`` joins the shared pass over the ranks: each
     rank's events are read once (``RankData``) for all of them, ``rank_part(data)`` keeps a small
     per-rank part and ``combine(run, [(rank, part)], results)`` makes the Result. ``rank_reads`` names what
-    ``rank_part`` reads of the ``RankData``: "events" (the event table, or anything computed from it), or
-    only memoized tables such as "htaview" (``analysis/gpu/htaview.py``); the pass runs the readers of
-    "events" first, then frees the events for the others. ``view`` says how the report and the web UI show it.
+    ``rank_part`` reads of the ``RankData``: "events" (the event table, or anything computed from it), and/or
+    memoized tables such as "htaview" (``analysis/gpu/htaview.py``); the pass runs the readers of only
+    "events" first, then makes the memoized tables, runs the readers of both, frees the events and runs the
+    others. A part that reads the events may return a ``rankdata.Later`` for its work on the memoized tables
+    (run after the events are freed). ``view`` says how the report and the web UI show it.
 
     Example::
 

@@ -9,6 +9,7 @@ are computed once per rank and shared too.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -24,6 +25,40 @@ if TYPE_CHECKING:
 # the HTA-compatible GPU analyses, analysis/gpu/).
 EVENT_COLUMNS = ["name", "kind", "ts", "dur", "tid", "stream", "is_comm", "external_id", "correlation",
                  "depth", "input_dims", "cat", "pid", "bytes", "bandwidth"]
+
+
+@dataclass(frozen=True)
+class Maker:
+    """How a memoized table is made from the events (``make``), and the event columns it reads."""
+
+    make: Callable[["RankData"], Any]
+    columns: tuple[str, ...]
+
+
+# Memoized tables the pass can make from the events before it frees them (``RankData.prepare``), by memo key;
+# the module that defines one registers its maker (``analysis/gpu/htaview.py``: the HTA view).
+MAKERS: dict[str, Maker] = {}
+
+
+@dataclass(frozen=True)
+class Later:
+    """What a rank part that reads the events returns when the rest of its work reads only memoized tables
+    (``reads``): the pass calls ``fn(data)`` once it has freed the rank's events, and that is the part
+    (``resolved``). The events-side work runs before the view is built, the view-side after the events go."""
+
+    fn: Callable[["RankData"], Any]
+    reads: tuple[str, ...]
+
+
+def resolved(part: Any, d: "RankData") -> Any:
+    """``part``, or what its ``Later`` gives on ``d``."""
+    return part.fn(d) if isinstance(part, Later) else part
+
+
+def part_of(rank_part: Callable[["RankData"], Any], run: "Run", rank: int) -> Any:
+    """A rank part computed on its own (outside the shared pass) on a private ``RankData``."""
+    d = RankData(run, rank)
+    return resolved(rank_part(d), d)
 
 
 class RankData:
@@ -56,6 +91,20 @@ class RankData:
         if key not in self._memo:
             self._memo[key] = make()
         return self._memo[key]
+
+    def prepare(self, keys: tuple[str, ...], narrow: bool = False) -> None:
+        """Make the memoized tables ``keys`` that have a maker (``MAKERS``) and are not made yet. ``narrow``
+        (nothing else reads the events any more): first free every other table, event column and memoized
+        value, so that the makers run beside only what they read (issue 26)."""
+        todo = [k for k in keys if k not in self._memo and k in MAKERS]
+        if todo and narrow:
+            cols = {c for k in todo for c in MAKERS[k].columns}
+            self._columns = [c for c in self._columns if c in cols]
+            ev = self._tables.get("events")
+            self._tables = {} if ev is None else {"events": ev.select([c for c in ev.column_names if c in cols])}
+            self._memo = {k: v for k, v in self._memo.items() if k in keys}
+        for k in todo:
+            self.memo(k, lambda: MAKERS[k].make(self))
 
     def release(self, keep: tuple[str, ...] = ()) -> bool:
         """Free the tables and every memoized value but those under ``keep``, if those are all computed

@@ -89,8 +89,7 @@ def _reorder(every: list[Analysis]) -> None:
 def per_rank_pass(run: Run, analyses: list[Analysis]) -> dict[str, list[tuple[int, Any]]]:
     """One walk over the ranks: each rank's events are read once (``RankData``) and given to the
     ``rank_part`` of every analysis listed; only one rank's events are in memory at a time, and only
-    while the parts that read them (``Analysis.rank_reads``) run: the parts that read only memoized
-    tables (the HTA view) run after the events are freed.
+    while the parts that read them (``Analysis.rank_reads``) run (``rank_parts``).
 
     With a Dask cluster configured (``$RANKSCOPE_DASK``, the CLI's ``--dask``) the walk runs on the
     workers, one task per rank; each task gets only its own rank's summary and sends back only the
@@ -98,8 +97,11 @@ def per_rank_pass(run: Run, analyses: list[Analysis]) -> dict[str, list[tuple[in
     parts: dict[str, list[tuple[int, Any]]] = {a.name: [] for a in analyses}
     dask = os.environ.get("RANKSCOPE_DASK")
     late = [a for a in analyses if "events" not in a.rank_reads]
-    fns = (tuple((a.name, a.rank_part) for a in analyses if a not in late), tuple((a.name, a.rank_part) for a in late),
-           tuple(sorted({k for a in late for k in a.rank_reads})))
+    both = [a for a in analyses if a not in late and len(a.rank_reads) > 1]
+    first = [a for a in analyses if a not in late and a not in both]
+    fns = (tuple((a.name, a.rank_part) for a in first), tuple((a.name, a.rank_part) for a in both),
+           tuple((a.name, a.rank_part) for a in late),
+           tuple(sorted({k for a in late + both for k in a.rank_reads if k != "events"})))
     if dask and len(run.ranks) > 1:
         from rankscope.engine.executors import run_tasks
 
@@ -116,18 +118,32 @@ def per_rank_pass(run: Run, analyses: list[Analysis]) -> dict[str, list[tuple[in
 Parts = tuple[tuple[str, Any], ...]
 
 
-def rank_parts(task: tuple[Run, tuple[Parts, Parts, tuple[str, ...]]], rank: int | None = None) -> dict[str, Any]:
+def rank_parts(task: tuple[Run, tuple[Parts, Parts, Parts, tuple[str, ...]]],
+               rank: int | None = None) -> dict[str, Any]:
     """Every listed ``rank_part`` on one rank's ``RankData`` (a module-level function: it runs on
-    Dask workers): ``task`` is (run, (parts that read the events, parts that read only the memoized
-    tables named last, those names)). ``rank`` defaults to the run's only rank (``Run.only``)."""
-    from rankscope.analysis.rankdata import RankData
+    Dask workers). ``task`` is (run, (parts that read only the events, parts that read the events and
+    memoized tables, parts that read only memoized tables, the names of those tables)); ``rank``
+    defaults to the run's only rank (``Run.only``).
 
-    run, (first, late, keep) = task
+    In that order, so that a rank's events and the tables made from them are held together only as long
+    as needed (issue 26): the events-only parts (and the events side of those that return a ``Later``),
+    then the memoized tables are made (the HTA view), the parts that read both, then the events are freed,
+    and the parts that read only the memoized tables run, then the ``Later``s."""
+    from rankscope.analysis.rankdata import Later, RankData
+
+    run, (first, both, late, keep) = task
     data = RankData(run, run.rank_ids[0] if rank is None else rank)
     out = {name: fn(data) for name, fn in first}
-    if late:
+    later = {name: p for name, p in out.items() if isinstance(p, Later)}
+    keep = tuple(sorted({*keep, *(k for p in later.values() for k in p.reads)}))
+    data.prepare(keep, narrow=not both)
+    out.update((name, fn(data)) for name, fn in both)
+    if late or later:
         data.release(keep)  # the events table and its derived arrays: ~20 MB on a large rank (bench/RESULTS.md)
+        # the Laters last: the view sides of gpu_idle, kernel_breakdown and memory_bw fault in much library code
+        # that the largest transients (aten_kernels, kernel_sequences) need not sit on (-2 MB peak, bench/RESULTS.md)
         out.update((name, fn(data)) for name, fn in late)
+        out.update((name, p.fn(data)) for name, p in later.items())
     return out
 
 

@@ -14,7 +14,8 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from rankscope.commands.common import add_run_arguments, apply_limits, load_and_analyze, out, print_summary
+from rankscope.commands import common
+from rankscope.commands.common import add_run_arguments, apply_limits, load_and_analyze, print_summary
 
 if TYPE_CHECKING:
     from rankscope.analysis.base import Result
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "export", None):
         _export(args, r, results)
     if args.json:
-        out.file.write(json.dumps(summary_json(r, results), default=str, indent=1) + "\n")
+        common.out.file.write(json.dumps(summary_json(r, results), default=str, indent=1) + "\n")
     else:
         print_summary(r, results)
     return 0

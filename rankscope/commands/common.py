@@ -3,21 +3,44 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING, Any, cast
 
 from rankscope.engine.memory import ALLOCATOR_ENV, lean_allocators  # noqa: F401 - the CLI's, re-exported
 
 if TYPE_CHECKING:  # the CLI imports the model and analyses only when a verb runs
+    from rich.console import Console
+    from rich.progress import Progress
+
     from rankscope.analysis.base import Result
     from rankscope.model.run import Run
 
-console = Console(stderr=True)
-out = Console()
+    console: Console  # stderr
+    out: Console  # stdout
+
+
+def _console(name: str) -> Console:
+    """``console`` (stderr) or ``out`` (stdout): rich consoles made on first use, so that a run that draws no
+    progress bar loads rich only to print its results, after the analyses (peak RSS, issue 26)."""
+    if name not in globals():
+        from rich.console import Console
+
+        globals()[name] = Console(stderr=name == "console")
+    return globals()[name]  # type: ignore[no-any-return]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("console", "out"):
+        return _console(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def escape(text: str) -> str:
+    """rich's markup escape (rich imported on first use)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -91,7 +114,8 @@ def warn(text: str) -> None:
     """One warning line on stderr: file names escaped (no terminal escapes, no rich markup)."""
     from rankscope.errors import safe
 
-    console.print(f"[yellow]warning:[/] {escape(safe(text))}", highlight=False, soft_wrap=True)  # one line each
+    # one line each
+    _console("console").print(f"[yellow]warning:[/] {escape(safe(text))}", highlight=False, soft_wrap=True)
 
 
 def coverage_lines(run: Run) -> list[str]:
@@ -111,9 +135,47 @@ def coverage_lines(run: Run) -> list[str]:
     return lines
 
 
+class _NoProgress:
+    """What ``progress()`` gives where rich would draw nothing: the same calls, no output, rich not loaded."""
+
+    def __enter__(self) -> _NoProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, description: str, **fields: Any) -> int:
+        return 0
+
+    def update(self, task: int, **fields: Any) -> None:
+        return None
+
+
+def _draws_live() -> bool:
+    """Whether rich would draw a live progress bar on stderr (``Console.is_terminal``, or Jupyter); in doubt,
+    True. A transient bar that is not drawn leaves nothing behind."""
+    if "console" in globals():  # made already: ask it
+        con = _console("console")
+        return bool(con.is_terminal or con.is_jupyter)
+    env = os.environ
+    if "IPython" in sys.modules or env.get("TTY_COMPATIBLE") == "1" or env.get("FORCE_COLOR"):
+        return True
+    if env.get("TTY_COMPATIBLE") == "0":
+        return False
+    try:
+        return bool(sys.stderr.isatty())
+    except (AttributeError, ValueError):  # no stderr, or a closed one: rich sees no terminal either
+        return False
+
+
 def progress() -> Progress:
+    """The progress bar on stderr (transient); no-op where rich would draw none (output to a file or pipe)."""
+    if not _draws_live():
+        return cast("Progress", _NoProgress())  # the same calls, nothing drawn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     return Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=True)
+                    TimeElapsedColumn(), console=_console("console"), transient=True)
 
 
 def load_and_analyze(path: str, jobs: int, allow_missing: bool = True, clock_align: bool = True,
@@ -143,6 +205,8 @@ def load_and_analyze(path: str, jobs: int, allow_missing: bool = True, clock_ali
 
 def print_summary(run: Run, results: dict[str, Result], report: str | None = None) -> None:
     from rankscope.render.terminal import findings_lines, pipeline_lines, rank_table, rpc_lines
+
+    out = _console("out")
 
     for line in coverage_lines(run):  # first: what the results below do not cover
         out.print(f"[yellow]{escape(line)}[/]", highlight=False, soft_wrap=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Iterator, Sequence
 
 from rankscope.errors import RankscopeError
@@ -47,6 +46,8 @@ def run_tasks(fn: Callable[[Any], Any], tasks: Sequence[Any], *, jobs: int, dask
 
 
 def _pool(fn: Callable[[Any], Any], tasks: Sequence[Any], jobs: int) -> Iterator[tuple[int, Any]]:
+    from concurrent.futures import ProcessPoolExecutor, as_completed  # multiprocessing only where a pool runs
+
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
         futures = {pool.submit(fn, t): k for k, t in enumerate(tasks)}
         for f in as_completed(futures):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -135,7 +134,8 @@ def _map(tasks: list[RankTask], jobs: int, progress: Progress | None) -> Iterabl
             if progress:
                 progress(i + 1, len(tasks))
         return
-    from concurrent.futures.process import BrokenProcessPool
+    # the pool's modules (multiprocessing) only where a pool runs: one rank is read here (peak RSS, issue 26)
+    from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(ingest, t) for t in tasks]
@@ -155,7 +155,7 @@ def _map(tasks: list[RankTask], jobs: int, progress: Progress | None) -> Iterabl
 
 def _isolated(task: RankTask) -> RankInfo | TraceError:
     """``ingest(task)`` in a fresh one-worker pool: if it dies, only this rank is lost, with a line."""
-    from concurrent.futures.process import BrokenProcessPool
+    from concurrent.futures.process import BrokenProcessPool, ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=1) as pool:
         try:

@@ -68,8 +68,8 @@ def test_shared_pass_equals_standalone_and_reads_events_once(tmp_path, monkeypat
 
 def test_pass_frees_the_events_before_the_parts_that_read_only_the_hta_view(tmp_path, monkeypatch):
     """Issue 26: the rank parts that declare ``rank_reads=("htaview",)`` run after the events and everything
-    computed from them are freed; where nothing before them built the view, nothing is freed (the events
-    are still read once)."""
+    computed from them are freed; where no part before them built the view, the pass builds it before it
+    frees the events (the events are still read once)."""
     from rankscope.analysis.rankdata import RankData
 
     run = _run(tmp_path)
@@ -92,9 +92,47 @@ def test_pass_frees_the_events_before_the_parts_that_read_only_the_hta_view(tmp_
         hta_compat.run_hta_temporal(run, {}).tables["hta_temporal"].to_pylist()
     seen.clear()
     reads.clear()
-    run_all(run, names=["breakdown", "hta_temporal"])  # the view is first built by hta_temporal: kept events
-    assert [(r, freed) for r, freed, *_ in seen] == [(r, False) for r in range(4)]
+    run_all(run, names=["breakdown", "hta_temporal"])  # only hta_temporal reads the view: the pass builds it
+    assert [(r, freed, m) for r, freed, _, m in seen] == [(r, True, {"htaview"}) for r in range(4)]
     assert sorted(r for r, n in reads if n == "events") == [0, 1, 2, 3]
+
+
+def test_pass_builds_the_view_after_the_events_side_and_runs_the_view_side_after_the_events_go(tmp_path, monkeypatch):
+    """Issue 26: kernel_breakdown's and memory_bw's rank parts read the events and return a ``Later`` for their
+    HTA side. Per rank: the events sides, then the view built beside only the event columns it reads (the
+    other tables, columns and memoized values freed), the events freed, then the view sides; the results
+    equal the standalone runs."""
+    from rankscope.analysis.gpu import htaview as hv
+    from rankscope.analysis.gpu import kernel_breakdown as kb
+    from rankscope.analysis.gpu import memory_bw
+    from rankscope.analysis.rankdata import MAKERS, Maker, RankData
+
+    run = _run(tmp_path)
+    alone = {"kernel_breakdown": kb.run_kernel_breakdown(run, {}), "memory_bw": memory_bw.run_memory_bw(run, {})}
+    calls = []
+
+    def spy(tag, fn):
+        return lambda *a, **k: (calls.append(tag), fn(*a, **k))[1]
+
+    maker = MAKERS[hv.KEY]
+
+    def make(d):
+        calls.append(("view", sorted(d._tables), sorted(d.events.column_names), sorted(d._memo)))
+        return maker.make(d)
+
+    monkeypatch.setitem(MAKERS, hv.KEY, Maker(make, maker.columns))
+    monkeypatch.setattr(kb, "_own_part", spy("own", kb._own_part))
+    monkeypatch.setattr(kb, "_hta_part", spy("hta", kb._hta_part))
+    monkeypatch.setattr(memory_bw, "copy_columns", spy("copy columns", memory_bw.copy_columns))
+    monkeypatch.setattr(memory_bw, "copies", spy("copies", memory_bw.copies))
+    monkeypatch.setattr(RankData, "release", spy("release", RankData.release))
+    shared = run_all(run, names=["kernel_breakdown", "memory_bw"])
+    view = ("view", ["events"], sorted(maker.columns), [])
+    assert calls == ["own", "copy columns", view, "release", "hta", "copies"] * 4
+    for n, res in alone.items():
+        assert res.skipped == shared[n].skipped
+        for t, a in res.tables.items():
+            assert a.equals(shared[n].tables[t]), (n, t)
 
 
 def test_kernel_stats_per_launching_shape(tmp_path):

@@ -239,3 +239,23 @@ def test_counters_survive_the_cache(tmp_path):
         run_ = load_run(tmp_path, jobs=1)
         col = [c for c in run_.table(0, "events", columns=["counters"]).column("counters").to_pylist() if c]
         assert [json.loads(c) for c in col] == [{"m.sum": 7}]
+
+
+def test_innermost_containing_interval_equals_brute_force():
+    """aten_kernels.innermost (a sparse table over the ends' ranks, issue 26) against a direct scan, on random
+    intervals with shared starts and ends (ties) and queries inside, on and outside them."""
+    import numpy as np
+
+    from rankscope.analysis.gpu.aten_kernels import innermost
+
+    rng = np.random.default_rng(26)
+    for n in (1, 2, 7, 64, 300):
+        ts = np.sort(rng.integers(0, 50, n)) * 1000
+        end = ts + rng.integers(0, 30, n) * 1000
+        q_ts = rng.integers(-2, 60, 200) * 1000
+        q_end = q_ts + rng.integers(0, 10, 200) * 1000
+        j, tie = innermost(ts, end, q_ts, q_end)
+        for i in range(len(q_ts)):
+            ok = np.flatnonzero((ts <= q_ts[i]) & (end >= q_end[i]))
+            assert j[i] == (ok[-1] if len(ok) else -1)
+            assert tie[i] == (len(ok) > 0 and int((ts[ok] == ts[ok[-1]]).sum()) > 1)

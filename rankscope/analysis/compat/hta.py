@@ -55,7 +55,7 @@ def _overlap(rank: int, k: pl.DataFrame) -> dict[str, Any]:
 
 def _kernels(d: RankData) -> pl.DataFrame | None:
     v = hv.view(d)
-    k = hv.device(v.frame)
+    k = hv.device(v.frame.select("nid", "ts", "end", "stream"))  # the columns read: a filter copies all it is given
     return None if k.height == 0 else v.kernel_types(k)
 
 

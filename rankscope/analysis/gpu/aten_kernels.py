@@ -57,6 +57,11 @@ def innermost(ts: np.ndarray, end: np.ndarray, q_ts: np.ndarray, q_end: np.ndarr
     (−1: none), and whether another such interval starts at the same ts[j] (a tie)."""
     if not len(ts):
         return np.full(len(q_ts), -1), np.zeros(len(q_ts), bool)
+    # ends as their rank among the distinct ends (int32): compared only with each other and with q_end
+    # (x < q for x among them iff its rank < the count of them below q), so the table takes half the memory
+    u = np.unique(end)
+    end, q_end = np.searchsorted(u, end).astype(np.int32), np.searchsorted(u, q_end)
+    del u
     lv = _levels(end)
     pos = np.searchsorted(ts, q_ts, side="right")
     for level in range(len(lv) - 1, -1, -1):  # skip whole blocks from the right that end too early
@@ -85,12 +90,11 @@ def _hta_choice(a_ts: np.ndarray, a_end: np.ndarray, order: np.ndarray, l_ts: np
 
 def _rows(v: hv.View, same_thread: bool) -> pl.DataFrame:
     """One row per launch with an operator and exactly one kernel, in frame order."""
-    f = v.frame
-    cols = ("idx", "nid", "ts", "end", "tid")
-    aten = f.filter(pl.col("nid").is_in(v.name_ids("aten", lambda n: n.startswith("aten::")))).select(cols)
-    lau = f.filter(pl.col("nid").is_in(v.name_ids("kernel_launch", lambda n: _LAUNCH.match(n) is not None))).select(cols)
-    kern = hv.device(f).group_by("index_correlation").agg(pl.len().alias("n"), pl.col("ts").first().alias("k_ts"),
-                                                          pl.col("nid").first().alias("k_nid"))
+    f = v.frame.select("idx", "nid", "ts", "end", "tid")  # a filter copies every column it is given
+    aten = f.filter(pl.col("nid").is_in(v.name_ids("aten", lambda n: n.startswith("aten::"))))
+    lau = f.filter(pl.col("nid").is_in(v.name_ids("kernel_launch", lambda n: _LAUNCH.match(n) is not None)))
+    kern = hv.device(v.frame.select("nid", "ts", "stream", "index_correlation")).group_by("index_correlation").agg(
+        pl.len().alias("n"), pl.col("ts").first().alias("k_ts"), pl.col("nid").first().alias("k_nid"))
     lau = lau.join(kern.filter(pl.col("n") == 1), left_on="idx", right_on="index_correlation", maintain_order="left")
     a_ts, a_end, a_tid = aten["ts"].to_numpy(), aten["end"].to_numpy(), aten["tid"].to_numpy()
     l_ts, l_end, l_tid = lau["ts"].to_numpy(), lau["end"].to_numpy(), lau["tid"].to_numpy()
@@ -113,14 +117,23 @@ def _rows(v: hv.View, same_thread: bool) -> pl.DataFrame:
 
 
 def _grouped(v: hv.View, rows: pl.DataFrame) -> pl.DataFrame:
-    """(operator, kernel sequence): count, summed first delays (ns) — per operator instance first."""
-    rows = v.with_names(rows, "kernel")
-    inst = rows.group_by("tid", "op_nid", "op_ts", maintain_order=True).agg(
-        pl.col("kernel").str.join(" -> ").alias("kernel_sequence"), pl.col("aten_op_delay").first(),
-        pl.col("runtime_delay").first())
-    inst = v.with_names(inst.rename({"op_nid": "nid"}), "aten_op_name")
-    return inst.group_by("aten_op_name", "kernel_sequence").agg(
+    """(operator, kernel sequence): count, summed first delays (ns) — per operator instance first. Grouped on
+    name codes, the strings made once per group (a string per launch: MBs of long kernel names, issue 26),
+    then grouped again on the strings (two sequences can read the same)."""
+    text = v.text_ids()
+    inst = rows.with_columns(k=pl.Series(text[rows["nid"].to_numpy()])).group_by(
+        "tid", "op_nid", "op_ts", maintain_order=True).agg(
+        pl.col("k").alias("seq"), pl.col("aten_op_delay").first(), pl.col("runtime_delay").first())
+    g = inst.with_columns(op=pl.Series(text[inst["op_nid"].to_numpy()], dtype=pl.Int32)).group_by("op", "seq").agg(
         pl.len().alias("occurrence_count"), pl.col("aten_op_delay").sum(), pl.col("runtime_delay").sum())
+    n = v.names
+    g = g.select(pl.Series("aten_op_name", [n[i] for i in g["op"].to_list()], dtype=pl.Utf8),
+                 pl.Series("kernel_sequence", [" -> ".join(n[i] for i in s) for s in g["seq"].to_list()],
+                           dtype=pl.Utf8),
+                 "occurrence_count", "aten_op_delay", "runtime_delay")
+    return g.group_by("aten_op_name", "kernel_sequence").agg(
+        pl.col("occurrence_count").sum().cast(g.schema["occurrence_count"]), pl.col("aten_op_delay").sum(),
+        pl.col("runtime_delay").sum())
 
 
 @guarded

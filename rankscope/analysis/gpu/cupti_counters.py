@@ -97,7 +97,7 @@ ANALYSIS = Analysis(
     name="cupti_counters",
     description="CUPTI range-profiler counters per kernel with its operator stack (HTA parity)",
     run=run_cupti_counters,
-    rank_part=rank_part, combine=combine,
+    rank_part=rank_part, combine=combine, rank_reads=(hv.KEY,),
     view=View("CUPTI counters per kernel and operator", tables=(
         TableView("kernel_flops", "per innermost operator (SASS instruction counters; an FMA counts 2)", (
             Col("rank", "rank", "count"), Col("bottom_level_op", "operator"), Col("kernels", "kernels", "count"),

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import polars as pl
 
+from rankscope.analysis.rankdata import MAKERS, Maker
+
 if TYPE_CHECKING:
     from rankscope.analysis.rankdata import RankData
 
@@ -80,6 +82,13 @@ class View:
                                             key: [fn(n) for n in self.names]})
         return self._memo[key]
 
+    def text_ids(self) -> np.ndarray:
+        """Per name code, the first code of the same text (a missing name is "", which may be a name too)."""
+        if "_text" not in self._memo:
+            first: dict[str, int] = {}
+            self._memo["_text"] = np.array([first.setdefault(n, i) for i, n in enumerate(self.names)], dtype=np.int32)
+        return self._memo["_text"]
+
     def cat_id(self, cat: str) -> int:
         return self.cats.index(cat) if cat in self.cats else -1
 
@@ -124,7 +133,9 @@ def _index_correlation(idx: np.ndarray, corr: np.ndarray, gpu: np.ndarray) -> np
 
 def build(d: "RankData") -> View:
     """The rank's frame as HTA loads it, ordered as HTA's, with its earliest start ``tmin``. ``idx`` is the
-    event's row in the rank's events table + 1 (file order; bytes and bandwidth stay there: ``column``)."""
+    event's row in the rank's events table + 1 (file order; bytes and bandwidth stay there: ``column``).
+    The rows that stay are chosen on numpy first and each column is gathered once (building the whole
+    frame and then filtering it held two frames: the pass's largest table after the events, issue 26)."""
     ev = d.events
     info = d.run.ranks.get(d.rank) if hasattr(d.run.ranks, "get") else None
     base = int(getattr(info, "base_time_ns", 0) or 0)
@@ -133,18 +144,38 @@ def build(d: "RankData") -> View:
     rows = np.flatnonzero(cid != (cats.index("Trace") if "Trace" in cats else -2))
     nid, cid = nid[rows], cid[rows]
     stream, corr = d.col("stream")[rows], d.col("correlation")[rows]
+    gpu = ((stream >= 0) & (corr >= 0)) | np.isin(nid, [i for i, n in enumerate(names) if n in SYNC_NAMES])
+    # the links first, beside as few full-length arrays as possible (its join is the build's largest step)
+    ic = _index_correlation(rows + 1, corr, gpu)
     ts, end = _rounded(d.col("ts")[rows] - base, d.col("dur")[rows])
     tmin = int(ts.min()) if len(ts) else 0
-    sync = np.isin(nid, [i for i, n in enumerate(names) if n in SYNC_NAMES])
-    gpu = ((stream >= 0) & (corr >= 0)) | sync
-    idx = rows.astype(np.int64) + 1
-    frame = pl.DataFrame({"idx": idx, "nid": nid, "cid": cid, "ts": ts - tmin, "dur": end - ts, "end": end - tmin,
-                          "pid": d.col("pid")[rows], "tid": d.col("tid")[rows], "stream": stream, "correlation": corr,
-                          "depth": d.col("depth")[rows], "gpu": gpu,
-                          "index_correlation": _index_correlation(idx, corr, gpu)})
-    del ts, end, stream, corr, gpu
-    steps = [i for i, n in enumerate(names) if "ProfilerStep" in n]
-    return View(_filtered(frame, steps), names, cats, tmin, base)
+    keep = _kept(gpu, corr, ts - tmin, nid, [i for i, n in enumerate(names) if "ProfilerStep" in n])
+    # each column is gathered in the frame's order and its full-length array dropped as soon as it is used
+    # (a frame's worth of arrays and the frame are never both held)
+    series: list[pl.Series] = []
+
+    def add(name: str, a: np.ndarray) -> None:
+        series.append(pl.Series(name, a if keep is None else a[keep]))
+
+    add("idx", rows + 1)
+    add("nid", nid)
+    add("cid", cid)
+    del nid, cid
+    add("ts", ts - tmin)
+    add("dur", end - ts)
+    add("end", end - tmin)
+    del ts, end
+    add("pid", d.col("pid")[rows])
+    add("tid", d.col("tid")[rows])
+    add("stream", stream)
+    add("correlation", corr)
+    del stream, corr
+    add("depth", d.col("depth")[rows])
+    add("gpu", gpu)
+    add("index_correlation", ic)
+    del rows, gpu, ic
+    frame = pl.DataFrame(series)
+    return View(frame, names, cats, tmin, base)
 
 
 def column(d: "RankData", name: str, idx: Any) -> np.ndarray:
@@ -152,17 +183,21 @@ def column(d: "RankData", name: str, idx: Any) -> np.ndarray:
     return d.col(name)[np.asarray(idx) - 1]
 
 
-def _filtered(df: pl.DataFrame, steps: list[int]) -> pl.DataFrame:
-    """Drop what HTA's load drops from the start of the last ProfilerStep on (trace.py:705-731)."""
+def _kept(gpu: np.ndarray, corr: np.ndarray, ts: np.ndarray, nid: np.ndarray, steps: list[int]) -> np.ndarray | None:
+    """The rows HTA's load keeps, in its order, where the trace has two or more ProfilerSteps (trace.py:705-731;
+    None: all rows as they are): the GPU events, each once per CPU event of its correlation that starts before
+    the last step (an inner merge: with none, dropped), then those CPU events."""
     if len(steps) < 2:
-        return df
-    cpu = df.filter(~pl.col("gpu"))
-    last = cpu.filter(pl.col("nid").is_in(steps))["ts"].max()
-    cpu = cpu.filter(pl.col("ts") < last) if last is not None else cpu.clear()
-    n = cpu.group_by("correlation").agg(pl.len().alias("_n"))
-    gpu = df.filter(pl.col("gpu")).join(n, on="correlation", maintain_order="left")
-    gpu = gpu.select(pl.all().repeat_by("_n").explode()).drop("_n") if (gpu["_n"] > 1).any() else gpu.drop("_n")
-    return pl.concat([gpu, cpu])
+        return None
+    cpu = np.flatnonzero(~gpu)
+    at_step = cpu[np.isin(nid[cpu], steps)]
+    cpu = cpu[ts[cpu] < ts[at_step].max()] if len(at_step) else cpu[:0]
+    values, counts = np.unique(corr[cpu], return_counts=True)
+    g = np.flatnonzero(gpu)
+    if not len(values):
+        return cpu
+    at = np.minimum(np.searchsorted(values, corr[g]), len(values) - 1)
+    return np.concatenate([np.repeat(g, np.where(values[at] == corr[g], counts[at], 0)), cpu])
 
 
 # The view's memo key: an analysis whose rank part reads only the view declares ``rank_reads=(KEY,)`` and
@@ -173,6 +208,10 @@ KEY = "htaview"
 def view(d: "RankData") -> View:
     """``build`` once per rank (shared by every GPU analysis of the per-rank pass)."""
     return d.memo(KEY, lambda: build(d))
+
+
+# the pass builds the view itself before it frees the events (``RankData.prepare``), from these columns
+MAKERS[KEY] = Maker(build, ("name", "cat", "ts", "dur", "stream", "correlation", "pid", "tid", "depth"))
 
 
 def device(df: pl.DataFrame) -> pl.DataFrame:

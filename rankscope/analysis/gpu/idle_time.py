@@ -27,7 +27,7 @@ from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.gpu.stats import describe
 from rankscope.analysis.gpu.kernels import _launch_ts
-from rankscope.analysis.rankdata import RankData
+from rankscope.analysis.rankdata import Later, RankData, part_of
 from rankscope.model.run import Run
 
 KERNEL_WAIT_NS = 30_000  # HTA's consecutive_kernel_delay default (trace_analysis.py:587: 30 µs)
@@ -57,7 +57,8 @@ def _hta_stream(k: pl.DataFrame) -> tuple[list[dict[str, Any]], pl.DataFrame]:
 def _hta_part(d: RankData) -> tuple[list[dict[str, Any]], list[pl.DataFrame]]:
     v = hv.view(d)
     f = v.frame
-    k = f.filter((pl.col("stream") != -1) & pl.col("cid").is_in([v.cat_id(c) for c in HTA_CATS]))
+    k = f.select("stream", "cid", "index_correlation", "ts", "end").filter(  # a filter copies all it is given
+        (pl.col("stream") != -1) & pl.col("cid").is_in([v.cat_id(c) for c in HTA_CATS]))
     # the launch's start: the event whose index is the kernel's index_correlation (none: NaN)
     starts = f.select(pl.col("idx").alias("index_correlation"), pl.col("ts").alias("ts_runtime")).unique(
         "index_correlation", keep="first")
@@ -94,15 +95,20 @@ def _own_part(d: RankData) -> list[dict[str, Any]]:
 
 
 @guarded
-def rank_part(d: RankData) -> dict[str, Any] | None:
+def rank_part(d: RankData) -> Later | None:
     if not d.kind_in(DEVICE_KINDS).any():
         return None
+    own = _own_part(d)
+    return Later(guarded(lambda data: _with_hta(data, own)), (hv.KEY,))  # view side: after the events
+
+
+def _with_hta(d: RankData, own: list[dict[str, Any]]) -> dict[str, Any]:
     rows, stats = _hta_part(d)
-    return {"own": _own_part(d), "hta": rows, "stats": stats}
+    return {"own": own, "hta": rows, "stats": stats}
 
 
 def run_gpu_idle(run: Run, results: dict[str, Any]) -> Result:
-    return combine(run, [(r, rank_part(RankData(run, r))) for r in run.rank_ids], results)
+    return combine(run, [(r, part_of(rank_part, run, r)) for r in run.rank_ids], results)
 
 
 def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:

@@ -24,7 +24,7 @@ from rankscope.analysis.classify import DEVICE_KINDS
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.gpu.stats import hta_sweep, sweep, top_n
-from rankscope.analysis.rankdata import RankData
+from rankscope.analysis.rankdata import Later, RankData, part_of
 from rankscope.model.run import Run
 
 HTA_CLASSES = (hv.COMPUTATION, hv.COMMUNICATION, hv.MEMORY)
@@ -39,7 +39,7 @@ def _is_type(kind: str, name: str) -> bool:
 
 def _hta_part(d: RankData) -> dict[str, Any]:
     v = hv.view(d)
-    k = hv.device(v.frame).select("nid", "ts", "end", "dur")
+    k = hv.device(v.frame.select("nid", "ts", "end", "dur", "stream")).drop("stream")  # a filter copies all it is given
     types_of = {c: v.name_ids(c, functools.partial(_is_type, c)) for c in HTA_CLASSES}
     parts = {c: k.filter(pl.col("nid").is_in(ids)) for c, ids in types_of.items()}
     types = hta_sweep([(c, p["ts"].to_numpy(), p["end"].to_numpy()) for c, p in parts.items()])
@@ -70,15 +70,15 @@ def _own_part(d: RankData) -> dict[str, Any] | None:
 
 
 @guarded
-def rank_part(d: RankData) -> dict[str, Any] | None:
+def rank_part(d: RankData) -> Later | None:
     own = _own_part(d)
     if own is None:
         return None
-    return {**own, "hta": _hta_part(d)}
+    return Later(guarded(lambda data: {**own, "hta": _hta_part(data)}), (hv.KEY,))  # view side: after the events
 
 
 def run_kernel_breakdown(run: Run, results: dict[str, Any]) -> Result:
-    return combine(run, [(r, rank_part(RankData(run, r))) for r in run.rank_ids], results)
+    return combine(run, [(r, part_of(rank_part, run, r)) for r in run.rank_ids], results)
 
 
 def _hta_types(parts: list[dict[str, Any]]) -> pl.DataFrame:

@@ -47,7 +47,8 @@ def _cpu_threads(f: pl.DataFrame) -> pl.DataFrame:
     gpu = (np.bincount(grp, weights=stream <= 0, minlength=len(first)) == 0) | (pid[first] == 0) | (tid[first] == 0)
     keep = (stream == -1) & ~gpu[grp]
     thread = np.unique(grp[keep], return_inverse=True)[1].reshape(-1).astype(np.int64) + 1
-    return f.filter(pl.Series(keep)).select("idx", "nid", "cid", "ts", "dur", "end", "depth").with_columns(
+    # the columns chosen before the rows: a filter copies every column it is given (most rows stay here)
+    return f.select("idx", "nid", "cid", "ts", "dur", "end", "depth").filter(pl.Series(keep)).with_columns(
         thread=pl.Series(thread, dtype=pl.Int64))
 
 
@@ -91,9 +92,9 @@ def _linked_depths(v: hv.View, cpu: pl.DataFrame) -> pl.DataFrame:
     bts = b["ts"].to_numpy()
     j = np.clip(np.searchsorted(tts, bts, side="right") - 1, 0, max(top.height - 1, 0))
     add = np.where(len(tts) > 0, np.maximum(shift[j] if len(tts) else 0, 0), 0)
-    moved = b.select("idx").with_columns(_add=pl.Series(add.astype(np.int64)))
-    cpu = cpu.join(moved, on="idx", how="left", maintain_order="left")
-    return cpu.with_columns((pl.col("depth").cast(pl.Int64) + pl.col("_add").fill_null(0)).alias("depth")).drop("_add")
+    full = np.zeros(cpu.height, np.int64)  # b's rows are the bwd thread's rows of cpu, in cpu's order
+    full[(cpu["thread"] == bwd[0]).to_numpy()] = add
+    return cpu.with_columns(depth=pl.col("depth").cast(pl.Int64) + pl.Series(full))
 
 
 def sequences(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFrame:
@@ -111,30 +112,50 @@ def sequence_codes(v: hv.View, min_stream: int, hta: bool = False) -> pl.DataFra
     host = [v.cat_id(c) for c in HOST_CATS]  # operators and annotations nest; a runtime call (one
     # cudaGraphLaunch runs a whole graph) owns the kernels it launched itself
     roots = cpu.filter(pl.col("depth") == pl.col("depth").min().over("nid"))
-    k = f.filter((pl.col("stream") >= min_stream) & (pl.col("index_correlation") > 0)).select(
-        pl.col("idx").alias("k_idx"), pl.col("nid").alias("k_nid"), pl.col("ts").alias("k_ts"),
-        pl.col("dur").alias("k_dur"), pl.col("index_correlation").alias("idx"))
+    k = f.select(pl.col("idx").alias("k_idx"), pl.col("nid").alias("k_nid"), pl.col("ts").alias("k_ts"),
+                 pl.col("dur").alias("k_dur"), pl.col("index_correlation").alias("idx"), "stream").filter(
+        (pl.col("stream") >= min_stream) & (pl.col("idx") > 0)).drop("stream")  # a filter copies all it is given
     launches = cpu.select("idx", "thread", "ts", "end").join(k, on="idx")
     del cpu  # the pass's peak is here: drop each frame as soon as it is used (issue 26)
     own = k.select(pl.col("idx").alias("root"), "k_idx").join(
-        roots.filter(~pl.col("cid").is_in(host)).select(pl.col("idx").alias("root")), on="root")
-    pairs = pl.concat([_pairs(roots.filter(pl.col("cid").is_in(host)), launches), own])
-    del launches, own
+        roots.select(pl.col("idx").alias("root"), "cid").filter(~pl.col("cid").is_in(host)).drop("cid"), on="root")
+    nesting = roots.select("idx", "ts", "end", "depth", "thread", "cid").filter(pl.col("cid").is_in(host))
+    roots = roots.select(pl.col("idx").alias("root"), "nid", "dur")  # all that is read of them from here on
+    pairs = pl.concat([_pairs(nesting, launches), own])
+    del launches, own, nesting
     pairs = pairs.join(k.drop("idx"), on="k_idx")
     del k
-    pairs = pairs.filter(pl.len().over("root") >= MIN_PATTERN_LEN).sort("root", "k_ts", "k_idx")
+    # roots with enough kernels, each root's kernels in start order: sorted in numpy and only the columns the
+    # patterns need gathered (a filter and a sort of the frame held two more copies of it at the part's peak)
+    root, k_ts, k_idx = (pairs[c].to_numpy() for c in ("root", "k_ts", "k_idx"))
+    o = np.lexsort((k_idx, k_ts, root))
+    r = root[o]
+    run = np.cumsum(np.r_[True, r[1:] != r[:-1]] if len(r) else np.zeros(0, bool)) - 1
+    o = o[np.bincount(run)[run] >= MIN_PATTERN_LEN]
+    per = pl.DataFrame({"root": root[o], "k_nid": pairs["k_nid"].to_numpy()[o], "k_dur": pairs["k_dur"].to_numpy()[o]})
+    del pairs, root, k_ts, k_idx, o, r, run
     # patterns as lists of name codes; names are joined only once per distinct pattern
-    per = pairs.group_by("root", maintain_order=True).agg(pl.col("k_nid").alias("seq"), pl.col("k_dur").sum().alias("gpu"))
-    del pairs
-    per = per.join(roots.select(pl.col("idx").alias("root"), "nid", "dur"), on="root")
+    per = per.group_by("root", maintain_order=True).agg(pl.col("k_nid").alias("seq"),
+                                                        pl.col("k_dur").sum().alias("gpu"))
+    per = per.join(roots, on="root")
     return per.group_by("nid", "seq").agg(pl.len().alias("count"), pl.col("gpu").sum(), pl.col("dur").sum().alias("cpu"))
 
 
-def named(codes: pl.DataFrame, names: Sequence[str] | dict[int, str]) -> pl.DataFrame:
-    """``sequence_codes`` with ``operator`` and ``pattern`` ("operator|kernel|kernel|...") for the codes."""
-    pattern = [names[n] + "|" + "|".join([names[k] for k in s]) for n, s in codes.select("nid", "seq").iter_rows()]
+def named(codes: pl.DataFrame, names: Sequence[str] | dict[int, str],
+          made: dict[tuple[int, tuple[int, ...]], pl.Series] | None = None) -> pl.DataFrame:
+    """``sequence_codes`` with ``operator`` and ``pattern`` ("operator|kernel|kernel|...") for the codes. A
+    pattern can be ~200 KB of text: each is made once, as a chunk of its own, and shared by the tables that
+    name the same codes through ``made`` (issue 26: the two tables held the same text twice)."""
+    made = {} if made is None else made
+    chunks = []
+    for n, s in codes.select("nid", "seq").iter_rows():
+        key = (n, tuple(s))
+        if key not in made:
+            made[key] = pl.Series("pattern", [names[n] + "|" + "|".join([names[k] for k in s])], dtype=pl.Utf8)
+        chunks.append(made[key])
+    pattern = pl.concat(chunks, rechunk=False) if chunks else pl.Series("pattern", [], dtype=pl.Utf8)
     return codes.with_columns(operator=pl.Series([names[n] for n in codes["nid"].to_list()], dtype=pl.Utf8),
-                              pattern=pl.Series(pattern, dtype=pl.Utf8)).drop("nid", "seq")
+                              pattern=pattern).drop("nid", "seq")
 
 
 def _used_names(names: list[str], *codes: pl.DataFrame) -> dict[int, str]:
@@ -166,14 +187,28 @@ def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> 
     if not got:
         why = f"no operator launched {MIN_PATTERN_LEN} or more kernels in any rank"
         return with_problems(problems, Result("kernel_sequences", skipped=why))
-    hta = pl.concat([named(p["hta"], p["names"]).with_columns(rank=pl.lit(r)) for r, p in got]).select(
+    got.sort(key=lambda rp: rp[0])  # each rank's rows in the table's order, ranks ascending: the patterns'
+    # text is made in its final order (sorting the named table would copy it: issue 26)
+    made: dict[int, dict[Any, pl.Series]] = {r: {} for r, _ in got}  # a rank's patterns, shared by both tables
+    hta = pl.concat([named(_ordered(p["hta"], p["names"], "operator"), p["names"], made[r]).with_columns(
+        rank=pl.lit(r)) for r, p in got]).select(
         "rank", "operator", "pattern", "count", hv.to_us(pl.col("gpu")).alias("GPU kernel duration (us)"),
         hv.to_us(pl.col("cpu")).alias("CPU op duration (us)"))
-    own = pl.concat([named(p["own"], p["names"]).with_columns(rank=pl.lit(r)) for r, p in got]).select(
+    own = pl.concat([named(_ordered(p["own"], p["names"], "gpu"), p["names"], made[r]).with_columns(
+        rank=pl.lit(r)) for r, p in got]).select(
         "rank", "operator", "pattern", "count", pl.col("gpu").alias("kernel_time"), pl.col("cpu").alias("operator_time"))
-    return with_problems(problems, Result("kernel_sequences", tables={
-        "kernel_sequences": own.sort(["rank", "count", "kernel_time"], descending=[False, True, True]),
-        "hta_kernel_sequences": hta.sort(["rank", "operator", "count"], descending=[False, False, True])}))
+    return with_problems(problems, Result("kernel_sequences", tables={"kernel_sequences": own,
+                                                                      "hta_kernel_sequences": hta}))
+
+
+def _ordered(codes: pl.DataFrame, names: Sequence[str] | dict[int, str], by: str) -> pl.DataFrame:
+    """One rank's codes in its table's order: by operator name, then count descending ("operator"), or by count,
+    then kernel time, descending ("gpu")."""
+    if by == "operator":
+        op = pl.Series([names[n] for n in codes["nid"].to_list()], dtype=pl.Utf8)
+        return codes[op.to_frame("o").with_columns(codes["count"]).with_row_index("_i").sort(
+            ["o", "count"], descending=[False, True])["_i"]]
+    return codes.sort(["count", "gpu"], descending=[True, True])
 
 
 ANALYSIS = Analysis(

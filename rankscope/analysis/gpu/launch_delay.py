@@ -33,7 +33,7 @@ LAUNCH_DELAY_CUTOFF_NS = 100_000
 def launches(v: hv.View) -> pl.DataFrame:
     """Launch call × device event pairs of HTA's frame, in HTA's merge order: correlation, cpu_duration,
     gpu_duration, launch_delay (ns), i (occurrence of the correlation)."""
-    f = v.frame
+    f = v.frame.select("nid", "correlation", "stream", "ts", "dur")  # a filter copies every column it is given
     ids = v.name_ids("launch_stats", lambda n: n in LAUNCH_NAMES + MEMORY_LAUNCH_NAMES)
     corr = f.filter(pl.col("nid").is_in(ids))["correlation"].unique()
     cpu = f.filter((pl.col("stream") == -1) & pl.col("correlation").is_in(corr.implode()))

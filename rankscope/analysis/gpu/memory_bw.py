@@ -22,17 +22,34 @@ from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.gpu import htaview as hv
 from rankscope.analysis.gpu.guard import guarded, split, with_problems
 from rankscope.analysis.gpu.stats import describe
-from rankscope.analysis.rankdata import RankData
+from rankscope.analysis.rankdata import Later, RankData, part_of
 from rankscope.model.run import Run
 
 
-def copies(d: RankData, v: hv.View) -> pl.DataFrame:
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def copy_columns(d: RankData) -> Columns:
+    """(idx, bytes, bandwidth) of the events named as memory kernels: all that ``copies`` reads of the events,
+    taken before they are freed (the rest of the part reads the HTA view, after them: issue 26)."""
+    nid, names = d.memo("name_codes", lambda: hv.codes(d.events.column("name")))
+    rows = np.flatnonzero(np.isin(nid, [i for i, n in enumerate(names) if hv.kernel_type(n) == hv.MEMORY]))
+    return rows + 1, d.col("bytes")[rows], d.col("bandwidth")[rows]
+
+
+def copies(d: RankData, v: hv.View, cols: Columns | None = None) -> pl.DataFrame:
     """HTA's memory kernels of the frame with their kind (``name``), in frame order; 0 µs lasts 1 µs;
-    a copy without Kineto's bandwidth has HTA's default, 0 (hta/configs/default_event_args.py)."""
+    a copy without Kineto's bandwidth has HTA's default, 0 (hta/configs/default_event_args.py). ``cols``:
+    ``copy_columns`` of the rank (else read from its events)."""
     mem = v.name_ids("memory_kernels", lambda n: hv.kernel_type(n) == hv.MEMORY)
-    k = hv.device(v.frame).filter(pl.col("nid").is_in(mem))
-    k = k.with_columns(bytes=pl.Series(hv.column(d, "bytes", k["idx"].to_numpy())),
-                       bandwidth=pl.Series(hv.column(d, "bandwidth", k["idx"].to_numpy())))
+    k = hv.device(v.frame.select("idx", "nid", "ts", "pid", "dur", "stream")).filter(pl.col("nid").is_in(mem))
+    idx = k["idx"].to_numpy()
+    if cols is None:
+        nbytes, bw = hv.column(d, "bytes", idx), hv.column(d, "bandwidth", idx)
+    else:  # every such row of the frame is an event named as a memory kernel: in cols
+        at = np.searchsorted(cols[0], idx)
+        nbytes, bw = cols[1][at], cols[2][at]
+    k = k.with_columns(bytes=pl.Series(nbytes), bandwidth=pl.Series(bw))
     k = k.join(v.name_map("memory_kind", hv.memory_kind), on="nid", how="left", maintain_order="left")
     return k.select(pl.col("memory_kind").alias("name"), "ts", "pid", "bytes",
                     pl.when(pl.col("dur") == 0).then(1000).otherwise(pl.col("dur")).alias("dur"),
@@ -81,9 +98,14 @@ def _own(d: RankData, c: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 @guarded
-def rank_part(d: RankData) -> dict[str, Any] | None:
+def rank_part(d: RankData) -> Later:
+    cols = copy_columns(d)
+    return Later(guarded(lambda data: _part(data, cols)), (hv.KEY,))  # view side: after the events
+
+
+def _part(d: RankData, cols: Columns | None = None) -> dict[str, Any] | None:
     v = hv.view(d)
-    c = copies(d, v)
+    c = copies(d, v, cols)
     if not c.height:
         return None
     hta = steps(c, hta_order=True).select("name", pl.col("ts") + v.tmin, "memory_bw_gbps").with_columns(
@@ -92,7 +114,7 @@ def rank_part(d: RankData) -> dict[str, Any] | None:
 
 
 def run_memory_bw(run: Run, results: dict[str, Any]) -> Result:
-    return combine(run, [(r, rank_part(RankData(run, r))) for r in run.rank_ids], results)
+    return combine(run, [(r, part_of(rank_part, run, r)) for r in run.rank_ids], results)
 
 
 def combine(run: Run, parts: list[tuple[int, Any]], results: dict[str, Any]) -> Result:

@@ -43,10 +43,10 @@ def max_queue_length() -> int:
 
 def steps(v: hv.View, hta_order: bool) -> pl.DataFrame:
     """+1 / −1 rows (stream, ts, queue) in the order the running sum takes them."""
-    f = v.frame
-    rt = f.filter(pl.col("nid").is_in(v.name_ids("launches", lambda n: n in LAUNCHES))
-                  & (pl.col("index_correlation") > 0))
-    k = f.filter(pl.col("stream") != -1)
+    f = v.frame  # the columns chosen before the rows: a filter copies every column it is given (issue 26)
+    rt = f.select("nid", "index_correlation", "correlation", "ts").filter(
+        pl.col("nid").is_in(v.name_ids("launches", lambda n: n in LAUNCHES)) & (pl.col("index_correlation") > 0))
+    k = f.select("correlation", "stream", "pid", "ts").filter(pl.col("stream") != -1)
     up = rt.select("correlation", "ts").join(k.select("correlation", "stream", "pid"), on="correlation", how="left",
                                              maintain_order="left")
     down = k.filter(pl.col("correlation").is_in(rt["correlation"].implode()))
