@@ -61,7 +61,7 @@ $(HTA_VENV)/.installed:
 	$(HTA_VENV)/bin/python -m pip install -q holistictraceanalysis==0.5.0 "pandas<3"
 	@touch $@
 
-# Two pytest workers by default (pytest-xdist, one test file per worker): 15-19 instead of 23-26 minutes on 2
+# Two pytest workers by default (pytest-xdist, one test file per worker): 14-19 instead of 23-26 minutes on 2
 # cores; each worker and each test spools under its own folder (tests/conftest.py). TEST_WORKERS=0 runs one
 # process (bench/RESULTS.md, "Two workers by default: fresh runs").
 TEST_WORKERS ?= 2
