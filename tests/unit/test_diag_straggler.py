@@ -267,23 +267,30 @@ def test_paired_rule_finds_a_component_the_total_hides():
     assert paired(_ranks({r: [float(v) for v in vs] for r, vs in own.items()}, free), pr) == []
 
 
+def _wait_split(per_rank: dict[int, tuple[float, float]], rank: int, steps: int) -> dict:
+    """``wait_excess`` of ``rank`` over ``steps`` alike steps: per rank (CPU ms, run-queue wait ms) per step,
+    own time = CPU time + wait."""
+    from rankscope.analysis.diagnosis.cpu import wait_excess
+
+    rows = [(r, s, int(c * 1e6), int(w * 1e6)) for r, (c, w) in per_rank.items() for s in range(steps)]
+    sched = pl.DataFrame(rows, schema={"rank": pl.Int64, "step": pl.Int64, "cpu_ns": pl.Int64,
+                                       "runq_wait_ns": pl.Int64}, orient="row")
+    own = sched.select("rank", "step", own=pl.col("cpu_ns") + pl.col("runq_wait_ns"))
+    w = wait_excess(sched, rank, own)
+    assert w is not None
+    return w
+
+
 def test_cpu_wait_that_comes_with_its_own_extra_work_is_not_contention():
     """Ranks sharing cores wait for a CPU in proportion to the CPU they use. Numbers of a real 4-rank
     run on 2 cores (bench/stragglers.py seed 109, run 1: 11.7 ms of host busy-work per step on rank 3):
     rank 3 used 5.2 ms more CPU per step and waited 6.1 ms more, the others waited 0.96 ms per CPU ms.
     Only the wait beyond 0.96 x 5.2 ms is the host's doing; the same wait excess with no extra CPU
     time is contention."""
-    from rankscope.analysis.diagnosis.cpu import CONTENTION_SHARE, wait_excess
+    from rankscope.analysis.diagnosis.cpu import CONTENTION_SHARE
 
     def split(cpu3: float, wait3: float) -> dict:
-        base = {0: (27.1, 25.5), 1: (26.3, 25.1), 2: (26.0, 25.2), 3: (cpu3, wait3)}
-        rows = [(r, s, int(c * 1e6), int(w * 1e6)) for r, (c, w) in base.items() for s in range(8)]
-        sched = pl.DataFrame(rows, schema={"rank": pl.Int64, "step": pl.Int64, "cpu_ns": pl.Int64,
-                                           "runq_wait_ns": pl.Int64}, orient="row")
-        own = sched.select("rank", "step", own=pl.col("cpu_ns") + pl.col("runq_wait_ns"))
-        w = wait_excess(sched, 3, own)
-        assert w is not None
-        return w
+        return _wait_split({0: (27.1, 25.5), 1: (26.3, 25.1), 2: (26.0, 25.2), 3: (cpu3, wait3)}, 3, steps=8)
 
     busy = split(31.5, 31.3)
     assert busy["others_wait_per_cpu"] == pytest.approx(25.2 / 26.3, abs=1e-3)
@@ -300,17 +307,10 @@ def test_cpu_wait_beside_its_own_extra_work_is_that_work_not_contention():
     "unexplained", yet its own CPU time grew by its extra work: the cause is that work (the demo's host
     straggler, 20 ms of thread CPU time per step, beside another pytest worker: a24facb run 7). A healthy
     rank whose CPU time moved by noise stays contention, and so does a rank with no CPU samples."""
-    from rankscope.analysis.diagnosis.cpu import CONTENTION_SHARE, is_contention, wait_excess
+    from rankscope.analysis.diagnosis.cpu import CONTENTION_SHARE, is_contention
 
     def split(cpu1: float, wait1: float) -> dict:
-        base = {0: (27.0, 2.0), 1: (cpu1, wait1), 2: (27.2, 2.1)}
-        rows = [(r, s, int(c * 1e6), int(w * 1e6)) for r, (c, w) in base.items() for s in range(6)]
-        sched = pl.DataFrame(rows, schema={"rank": pl.Int64, "step": pl.Int64, "cpu_ns": pl.Int64,
-                                           "runq_wait_ns": pl.Int64}, orient="row")
-        own = sched.select("rank", "step", own=pl.col("cpu_ns") + pl.col("runq_wait_ns"))
-        w = wait_excess(sched, 1, own)
-        assert w is not None
-        return w
+        return _wait_split({0: (27.0, 2.0), 1: (cpu1, wait1), 2: (27.2, 2.1)}, 1, steps=6)
 
     worked = split(47.0, 32.0)  # +20 ms CPU, +30 ms wait
     assert worked["share_of_excess"] >= CONTENTION_SHARE  # the share alone would say contention
