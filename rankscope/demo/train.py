@@ -113,6 +113,20 @@ def rotate(cpus: list[int], rank: int, step: int) -> None:
         pin_process(cpus[(rank + step) % len(cpus)])
 
 
+def device_and_backend(choice: str) -> tuple[torch.device, str]:
+    """Where this rank trains and which backend joins the ranks. ``auto``: the GPU ``LOCAL_RANK`` mod the GPU
+    count where CUDA is there, else the CPU. NCCL only where every local rank has a GPU of its own (NCCL
+    refuses two ranks on one GPU: "Duplicate GPU detected"); otherwise gloo, which also reduces CUDA tensors."""
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu"), "gloo"
+    count = torch.cuda.device_count()
+    if count == 0:
+        raise SystemExit("--device cuda: no CUDA GPU is visible to this process")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return torch.device("cuda", local % count), "nccl" if local_world <= count else "gloo"
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--run-dir", required=True, help="run directory or fsspec URL")
@@ -126,6 +140,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-kind", choices=["compute", "data", "comm", "host"], default="compute")
     p.add_argument("--slowdown", type=float, default=1.0, help="strength of the injected slowdown")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="auto: a CUDA GPU where there is one (NCCL when each local rank has its own, else gloo), "
+                        "else the CPU with gloo")
     p.add_argument("--rotate-cpus", action="store_true",
                    help="each step, move this rank to CPU (rank + step) mod n: on a machine whose processors "
                         "differ in speed every rank then sees the same mix of them")
@@ -134,7 +151,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device, backend = device_and_backend(args.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
@@ -147,7 +166,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     sampler: DistributedSampler[int] = DistributedSampler(dataset, world, rank, shuffle=False)
     loader = DataLoader(dataset, batch_size=args.batch, sampler=sampler, num_workers=0)
-    model = DDP(MLP(args.dim, args.hidden, 10, extra_work=int(12 * args.slowdown) if kind == "compute" else 0))
+    mlp = MLP(args.dim, args.hidden, 10, extra_work=int(12 * args.slowdown) if kind == "compute" else 0).to(device)
+    model = DDP(mlp, device_ids=[device.index] if device.type == "cuda" else None)
     if kind == "comm":
         model.register_comm_hook(None, delayed_allreduce_hook(0.02 * args.slowdown))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -157,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     from rankscope.store.uploader import UploadConfig
 
     activities = [torch.profiler.ProfilerActivity.CPU]
-    if torch.cuda.is_available():
+    if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with rankscope.profile(
         run=args.run_dir, run_id=os.path.basename(os.path.normpath(args.run_dir)), activities=activities,
@@ -171,6 +191,7 @@ def main(argv: list[str] | None = None) -> None:
         for i in range(args.warmup + args.steps + 1):
             rotate(cpus, rank, i)
             x, y = next(it)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             opt.zero_grad(set_to_none=True)
             if kind == "host":
                 host_busy(0.02 * args.slowdown)

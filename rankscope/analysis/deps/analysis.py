@@ -75,7 +75,8 @@ def _windows(data: "RankData", ev: events.RankEvents) -> list[tuple[int, int, in
     host_end = np.asarray(st.column("host_end").to_numpy(zero_copy_only=False), np.int64)
     ps = {int(n[len("ProfilerStep#"):]): i for i, n in enumerate(ev.names)
           if str(n).startswith("ProfilerStep#") and str(n)[len("ProfilerStep#"):].isdigit()}
-    rows = np.flatnonzero(np.isin(ev.name_idx, list(ps.values())) & (ev.stream == -1))
+    rows = np.flatnonzero(np.isin(ev.name_idx, list(ps.values())) & (ev.stream == -1)
+                          & (ev.kind != int(events.K.GPU_ANNOTATION)))  # the GPU's copy of the step is not its start
     start = {int(str(ev.names[ev.name_idx[r]])[len("ProfilerStep#"):]): int(ev.ts[r]) for r in rows.tolist()}
     out = []
     for n, e, w in zip(num.tolist(), host_end.tolist(), wall.tolist()):

@@ -4,6 +4,8 @@ Pattern: start from HTA's graph (``graph.build``) with the communication spans a
 - the time between top-level operators of a thread is the rank's own time (host work outside any
   operator: Python, data loading), except on executor threads (gloo runs collectives on its own
   threads: their gaps are waiting for work);
+- a device op launched after the previous op of its stream ended hangs on its launch, not on that op
+  (the stream's idle gap weighs nothing);
 - a call's own span is cut: its end node gets its time from the other ranks (``join``), so the
   wait inside it weighs nothing here;
 - a wait weighs nothing and the edge from what it waited for carries the wake-up time: a thread
@@ -149,6 +151,7 @@ def rank_graph(ev: RankEvents, sel: np.ndarray, calls: Calls, joinable: np.ndarr
     b.blocking_syncs()
     b.wakes(end_n[found & np.isin(ev.tid[np.maximum(end_ev, 0)], execs) & (ev.stream[np.maximum(end_ev, 0)] < 0)], execs)
     b.stream_waits()
+    b.late_launches()
     arr_n, end_n = np.where(has, arr_n, -1), np.where(has, end_n, -1)
     return b.done(), Anchors(arr_n, end_n, [k if h else None for k, h in zip(calls.key.tolist(), has)], calls)
 
@@ -166,6 +169,7 @@ class _Builder:
         pos = np.empty(g.n, np.int64)
         pos[g.order] = np.arange(g.n)
         self.pos = pos
+        self.waited = np.zeros(0, np.int64)  # device ops found waiting for another stream (stream_waits)
 
     def own_gaps(self, execs: np.ndarray) -> None:
         """Dependency edges weigh the gap (the rank's own time), zero on executor threads."""
@@ -175,6 +179,22 @@ class _Builder:
         self.w[dep] = np.where(on_exec, 0, np.maximum(g.node_ts[g.dst[dep]] - g.node_ts[g.src[dep]], 0))
         sync = np.flatnonzero(g.typ == E.SYNC)
         self.w[sync] = np.maximum(g.node_ts[g.dst[sync]] - g.node_ts[g.src[sync]], 0)
+
+    def late_launches(self) -> None:
+        """A device op launched only after the previous op of its stream ended waited for its launch, not
+        for that op: the lane's gap weighs nothing and the launch edge carries the time (HTA keeps a
+        kernel-kernel edge when other ops were queued behind it: seen on real CUDA traces, where the
+        stream idled 65 ms while the host thread that launched the next copy waited for a collective)."""
+        g, ev = self.g, self.ev
+        kk = np.flatnonzero((g.typ == E.KERNEL_KERNEL) & ~self.dead)
+        kk = kk[~np.isin(g.dst[kk], self.waited)]  # it waited for another stream's op (stream_waits)
+        op = g.node_ev[g.dst[kk]]
+        rt = ev.partner[op]
+        ok = (rt >= 0) & (ev.stream[np.maximum(rt, 0)] < 0)
+        ok[ok] = np.isin(rt[ok], g.node_ev) & (ev.ts[rt[ok]] >= g.node_ts[g.src[kk[ok]]])
+        kk, op, rt = kk[ok], op[ok], rt[ok]
+        self.w[kk], self.typ[kk] = 0, E.WAIT
+        self.add(g.node(rt, True), g.dst[kk], np.maximum(ev.ts[op] - ev.ts[rt], 0), E.LAUNCH)
 
     def cut(self, arr: np.ndarray, end: np.ndarray) -> None:
         """Inside a call (arrival .. end on its chain) nothing weighs; its end takes no local edge."""
@@ -251,6 +271,7 @@ class _Builder:
         ok = (j >= 0) & (r >= 0) & (e_ts[jj] > r) & (gap <= GPU_WAKE_NS) & (t - r > 2 * gap + ROUND_NS)
         ok &= ev.stream[g.node_ev[e_n[jj]]] != ev.stream[g.node_ev[starts]]
         s = starts[ok]
+        self.waited = s
         zero = np.isin(g.dst, s) & ~self.dead
         self.w[zero], self.typ[zero] = 0, np.where(self.typ[zero] == E.OPERATOR, E.OPERATOR, E.WAIT)
         self.add(e_n[jj[ok]], s, gap[ok], E.SYNC)

@@ -1,0 +1,52 @@
+"""A real 2-rank DDP run on a CUDA GPU (tests/fixtures/runs/gpu_gloo_data, its README says how it was recorded):
+Kineto's own CUDA traces, read as they were written. Rank 1's Dataset sleeps 64 ms per batch.
+
+Two things only real CUDA traces showed (the CPU runs and the synthetic NCCL clusters have neither):
+- Kineto writes each ``ProfilerStep#N`` twice, the second a ``gpu_user_annotation`` on the GPU's stream: it was
+  read as a second step of the same number, and the critical path crashed (IndexError) on every such run;
+- the GPU stream idled 65 ms between the last backward kernel and the gradient copies launched after the
+  all-reduce; HTA's rules link those two by a kernel-kernel edge, which weighed the idle time as rank 0's own, so
+  the what-if gave rank 1 a cost of 5 ms instead of about its 64 ms sleep, and the verdict named nobody."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rankscope.analysis.registry import run_all
+from rankscope.model.run import load_run
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "gpu_gloo_data"
+SLEEP_MS = 64.0  # rankscope/demo/train.py: delay_s = 0.064 * slowdown, once per batch; slowdown 1
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    src = tmp_path_factory.mktemp("gpu") / "run"  # a copy: the analysis writes its cache beside the run
+    shutil.copytree(FIXTURE, src)
+    return load_run(src, jobs=1)
+
+
+def test_each_step_is_read_once_from_its_host_span(run):
+    from rankscope.analysis.rankdata import RankData
+
+    for r in run.rank_ids:
+        st = RankData(run, r).table("steps")
+        assert st.column("step").to_pylist() == [2, 3, 4, 5, 6, 7], r
+        ts, end = np.asarray(st.column("ts")), np.asarray(st.column("end"))
+        assert (end > ts).all() and (ts[1:] >= end[:-1]).all()
+        assert ((end - ts) > 0.8 * SLEEP_MS * 1e6).all()  # every step holds rank 1's sleep (rank 0 waits for it)
+
+
+def test_the_sleeping_rank_bounds_the_step_by_about_its_sleep(run):
+    res = run_all(run)
+    b = res["critical_path"].summary["bounding"]
+    assert b["rank"] == 1 and b["steps"] == b["of_steps"] == 6
+    assert 0.8 * SLEEP_MS <= b["cost_ms"] <= 1.2 * SLEEP_MS, b
+    wi = {w["rank"]: w for w in res["critical_path"].summary["what_if"]}
+    assert wi[1]["step_ms"] - wi[1]["step_ms_if_median"] >= 0.8 * SLEEP_MS
+    assert wi[0]["step_ms"] - wi[0]["step_ms_if_median"] < 0.1 * SLEEP_MS  # the waiting rank costs nothing
+    st = res["straggler"]
+    assert [(f.ranks, f.evidence["cause"]) for f in st.findings] == [((1,), "data")], st.summary["verdict"]
