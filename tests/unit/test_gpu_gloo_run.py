@@ -50,3 +50,32 @@ def test_the_sleeping_rank_bounds_the_step_by_about_its_sleep(run):
     assert wi[0]["step_ms"] - wi[0]["step_ms_if_median"] < 0.1 * SLEEP_MS  # the waiting rank costs nothing
     st = res["straggler"]
     assert [(f.ranks, f.evidence["cause"]) for f in st.findings] == [((1,), "data")], st.summary["verdict"]
+
+
+def test_a_host_loop_is_named_from_the_path_where_the_categories_cannot_see_it(tmp_path):
+    """tests/fixtures/runs/gpu_gloo_host: rank 1 spins 20 ms of Python per step. Its own time components grew by
+    at most 2.4 ms over rank 0's (whose wait for the all-reduce is untraced host time), so the components said
+    "data" (its data loading is 2.4 ms longer). The path holds 21.6 ms of rank 1's host time between operators
+    and costs 20.7 ms: the cause is read off the path."""
+    src = tmp_path / "run"
+    shutil.copytree(FIXTURE.parent / "gpu_gloo_host", src)
+    res = run_all(load_run(src, jobs=1))
+    b = res["critical_path"].summary["bounding"]
+    assert b["rank"] == 1 and b["steps"] >= 5 and 15.0 <= b["cost_ms"] <= 30.0, b
+    st = res["straggler"]
+    assert [(f.ranks, f.evidence["cause"]) for f in st.findings] == [((1,), "host")], st.summary["verdict"]
+    ev = st.findings[0].evidence
+    assert ev["cause_from"] == "critical path"
+    assert max(ev["excess_ns"].values()) < 0.5 * b["cost_ms"] * 1e6  # the components alone cannot hold it
+
+
+def test_the_path_gives_the_cause_only_where_the_components_cannot():
+    from rankscope.analysis.diagnosis.cause import from_path
+
+    path = {"data": 9.2e6, "compute": 0.7e6, "host": 21.6e6}  # gpu_gloo_host, rank 1, per step
+    assert from_path(path, 20.7e6, {"compute": 0.0, "data": 2.39e6, "host": -0.38e6}) == "host"
+    # a component that grew by half the cost stands (the data sleep of gpu_gloo_data: +64.6 ms, cost 64.4 ms)
+    assert from_path({"data": 71.6e6, "compute": 1.8e6, "host": 0.4e6}, 64.4e6,
+                     {"compute": 0.0, "data": 64.56e6, "host": -64.48e6}) is None
+    assert from_path(path, 50e6, {"data": 1e6}) is None  # no class holds half the cost
+    assert from_path({}, 20e6, {"data": 1e6}) is None and from_path(path, 0.0, {"data": 1e6}) is None

@@ -28,7 +28,7 @@ import polars as pl
 from rankscope.analysis.base import Analysis, Finding, Result, Severity, frame
 from rankscope.analysis.diagnosis.bound import NO_SAVING, Bound, bound, holds, savings, without_what_if
 from rankscope.analysis.diagnosis.candidates import agreeing, last_share, more_input, more_work, steady_candidates
-from rankscope.analysis.diagnosis.cause import cause, cpu_time_explains, refine, work_explains
+from rankscope.analysis.diagnosis.cause import cause, cpu_time_explains, from_path, refine, work_explains
 from rankscope.analysis.diagnosis.cpu import is_contention, sched_frame, wait_excess
 from rankscope.analysis.diagnosis.rules import (PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, complete_steps,
                                                 cpu_available_outliers, outliers, paired, per_rank, per_step,
@@ -226,6 +226,9 @@ def named(ctx: _Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None
                                                                           "host": "free"}[k]]) - usual[k])}
     kind, excess = cause(row, others, waited["blocked_excess_ns"] if waited else None, extra_calls_ns(imb),
                          eligible if mine is not None else None)
+    on_path = from_path(mine.path, mine.cost_ns, excess) if mine is not None else None
+    if on_path is not None:
+        kind = on_path
 
     def explains(kind: str) -> bool:  # the rank's CPU time counts only for time the trace put between operators
         return bool(imb) and work_explains(imb, excess, others, float(rel),  # type: ignore[arg-type]
@@ -235,6 +238,8 @@ def named(ctx: _Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None
         "own_time_ns": row["own"], "others_median_ns": as_float(others["own"].median()),
         "excess_ns": {k: round(v) for k, v in excess.items()}, "relative_excess": float(rel),
         "test": test, "consistency": round(cons, 3)}
+    if on_path is not None:  # the components could not hold the path's cost: the cause is read off the path
+        evidence["cause_from"] = "critical path"
     if waited is not None:
         evidence["cpu_wait"] = waited
         if is_contention(waited):  # mostly waiting for a CPU, not for its own extra work: the host, whatever the test
