@@ -79,3 +79,25 @@ def test_the_path_gives_the_cause_only_where_the_components_cannot():
                      {"compute": 0.0, "data": 64.56e6, "host": -64.48e6}) is None
     assert from_path(path, 50e6, {"data": 1e6}) is None  # no class holds half the cost
     assert from_path({}, 20e6, {"data": 1e6}) is None and from_path(path, 0.0, {"data": 1e6}) is None
+
+
+@pytest.mark.parametrize("fixture,waiting,cause", [("gpu_gloo_data", 0, "data"), ("gpu_gloo_host", 0, "host")])
+def test_gpu_idle_gaps_say_who_waited_for_whom(tmp_path, fixture, waiting, cause):
+    """The GPU idle gaps of both runs, cause by cause: the straggler's GPU waits for its own data loading or host
+    loop; the other rank's waits for the all-reduce's peer, rank 1 (the stream ran dry while gloo's threads waited
+    for it and DDP's gradient copies were launched only after). Before: "waiting for the host to launch" on both
+    ranks of the host run and on rank 0 of the data run."""
+    import polars as pl
+
+    from rankscope.analysis.base import frame
+
+    src = tmp_path / "run"
+    shutil.copytree(FIXTURE.parent / fixture, src)
+    res = run_all(load_run(src, jobs=1), ["gpu_gaps"])["gpu_gaps"]
+    ps = frame(res.tables["per_step"])
+    main = {r: max(("host", "sync", "collective", "data", "other"), key=lambda c: float(ps.filter(pl.col("rank") == r)[c].sum()))
+            for r in (0, 1)}
+    assert main == {waiting: "collective", 1 - waiting: cause}, main
+    gaps = frame(res.tables["gaps"]).filter((pl.col("rank") == waiting) & (pl.col("cause") == "collective"))
+    big = gaps.filter(pl.col("dur") > 10e6)
+    assert big.height and (big["peer"] == 1).all() and big["collective"].str.starts_with("all_reduce #").all()

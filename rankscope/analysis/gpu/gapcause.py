@@ -12,7 +12,10 @@ the latest end of the earlier events to the start of the next event K. Its cause
    launching thread last before it, when no other launch of that thread came in between: a sync call that
    returned inside the gap (``*Synchronize``, a blocking ``cudaMemcpy``; ``.item()`` is a copy then a
    ``cudaStreamSynchronize``) → "sync"; a data-loading span (the breakdown's ``DEFAULT_DATA_SPANS``)
-   overlapping the gap → "data"; the later-ending of the two wins. Else "host" (CPU-bound, Python overhead;
+   overlapping the gap → "data"; a collective run by the host (gloo's own threads: its annotation span on any
+   thread of the rank, or the one the launch came from), in progress as the stream ran dry or over half the late part, that ended inside the gap at most
+   ``WAKE_NS`` before the launch → "collective" (the launching thread waited for it, untraced: DDP's
+   backward on CUDA with gloo); the later-ending wins. Else "host" (CPU-bound, Python overhead;
    event: the innermost host span running half-way through the late part);
 3. else "other" (launched in time, no dependency seen; event: K).
 
@@ -35,6 +38,9 @@ from rankscope.analysis.rankdata import RankData
 
 CAUSES = ("host", "sync", "collective", "data", "other")
 DEP_TOL_NS = 20_000  # cross-stream wait latency bound (end of X → start of K); H100: 1-4 µs (tests/fixtures/gpu)
+# a launch this soon after a host collective ended came from a thread that waited for it (as deps.timed.WAKE_NS;
+# tests/fixtures/runs/gpu_gloo_data: 0.2 ms from the end of gloo's all-reduce to DDP's gradient copy)
+WAKE_NS = 2_000_000
 SYNC_RE = re.compile(r"Synchronize|^(cuda|hip)Memcpy(2D|3D)?$|^cuMemcpy(DtoH|HtoD|DtoD)?(_v2)?$")
 _MIN = np.iinfo(np.int64).min
 
@@ -217,6 +223,10 @@ def _host_side(d: RankData, keys: Keys, idx: np.ndarray, g0: np.ndarray, L: np.n
     is_data = (d_end > _MIN) & (d_end >= s_end)
     is_sync = ~is_data & (s_end > _MIN)
     cause[idx] = np.where(is_data, 3, np.where(is_sync, 1, 0)).astype(np.int8)
+    # keys back to time (each key is its own thread's), to compare with collectives on other threads
+    held_t = np.maximum(np.where(d_end > _MIN, d_end % keys.width, _MIN), np.where(s_end > _MIN, s_end % keys.width, _MIN))
+    held_t = np.where(held_t > _MIN, held_t + keys.t0, _MIN)
+    c_row = _host_collective(d, g0[idx], L[idx], held_t)
     host = np.flatnonzero(d.kind_in(HOST_KINDS) & (d.col("dur") > 0) & ~dict_test(
         d.events, "name", lambda n: np.char.startswith(n.astype(str), "ProfilerStep#")))
     spans = Spans(host, k(host, ts[host]), k(host, end[host]), depth[host])
@@ -229,6 +239,43 @@ def _host_side(d: RankData, keys: Keys, idx: np.ndarray, g0: np.ndarray, L: np.n
     ctx[idx[is_sync]] = spans.at(k(sy, ts[sy]))
     none = event[idx] < 0  # no host span half-way: the span the launch came from, else the launch call
     event[idx[none]] = np.where(ctx[idx[none]] >= 0, ctx[idx[none]], L[idx[none]])
+    coll = c_row >= 0
+    cause[idx[coll]], event[idx[coll]] = CAUSES.index("collective"), c_row[coll]
+
+
+def _host_collective(d: RankData, g0: np.ndarray, L: np.ndarray, held: np.ndarray) -> np.ndarray:
+    """Per late gap: the host collective span (row) the launching thread waited for (-1: none), see 2. above:
+    one that ended before the launch, or the span the launch came from (gloo's thread copying the result out
+    once the peers arrived). ``L``: the launch rows; ``held``: when the sync or data span that held the thread
+    ended (_MIN: none); a later collective wins."""
+    ts, dur, tid = d.col("ts"), d.col("dur"), d.col("tid")
+    # the collective's own span (gloo's "gloo:all_reduce" on its thread), not the operator that issued it
+    # (``c10d::allreduce_``, a cpu_op: its time is the issuing, and a launch inside it is not a wait)
+    rows = np.flatnonzero(d.comm() & d.kind_in(("user_annotation",)) & (d.col("stream") < 0) & (dur > 0))
+    out = np.full(len(g0), -1, np.int64)
+    if not len(rows):
+        return out
+    launch = ts[L]
+    for t in np.unique(tid[rows]):  # the launch inside a collective's span on its own thread (a few threads)
+        mine = rows[tid[rows] == t]
+        mine = mine[np.argsort(ts[mine], kind="stable")]
+        q = np.flatnonzero(tid[L] == t)
+        j = np.searchsorted(ts[mine], launch[q], side="right") - 1
+        r = mine[np.clip(j, 0, None)]
+        b = np.maximum(ts[r], g0[q])
+        ok = (j >= 0) & (ts[r] + dur[r] >= launch[q]) & (2 * (launch[q] - b) >= launch[q] - g0[q]) & (launch[q] > held[q])
+        out[q[ok]] = r[ok]
+    end = ts[rows] + dur[rows]
+    o = np.argsort(end, kind="stable")
+    rows, end = rows[o], end[o]
+    j = np.searchsorted(end, launch, side="right") - 1
+    jj = np.clip(j, 0, None)
+    r, e = rows[jj], end[jj]
+    b = ts[r]
+    ok = ((j >= 0) & (e > g0) & (launch - e <= WAKE_NS) & (e > held)
+          & ((b <= g0) | (2 * (e - np.maximum(b, g0)) >= launch - g0)) & (out < 0))
+    out[ok] = r[ok]
+    return out
 
 
 def _device_idle(keys: Keys, ts: np.ndarray, end: np.ndarray, dev_idx: np.ndarray, pos: np.ndarray,

@@ -145,7 +145,12 @@ def _instances(coll: pl.DataFrame, m: pl.DataFrame) -> pl.DataFrame:
     by_host = coll.filter(pl.col("event_launch") >= 0).sort("event_launch").join_asof(
         host.select(*key, "ts", "end"), left_on="event_launch", right_on="ts", by="rank", strategy="backward", check_sortedness=False).filter(
         pl.col("event_launch") <= pl.col("end")).select("_i", *key)
-    return pl.concat([by_dev, by_host.join(by_dev, on="_i", how="anti")])
+    # a gap that waited for a collective run by the host (gloo's threads): the call whose host span is that span
+    by_span = coll.filter(pl.col("event_launch") < 0).sort("event_ts").join_asof(
+        host.select(*key, "ts", "end"), left_on="event_ts", right_on="ts", by="rank", strategy="backward",
+        check_sortedness=False).filter(pl.col("event_end") <= pl.col("end")).select("_i", *key)
+    found = pl.concat([by_dev, by_host.join(by_dev, on="_i", how="anti")])
+    return pl.concat([found, by_span.join(found, on="_i", how="anti")])
 
 
 def _findings(per_step: pl.DataFrame) -> list[Finding]:
