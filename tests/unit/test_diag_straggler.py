@@ -887,3 +887,28 @@ def test_more_input_work_on_a_saturated_machine_is_named_from_cpu_time(tmp_path)
     assert cpu_time_explains(work, others, 0.4, 7.6e6) and not cpu_time_explains(work, others, 0.4, 7.4e6)
     assert not cpu_time_explains(work, others, 0.4, None)
     assert not cpu_time_explains({"shapes_recorded": True, "work_ratio": 1.05}, others, 0.4, 20e6)  # too little work
+
+
+def test_a_bottleneck_stage_the_path_cannot_judge_is_named_from_the_stage_model():
+    """bench/workloads.py seed 2621, pp-gpipe at 4 ranks (stage 0 with 2x the layers, +59 ms of CPU per step by the
+    job's own timers): the pipeline analysis found stage 0 the bottleneck in 6 of 6 steps at 77.7 ms (20.6 %);
+    the path has no what-if for rank 0 (no other rank runs its calls), the rules named nobody: "no straggler".
+    The stage's rank is named where the stage model's cost clears the path's bar, steadily."""
+    from types import SimpleNamespace
+
+    from rankscope.analysis.base import Result
+    from rankscope.analysis.diagnosis.straggler import stage_candidate
+
+    pr = pl.DataFrame({"rank": [0, 1, 2, 3], "own": [150e6, 140e6, 145e6, 142e6]})
+    summary = {"cost_share": 0.2064, "bottleneck_steps": 6, "of_steps": 6, "bottleneck_stage": 0, "balanced": False,
+               "stage_ranks": [[0], [1], [2], [3]]}
+    ctx = SimpleNamespace(pr=pr, results={"pipeline": Result("pipeline", summary=summary)})
+    got = stage_candidate(ctx, {0})
+    assert [(i, t) for i, _, t, _ in got] == [(0, "pipeline stages")]
+    assert stage_candidate(ctx, set()) == []  # a rank the path can judge is the path's to name
+    for change in ({"cost_share": 0.09}, {"bottleneck_steps": 3}, {"of_steps": 0}):  # below the bar; not steady
+        ctx.results["pipeline"] = Result("pipeline", summary={**summary, **change})
+        assert stage_candidate(ctx, {0}) == [], change
+    two = SimpleNamespace(pr=pr.head(2), results={"pipeline": Result("pipeline", summary={**summary, "cost_share": 0.15})})
+    assert stage_candidate(two, {0}) == []  # at 2 ranks the bar is 20 %
+    assert stage_candidate(SimpleNamespace(pr=pr, results={}), {0}) == []
