@@ -1,11 +1,11 @@
 """The demo job on a real CUDA GPU (a device machine): runs to analyze on any machine afterwards.
 
-    python3 bench/gpu_demo.py OUT [--cases healthy,data,compute,host,nccl1] [--steps 6] [--repeats 1]
+    python3 bench/gpu_demo.py OUT [--cases healthy,data,compute,host,nccl1] [--steps 6] [--repeats 1] [--ranks 2]
 
 Each case is rankscope/demo/train.py under torch.distributed.run with ``--device cuda``, profiled by
 ``rankscope.profile`` with CPU and CUDA activities:
-- ``healthy``, ``data``, ``compute``, ``host``: 2 ranks on one GPU with gloo (NCCL refuses two ranks on one
-  GPU), rank 1 the straggler of that kind (none for ``healthy``);
+- ``healthy``, ``data``, ``compute``, ``host``: 2 ranks (``--ranks``) on one GPU with gloo (NCCL refuses two
+  ranks on one GPU), rank 1 the straggler of that kind (none for ``healthy``);
 - ``nccl1``: one rank with NCCL (world size 1).
 Writes OUT/CASE/ (the run) and OUT/CASE.log (OUT/CASE-i with ``--repeats``, the cases interleaved); prints one
 line per run (exit status, seconds). The runs are then
@@ -31,6 +31,7 @@ def main() -> None:
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--ranks", type=int, default=2, help="ranks of the gloo cases (all on the machine's GPUs)")
     p.add_argument("--timeout", type=float, default=120)
     a = p.parse_args()
     out = Path(a.out)
@@ -40,6 +41,7 @@ def main() -> None:
     runs = [(c, f"{c}-{i}" if a.repeats > 1 else c) for i in range(a.repeats) for c in a.cases.split(",")]
     for case, name in runs:
         ranks, slow, kind = CASES[case]
+        ranks = a.ranks if ranks > 1 else ranks
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
                "--module", "rankscope.demo.train", "--device", "cuda", "--run-dir", str(out / name),
                "--steps", str(a.steps), "--warmup", "2", "--slow-rank", str(slow), "--slow-kind", kind]
