@@ -1,7 +1,7 @@
 """The pipeline analysis' what-if against balanced twins (issue 25, item 4).
 
 For each schedule (GPipe, 1F1B) and number of stages, each repeat runs a real pipeline job whose slow stage
-holds 2x the layers of each other stage (rankscope.demo.workloads.pipeline, ``--straggler stage``) and its
+holds 2x (``--amount``) the layers of each other stage (rankscope.demo.workloads.pipeline, ``--straggler stage``) and its
 balanced twin (the same layers spread evenly, ``--straggler none``) back to back, in alternating order,
 with the same seed. The measured difference is the job's own step time (truth.json: median over the
 recorded steps of each rank's perf_counter step, median over ranks) of the unbalanced run minus the
@@ -63,7 +63,10 @@ def one_pair(sched: str, n: int, i: int, rng: random.Random, args: argparse.Name
     for which in order:
         fam, d = (heavy, runs[which]) if which == "heavy" else (twin, runs[which])
         shutil.rmtree(d, ignore_errors=True)
-        secs[which] = job(command(fam, d, n, slow if which == "heavy" else -1, 2.0, seed, 6, False), d)
+        cmd = command(fam, d, n, slow if which == "heavy" else -1, args.amount, seed, 6, False)
+        if which == "twin":  # the twin spreads the same total of layers evenly (workloads.command passes no amount)
+            cmd += ["--amount", str(args.amount)]
+        secs[which] = job(cmd, d)
         loads[which] = round(os.getloadavg()[0], 1)
     got = {w: analyze(d) for w, d in runs.items()}
     meas = step_ms(runs["heavy"]) - step_ms(runs["twin"])
@@ -102,6 +105,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--out", default="/tmp/rankscope-bench-pipeline")
+    ap.add_argument("--amount", type=float, default=2.0,
+                    help="the slow stage holds this many times the layers of each other stage (the twin: the same "
+                         "total, even); 2 is the workload family's, a larger one lifts the effect above the noise")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
