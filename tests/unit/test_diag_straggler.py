@@ -794,6 +794,14 @@ def test_at_two_ranks_the_path_names_a_data_straggler_its_own_timers_agree_on():
     assert not make(9.0e6, steps=3).clears_bar_on_data(8.9e6)  # 3 of 6 steps: chance
     assert not make(9.0e6, other=4.0e6).clears_bar_on_data(8.9e6)  # the other rank saves nearly as much
     assert not make(5.0e6, cost=5.0e6, other=1.0e6).clears_bar_on_data(5.0e6)  # 5.7 % of the step: under the bar
+    # 4 ranks on 2 cores (bench/workloads.py seed 2622, fsdp-data@4): 30.5 ms (11.2 %), 5 of 6 steps, the other
+    # ranks' savings up to 21.1 ms (1.45x): its own timers say whose the cost is, the what-if ranks it first
+    four = Bound(rank=3, cost_ns=30.5e6, noise_ns=11.6e6, step_ns=273.4e6, steps=5, of_steps=6,
+                 path={"data": 29.0e6, "compute": 40.0e6, "host": 1.0e6}, savings={0: 11.6e6, 1: 2.2e6, 2: 21.1e6, 3: 30.5e6})
+    assert not four.clears_bar and four.clears_bar_on_data(30.8e6)
+    assert not four.clears_bar_on_data(5.0e6)  # its own timers show no data wait over the others'
+    rival = Bound(**{**four.__dict__, "savings": {0: 11.6e6, 1: 2.2e6, 2: 26.0e6, 3: 30.5e6}})
+    assert not rival.clears_bar_on_data(30.8e6)  # another rank saves nearly as much (1.17x)
 
 
 def test_data_excess_is_over_the_other_ranks_median():
