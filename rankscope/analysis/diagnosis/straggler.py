@@ -138,15 +138,15 @@ def choose(ctx: _Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, floa
     (truth: 2.5x the expert tokens, +9.6 ms CPU per step) saved 7.6 ms per step on the path, rank 0 13.2 ms,
     from two steps preempted by 50 ms; rank 0 bounded 4 of 6 steps (chance, at 2 ranks)."""
     found = ctx.rule_candidates()
-    if b is None:
-        return found, ""
-    hungry = starved(ctx, b)
-    ranks = ctx.pr["rank"].to_list()
     # a rank the path has no what-if for (a pipeline's first or last stage: no other rank runs its calls) is kept
     # where the pipeline analysis names its stage the bottleneck (bench/workloads.py seed 2616, pp-gpipe at 4
     # ranks: stage 0 with 2x the layers, +82 % own time, its cost by the stage model 43.5 ms per step against
     # 43.1 ms injected; the path's what-if covered ranks 1 and 2 only and named rank 1 at 1.6 ms)
     unseen = without_what_if(ctx.results) & bottleneck_ranks(ctx.results)
+    if b is None:  # no rank has a what-if at all (1F1B at 4 stages: every stage's calls differ): the stage model
+        return found or stage_candidate(ctx, unseen), ""
+    hungry = starved(ctx, b)
+    ranks = ctx.pr["rank"].to_list()
     def kept(r: int, test: str) -> bool:
         return ((r == b.rank and b.distinct) or (not b.distinct and counted(ctx, r, test)) or r in unseen
                 or (hungry and r != b.rank))
@@ -177,7 +177,9 @@ def stage_candidate(ctx: _Ctx, unseen: set[int]) -> list[tuple[int, float, str, 
     stage model's cost must clear the path's bar (``BAR["share"]`` at 2 ranks, ``BAR["share_many"]`` from 3) in
     two thirds of the steps. Measured (bench/workloads.py seed 2621, pp-gpipe at 4 ranks, stage 0 with 2x the
     layers, +59 ms of CPU per step by the job's own timers): stage 0 the bottleneck in 6 of 6 steps, cost 77.7 ms
-    (20.6 %); the rules named nobody and the path named rank 1 at 7.3 ms (1.9 %): "no straggler"."""
+    (20.6 %); the rules named nobody and the path named rank 1 at 7.3 ms (1.9 %): "no straggler". Seed 2623,
+    pp-1f1b at 4 ranks, stage 1 with 2x the layers (+85.5 ms of CPU per step): no rank had a what-if (each
+    stage's 1F1B calls differ), stage 1 the bottleneck in 6 of 6 steps at 82.6 ms (27 %): "no straggler"."""
     pp = ctx.results.get("pipeline")
     if pp is None or pp.skipped or not unseen:
         return []
