@@ -920,3 +920,20 @@ def test_a_bottleneck_stage_the_path_cannot_judge_is_named_from_the_stage_model(
     two = SimpleNamespace(pr=pr.head(2), results={"pipeline": Result("pipeline", summary={**summary, "cost_share": 0.15})})
     assert stage_candidate(two, {0}) == []  # at 2 ranks the bar is 20 %
     assert stage_candidate(SimpleNamespace(pr=pr, results={}), {0}) == []
+
+
+def test_from_three_ranks_a_saving_far_above_every_other_rank_s_is_named_in_half_the_steps():
+    """bench/workloads.py seed 2623, tp_fsdp at 4 ranks on 2 cores: rank 3's Python loop (+32.5 ms per step by its own
+    timers) saved 29.5 ms per step (17.2 %) on the path, 17.5x any other rank's median saving, but bounded only 3
+    of 6 steps (a preempted step of rank 2 saved 40.9 ms once): "no straggler". From 3 ranks up, half the steps do
+    when the median saving is 3x every other rank's and over the share bar; at 2 ranks the count still rules."""
+    from rankscope.analysis.diagnosis.bound import Bound
+
+    four = Bound(rank=3, cost_ns=29.5e6, noise_ns=1.7e6, step_ns=171.6e6, steps=3, of_steps=6,
+                 savings={0: 0.6e6, 1: -0.1e6, 2: 1.7e6, 3: 29.5e6})
+    assert four.clears_bar
+    assert not Bound(**{**four.__dict__, "steps": 2}).clears_bar  # a third of the steps: not enough
+    assert not Bound(**{**four.__dict__, "savings": {0: 0.6e6, 1: -0.1e6, 2: 12.0e6, 3: 29.5e6}}).clears_bar  # 2.5x
+    assert not Bound(**{**four.__dict__, "cost_ns": 15.0e6, "savings": {0: 0.6e6, 2: 1.7e6, 3: 15.0e6, 1: 0.0}}).clears_bar  # 8.7 %
+    two = Bound(rank=1, cost_ns=40e6, noise_ns=0.0, step_ns=171.6e6, steps=3, of_steps=6, savings={0: 0.0, 1: 40e6})
+    assert not two.clears_bar  # 2 ranks: 3 of 6 is a coin's chance

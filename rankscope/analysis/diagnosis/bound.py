@@ -50,6 +50,13 @@ BAR = {
     # rank 3's 31 ms of tokenizing per step (its own timers; the others 0.4 ms) bounded 5 of 6 steps by 30.5 ms
     # (11.2 %), the other ranks' savings 21.1 and 11.6 ms (1.45x): "no straggler" under the 3x bar.
     "over_noise_data": 1.25,
+    # from 3 ranks up, half the steps suffice for ``clears_bar``, and the median saving at 3x every other rank's
+    # stands for steadiness (the count of bounded steps against chance is not asked). On 2 loaded cores a rank's what-if spikes in the step where the host
+    # preempted it, and so takes single steps from the rank that bounds the others. Measured (bench/workloads.py
+    # seed 2623, tp_fsdp at 4 ranks, rank 3's 23 ms Python loop, +32.5 ms per step by its own timers): 29.5 ms
+    # (17.2 %), 17.5x any other rank's, in 3 of 6 steps (the others: rank 0, rank 2 once at 40.9 ms, none):
+    # "no straggler".
+    "steps_many": 0.5,
 }
 # a cost said beside "no straggler" (bounds most steps, at least this share of the step) ...
 STEADY_SHARE = 0.005
@@ -116,9 +123,11 @@ class Bound:
     def clears_bar(self) -> bool:
         """A verdict from the dependencies alone (``BAR``): bounds most steps, more than chance (``steady``), at a
         good share of the step, well above any other rank's saving."""
-        share = BAR["share"] if len(self.savings) < 3 else BAR["share_many"]
-        return (self.steps >= BAR["steps"] * self.of_steps and self.steady and self.share >= share
-                and self.cost_ns >= BAR["over_noise"] * self.others_best_ns)
+        over = self.cost_ns >= BAR["over_noise"] * self.others_best_ns
+        if len(self.savings) < 3:
+            return self.steps >= BAR["steps"] * self.of_steps and self.steady and self.share >= BAR["share"] and over
+        # the median saving 3x every other rank's is the steadiness (no count of bounded steps against chance)
+        return self.steps >= BAR["steps_many"] * self.of_steps and self.share >= BAR["share_many"] and over
 
     def clears_bar_on_data(self, data_excess_ns: float) -> bool:
         """A verdict from the dependencies with its cause (``BAR["share_data"]``): ``clears_bar`` at a lower share
