@@ -937,3 +937,19 @@ def test_from_three_ranks_a_saving_far_above_every_other_rank_s_is_named_in_half
     assert not Bound(**{**four.__dict__, "cost_ns": 15.0e6, "savings": {0: 0.6e6, 2: 1.7e6, 3: 15.0e6, 1: 0.0}}).clears_bar  # 8.7 %
     two = Bound(rank=1, cost_ns=40e6, noise_ns=0.0, step_ns=171.6e6, steps=3, of_steps=6, savings={0: 0.0, 1: 40e6})
     assert not two.clears_bar  # 2 ranks: 3 of 6 is a coin's chance
+
+
+def test_the_path_agrees_with_the_rules_rank_in_most_steps_at_twice_the_others_saving():
+    """bench/workloads.py seed 2623, fsdp-compute at 2 ranks: the rules named rank 0 (+32 % own time); the path had
+    it bound 5 of 6 steps at 22.0 ms against rank 1's 8.4 ms, not distinctly (neither beyond chance nor 3x): the
+    rules' rank was dropped. Agreement needs most steps and twice the others' saving."""
+    from rankscope.analysis.diagnosis.bound import Bound
+    from rankscope.analysis.diagnosis.straggler import agrees
+
+    b = Bound(rank=0, cost_ns=22.0e6, noise_ns=8.4e6, step_ns=129.3e6, steps=5, of_steps=6, savings={0: 22.0e6, 1: 8.4e6})
+    assert not b.distinct and agrees(b)
+    assert not agrees(Bound(**{**b.__dict__, "steps": 3}))  # half the steps
+    # the healthy demo's "cause unclear" rank: 4 of 8 steps, 2.26 against 2.21 ms
+    assert not agrees(Bound(rank=1, cost_ns=2.26e6, noise_ns=2.21e6, step_ns=40e6, steps=4, of_steps=8,
+                            savings={0: 2.21e6, 1: 2.26e6}))
+    assert not agrees(Bound(**{**b.__dict__, "savings": {0: 22.0e6, 1: 12.0e6}}))  # 1.8x
