@@ -25,25 +25,27 @@ def unread_steps(events: pa.Table) -> int:
     """ProfilerStep spans whose number is too long to be a step (not read as steps: said by the caller)."""
     if events.num_rows == 0:
         return 0
-    from rankscope.model.comms import _dict_mask
-
     names = events.column("name").combine_chunks()
     hit = np.array([bool(_LONG_STEP_RE.match(s)) for s in names.dictionary.to_pylist()] + [False])
-    host = ~_dict_mask(events.column("kind"), (schema.Kind.GPU_USER_ANNOTATION.value,))
-    return int((hit[names.indices.to_numpy(zero_copy_only=False)] & host).sum())
+    return int((hit[names.indices.to_numpy(zero_copy_only=False)] & _on_host(events)).sum())
+
+
+def _on_host(events: pa.Table) -> np.ndarray:
+    """Rows that are not Kineto's GPU copy of a host annotation (``gpu_user_annotation``)."""
+    from rankscope.model.comms import _dict_mask
+
+    return ~_dict_mask(events.column("kind"), (schema.Kind.GPU_USER_ANNOTATION.value,))
 
 
 def _step_rows(events: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows of the host ``ProfilerStep#N`` spans. Kineto also writes each step as a ``gpu_user_annotation``
     on the GPU's stream (seen with torch 2.11 on CUDA: the span of the step's device work), which is not a
     second step."""
-    from rankscope.model.comms import _dict_mask
-
     names = events.column("name").combine_chunks()
     dic = names.dictionary.to_pylist()
     num = np.array([int(m.group(1)) if (m := _STEP_RE.match(s)) else -1 for s in dic] + [-1])
     step_of = num[names.indices.to_numpy(zero_copy_only=False)]
-    rows = np.flatnonzero((step_of >= 0) & ~_dict_mask(events.column("kind"), (schema.Kind.GPU_USER_ANNOTATION.value,)))
+    rows = np.flatnonzero((step_of >= 0) & _on_host(events))
     return rows, step_of[rows], np.asarray(events.column("ts"))[rows]
 
 

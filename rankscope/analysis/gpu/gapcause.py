@@ -13,8 +13,8 @@ the latest end of the earlier events to the start of the next event K. Its cause
    returned inside the gap (``*Synchronize``, a blocking ``cudaMemcpy``; ``.item()`` is a copy then a
    ``cudaStreamSynchronize``) → "sync"; a data-loading span (the breakdown's ``DEFAULT_DATA_SPANS``)
    overlapping the gap → "data"; a collective run by the host (gloo's own threads: its annotation span on any
-   thread of the rank, or the one the launch came from), in progress as the stream ran dry or over half the late part, that ended inside the gap at most
-   ``WAKE_NS`` before the launch → "collective" (the launching thread waited for it, untraced: DDP's
+   thread of the rank, or the one the launch came from), in progress as the stream ran dry or over half the
+   late part, that ended inside the gap at most ``WAKE_NS`` before the launch → "collective" (the launching thread waited for it, untraced: DDP's
    backward on CUDA with gloo); the later-ending wins. Else "host" (CPU-bound, Python overhead;
    event: the innermost host span running half-way through the late part);
 3. else "other" (launched in time, no dependency seen; event: K).
@@ -33,14 +33,14 @@ import numpy as np
 import polars as pl
 
 from rankscope.analysis.classify import DEVICE_KINDS, HOST_KINDS, dict_test
+# a launch this soon after a host collective ended came from a thread that waited for it: the critical path's
+# wake-up bound (tests/fixtures/runs/gpu_gloo_data: 0.2 ms from gloo's all-reduce end to DDP's gradient copy)
+from rankscope.analysis.deps.timed import WAKE_NS
 from rankscope.analysis.intervals import merge
 from rankscope.analysis.rankdata import RankData
 
 CAUSES = ("host", "sync", "collective", "data", "other")
 DEP_TOL_NS = 20_000  # cross-stream wait latency bound (end of X → start of K); H100: 1-4 µs (tests/fixtures/gpu)
-# a launch this soon after a host collective ended came from a thread that waited for it (as deps.timed.WAKE_NS;
-# tests/fixtures/runs/gpu_gloo_data: 0.2 ms from the end of gloo's all-reduce to DDP's gradient copy)
-WAKE_NS = 2_000_000
 SYNC_RE = re.compile(r"Synchronize|^(cuda|hip)Memcpy(2D|3D)?$|^cuMemcpy(DtoH|HtoD|DtoD)?(_v2)?$")
 _MIN = np.iinfo(np.int64).min
 
