@@ -1,0 +1,138 @@
+"""A pipeline schedule replayed from its stages' work: the step time a schedule gives for given work per stage.
+
+Pattern: torch.distributed.pipelining's single-stage schedules run a fixed program on each stage: post
+receives and sends, wait for some of them, run one microbatch's forward or backward. gloo completes a send
+only once its receiver has posted the matching receive, so a wait ends when both sides of every message in
+it were posted (and the sender had computed it). Which messages a wait holds decides how much a slow stage
+holds up the others: GPipe waits for each receive alone, 1F1B fuses a forward send with the next backward
+receive (``Schedule1F1B._step_microbatches``), so a stage there also waits for its neighbour to be ready.
+
+Algorithm: each stage's program, written from torch's ``ScheduleGPipe`` and ``Schedule1F1B``, runs as far as
+it can; a wait whose messages lack a post stops its stage until the others post them. Each stage keeps its
+own clock; a wait moves it to the latest post of its messages. The step is the latest clock. Transfers
+take no time (the ranks' own work, not the links, is what the what-if moves).
+
+>>> step({"schedule": "GPipe", "fwd": [1.0, 1.0], "bwd": [2.0, 2.0]}, 4)  # (m + p - 1)(F + B)
+15.0
+>>> step({"schedule": "1F1B", "fwd": [1.0, 1.0], "bwd": [2.0, 2.0]}, 4)
+15.0
+"""
+from __future__ import annotations
+
+from typing import Any
+
+# An op: ("send" | "recv", message) posts a message's side; ("wait", messages); ("F" | "B", (microbatch,
+# duration)) runs one microbatch's forward or backward.
+# A message: (kind F|B, microbatch, receiving stage).
+Msg = tuple[str, int, int]
+Op = tuple[str, Any]
+SCHEDULES = ("GPipe", "1F1B")
+
+
+def _gpipe(s: int, p: int, m: int, f: float, b: float) -> list[Op]:
+    """``ScheduleGPipe``: all forwards (each receive waited alone, sends waited after the last forward),
+    then all backwards the same way."""
+    ops: list[Op] = []
+    for kind, dur, src, dst in (("F", f, s - 1, s + 1), ("B", b, s + 1, s - 1)):
+        sent: list[Msg] = []
+        for i in range(m):
+            if 0 <= src < p:
+                ops += [("recv", (kind, i, s)), ("wait", [(kind, i, s)])]
+            ops.append((kind, (i, dur)))
+            if 0 <= dst < p:
+                sent.append((kind, i, dst))
+                ops.append(("send", sent[-1]))
+        ops.append(("wait", sent))
+    return ops
+
+
+def _one_f_one_b(s: int, p: int, m: int, f: float, b: float) -> list[Op]:
+    """``Schedule1F1B``: p - s warm-up forwards, then backward and forward in turn (a forward's send fused
+    with the next backward's receive, a backward's send with the next forward's receive), then the
+    remaining backwards."""
+    first, last = s == 0, s == p - 1
+    fwd_in = [] if first else [("F", i, s) for i in range(m)]
+    fwd_out = [] if last else [("F", i, s + 1) for i in range(m)]
+    bwd_in = [] if last else [("B", i, s) for i in range(m)]
+    bwd_out = [] if first else [("B", i, s - 1) for i in range(m)]
+
+    def post(side: str, msgs: list[Msg]) -> list[Op]:
+        return [(side, x) for x in msgs]
+
+    ops: list[Op] = []
+    warm = min(m, p - s)
+    pending: list[Msg] = []  # forward sends posted in the warm-up, waited after the next forward
+    left: list[Msg] = []  # the last warm-up forward's send, fused with the first backward's receive
+    fi = bi = 0
+    for k in range(warm):
+        rv = fwd_in[fi:fi + 1]
+        ops += post("recv", rv) + [("wait", rv), ("F", (fi, f)), ("wait", pending)]
+        out = fwd_out[fi:fi + 1]
+        if k != warm - 1:
+            ops += post("send", out)
+            pending = out
+        else:
+            left = out
+        fi += 1
+    bsend: list[Msg] = []
+    while True:
+        rv = bwd_in[bi:bi + 1]
+        ops += post("send", left) + post("recv", rv) + [("wait", left + rv), ("B", (bi, b))]
+        bsend = bwd_out[bi:bi + 1]
+        bi += 1
+        if fi == m:
+            break
+        rv = fwd_in[fi:fi + 1]
+        ops += post("send", bsend) + post("recv", rv) + [("wait", bsend + rv), ("F", (fi, f))]
+        left = fwd_out[fi:fi + 1]
+        fi += 1
+    ops += post("send", bsend)
+    work = bsend
+    while bi < m:
+        rv = bwd_in[bi:bi + 1]
+        ops += post("recv", rv) + [("wait", rv), ("B", (bi, b)), ("wait", work)]
+        work = bwd_out[bi:bi + 1]
+        ops += post("send", work)
+        bi += 1
+    return ops + [("wait", work)]
+
+
+def replay(progs: list[list[Op]]) -> float | None:
+    """The latest clock once every stage ran its program; None when the programs deadlock."""
+    posted: dict[tuple[str, Msg], float] = {}
+    pc, clock = [0] * len(progs), [0.0] * len(progs)
+    moved = True
+    while moved:
+        moved = False
+        for s, prog in enumerate(progs):
+            while pc[s] < len(prog):
+                what, arg = prog[pc[s]]
+                if what in ("F", "B"):
+                    clock[s] += arg[1]
+                elif what in ("send", "recv"):
+                    posted[(what, arg)] = clock[s]
+                else:
+                    times = [posted.get((side, x)) for x in arg for side in ("send", "recv")]
+                    if any(t is None for t in times):
+                        break
+                    clock[s] = max([clock[s], *[t for t in times if t is not None]])
+                pc[s] += 1
+                moved = True
+    if any(pc[s] < len(prog) for s, prog in enumerate(progs)):
+        return None
+    return max(clock, default=0.0)
+
+
+def programs(schedule: str, fwd: list[float], bwd: list[float], m: int) -> list[list[Op]] | None:
+    """Each stage's program under ``schedule`` (None: not replayed here)."""
+    build = {"GPipe": _gpipe, "1F1B": _one_f_one_b}.get(schedule)
+    if build is None or m < 1:
+        return None
+    return [build(s, len(fwd), m, fwd[s], bwd[s]) for s in range(len(fwd))]
+
+
+def step(model: dict[str, Any], m: int) -> float | None:
+    """The step of ``model`` ({"schedule", "fwd": per-stage forward per microbatch, "bwd": backward}) with
+    m microbatches; None for a schedule not replayed here (interleaved, zero bubble) or a deadlock."""
+    progs = programs(model["schedule"], model["fwd"], model["bwd"], m)
+    return None if progs is None else replay(progs)

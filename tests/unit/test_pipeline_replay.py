@@ -1,0 +1,87 @@
+"""The pipeline replay (``rankscope.analysis.diagnosis.pipeline_replay``) against oracles it did not write.
+
+- The order of each stage's forwards and backwards is torch's own: ``ScheduleGPipe._get_pipeline_order`` and
+  ``Schedule1F1B._get_pipeline_order`` (torch.distributed.pipelining.schedules, the schedule IR that torch
+  checks its runtime schedules against), read from the installed torch.
+- GPipe's step is two flow shops of identical jobs back to back (forwards, then backwards in reverse stage
+  order): Σ_s F_s + (m - 1)·max_s F_s + Σ_s B_s + (m - 1)·max_s B_s (Huang et al. 2019, GPipe; the same
+  closed form as the permutation flow shop of identical jobs).
+- 1F1B with equal stages has GPipe's bubble, (m + p - 1)(F + B) (Narayanan et al. 2019, PipeDream-Flush),
+  is never longer than GPipe on the same work, and never shorter than its busiest stage, m·max_s(F_s + B_s).
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rankscope.analysis.diagnosis import pipeline_replay as pr
+
+import torch.distributed.pipelining.schedules as torch_schedules  # noqa: E402
+
+
+def _torch_order(name: str, p: int, m: int) -> dict[int, list[tuple[str, int]]]:
+    """Per stage, torch's (F|B, microbatch) order from the schedule IR; reduce-grad and idle slots dropped."""
+    cls = getattr(torch_schedules, name)
+    order = cls._get_pipeline_order(SimpleNamespace(_num_stages=p, _n_microbatches=m))
+    kinds = {"FORWARD": "F", "FULL_BACKWARD": "B"}
+    return {s: [(kinds[a.computation_type.name], a.microbatch_index) for a in acts
+                if a is not None and a.computation_type.name in kinds] for s, acts in order.items()}
+
+
+@pytest.mark.parametrize("schedule,name", [("GPipe", "ScheduleGPipe"), ("1F1B", "Schedule1F1B")])
+@pytest.mark.parametrize("p,m", [(2, 2), (2, 8), (3, 4), (4, 4), (4, 8), (5, 12)])
+def test_each_stage_runs_torch_s_order(schedule, name, p, m):
+    progs = pr.programs(schedule, [1.0] * p, [2.0] * p, m)
+    assert progs is not None
+    ours = {s: [(op, arg[0]) for op, arg in prog if op in ("F", "B")] for s, prog in enumerate(progs)}
+    theirs = _torch_order(name, p, m)
+    # The kinds in torch's order. Its IR numbers the last stage's 1F1B forwards from 1 (torch 2.13's
+    # ``forward_mb`` starts at 0 and is incremented before its first use when there is no warm-up), while
+    # the runtime (``Schedule1F1B._step_microbatches``) runs microbatches 0..m-1 in order of each kind.
+    assert {s: [k for k, _ in acts] for s, acts in ours.items()} == {s: [k for k, _ in a] for s, a in theirs.items()}
+    for acts in ours.values():
+        assert [i for k, i in acts if k == "F"] == list(range(m)) == [i for k, i in acts if k == "B"]
+
+
+works = st.lists(st.tuples(st.floats(0.1, 10.0), st.floats(1.0, 3.0)), min_size=2, max_size=6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(works, st.integers(1, 12))
+def test_gpipe_is_two_flow_shops(work, m):
+    f = [a for a, _ in work]
+    b = [a * r for a, r in work]
+    got = pr.step({"schedule": "GPipe", "fwd": f, "bwd": b}, m)
+    assert got == pytest.approx(sum(f) + (m - 1) * max(f) + sum(b) + (m - 1) * max(b))
+
+
+@settings(max_examples=200, deadline=None)
+@given(works, st.integers(1, 12))
+def test_1f1b_between_the_busiest_stage_and_gpipe(work, m):
+    f = [a for a, _ in work]
+    b = [a * r for a, r in work]
+    one = pr.step({"schedule": "1F1B", "fwd": f, "bwd": b}, m)
+    gpipe = pr.step({"schedule": "GPipe", "fwd": f, "bwd": b}, m)
+    assert one is not None and gpipe is not None
+    assert m * max(x + y for x, y in zip(f, b)) - 1e-9 <= one <= gpipe + 1e-9
+
+
+@pytest.mark.parametrize("p,m", [(2, 1), (2, 8), (4, 4), (4, 16), (6, 9)])
+def test_1f1b_balanced_has_gpipe_s_bubble(p, m):
+    assert pr.step({"schedule": "1F1B", "fwd": [1.0] * p, "bwd": [2.0] * p}, m) == pytest.approx((m + p - 1) * 3.0)
+
+
+def test_1f1b_hides_a_fast_stage_behind_a_slow_first_one():
+    """Stage 0 is slow: in 1F1B it never waits (its warm-up covers the fast stage's round trip), so the step
+    is its own m·w0; GPipe adds the fast stage's forward and backward of the last microbatch. The what-if
+    that took GPipe's model for both schedules overstated 1F1B's bottleneck by that much."""
+    f, b, m = [8.0, 2.0], [16.0, 4.0], 8
+    assert pr.step({"schedule": "1F1B", "fwd": f, "bwd": b}, m) == pytest.approx(m * 24.0)
+    assert pr.step({"schedule": "GPipe", "fwd": f, "bwd": b}, m) == pytest.approx(m * 24.0 + 6.0)
+
+
+def test_other_schedules_are_not_replayed():
+    assert pr.step({"schedule": "interleaved 1F1B", "fwd": [1.0, 1.0], "bwd": [2.0, 2.0]}, 4) is None
