@@ -38,9 +38,10 @@ def step_ms(run: Path) -> float:
 
 
 def analyze(run: Path) -> dict[str, Any]:
-    cli = Path(sys.executable).with_name("rankscope")
-    proc = subprocess.run([str(cli), "analyze", str(run), "--json", "--jobs", "2"], capture_output=True, text=True,
-                          timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    cli = Path(sys.executable).with_name("rankscope")  # a machine without the console script runs the module
+    head = [str(cli)] if cli.exists() else [sys.executable, "-c", "import sys; from rankscope.cli import main; sys.exit(main())"]
+    proc = subprocess.run([*head, "analyze", str(run), "--json", "--jobs", "2"], capture_output=True, text=True,
+                          timeout=900, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
     if proc.returncode != 0:
         return {"error": proc.stderr.strip()[-300:]}
     an = json.loads(proc.stdout)["analyses"]
@@ -48,7 +49,7 @@ def analyze(run: Path) -> dict[str, Any]:
     s = pipe.get("summary") or {}
     keep = ("stages", "stages_from", "schedule", "schedule_from", "microbatches", "bottleneck_stage", "cost_ms",
             "step_ms", "imbalance", "balanced", "bottleneck_work_share", "work_measure", "expected_bubble_share",
-            "critical_path_stage")
+            "critical_path_stage", "model_step_ms", "model", "hop_latency_ms")
     adv = [f["kind"] for f in an.get("advice", {}).get("findings", [])]
     sev = {f["kind"]: f["severity"] for name in ("pipeline", "advice") for f in an.get(name, {}).get("findings", [])}
     return {**{k: s.get(k) for k in keep}, "skipped": pipe.get("skipped"), "advice": adv, "severity": sev}
@@ -80,9 +81,16 @@ def one_pair(sched: str, n: int, i: int, rng: random.Random, args: argparse.Name
     return row
 
 
+def _balanced(r: dict[str, Any]) -> float:
+    """The balanced step the unbalanced run predicts: its model's step minus the cost."""
+    h = r["heavy"]
+    return float(h.get("model_step_ms") or 0.0) - float(h.get("cost_ms") or 0.0)
+
+
 def table(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["| schedule | stages | pairs | measured: unbalanced - twin (median, ms) | predicted cost (median, ms) | "
-             "off by | bottleneck named | twins without a bottleneck finding |", "|---|---|---|---|---|---|---|---|"]
+             "off by | bottleneck named | twins without a bottleneck finding | predicted balanced step vs the twin's "
+             "own model (median) | twin: measured - own model (median, ms) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for sched in sorted({r["schedule"] for r in rows}):
         for n in sorted({r["stages"] for r in rows}):
             rs = [r for r in rows if r["schedule"] == sched and r["stages"] == n]
@@ -93,8 +101,12 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
             named = sum(r["heavy"].get("bottleneck_stage") == r["slow"] for r in rs)
             clean = sum("pipeline_bottleneck" not in r["twin"].get("severity", {}) for r in rs)
             off = f"{(pred - meas) / meas:+.0%}" if meas else "n/a"
+            own = [r for r in rs if r["twin"].get("model_step_ms")]
+            vs = statistics.median(_balanced(r) / r["twin"]["model_step_ms"] - 1 for r in own) if own else None
+            extra = statistics.median(r["twin_step_ms"] - r["twin"]["model_step_ms"] for r in own) if own else None
             lines.append(f"| {sched} | {n} | {len(rs)} | {meas:.1f} | {pred:.1f} | {off} | {named} / {len(rs)} | "
-                         f"{clean} / {len(rs)} |")
+                         f"{clean} / {len(rs)} | {'n/a' if vs is None else f'{vs:+.0%}'} | "
+                         f"{'n/a' if extra is None else f'{extra:+.1f}'} |")
     return lines
 
 
@@ -115,18 +127,21 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plan = [(s, int(n), i) for i in range(args.repeats) for s in args.schedules.split(",") for n in args.stages.split(",")]
-    rows = []
+    rows: list[dict[str, Any]] = []
+    path = Path(args.json) if args.json else ROOT / ".bench" / "pipeline" / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     for sched, n, i in plan:
         r = one_pair(sched, n, i, rng, args, out)
         rows.append(r)
         print(f"{sched}@{n} #{i} slow={r['slow']}: measured {r['measured_ms']:+.1f} ms, predicted "
-              f"{r['predicted_ms']} ms, bottleneck {r['heavy'].get('bottleneck_stage')}, load {r['load']}", flush=True)
+              f"{r['predicted_ms']} ms, bottleneck {r['heavy'].get('bottleneck_stage')}, load {r['load']}; "
+              f"balanced step predicted {_balanced(r):.1f} ms, the twin's own model {r['twin'].get('model_step_ms')} ms, "
+              f"measured {r['twin_step_ms']:.1f} ms", flush=True)
+        path.write_text(json.dumps({"command": sys.argv, "seed": args.seed, "rows": rows}, indent=1))  # kept if cut short
     loads = [v for r in rows for v in r["load"].values()] or [0.0]
     lines = [f"`PYTHONPATH=. .venv/bin/python bench/pipeline_twins.py {' '.join(sys.argv[1:])}` ({os.cpu_count()} CPUs; "
              f"seed {args.seed}; load during the jobs {min(loads)}-{max(loads)})", "", *table(rows)]
     print("\n".join(lines))
-    path = Path(args.json) if args.json else ROOT / ".bench" / "pipeline" / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"command": sys.argv, "seed": args.seed, "rows": rows}, indent=1))
     print(f"results: {path}")
 

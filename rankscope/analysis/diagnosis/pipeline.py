@@ -64,7 +64,7 @@ def combine(run: "Run", parts: list[tuple[int, RankWaits]], results: dict[str, R
                                           "in the captured steps: the waits are unknown", summary=_shape(st, m, sched, how))
     per_step = _stage_steps(_with_cpu(run, ranks), expected)
     stages_t = _stage_table(per_step, st, _path_shares(results, st))
-    what = _what_if(per_step, m, "" if st.looped else sched)
+    what = _what_if(per_step, m, "" if st.looped else sched, hop_latency(results))
     summary = {**_shape(st, m, sched, how), "expected_bubble_share": expected, "problems": problems,
                "bubble": [{"stage": r["stage"], "step": r["step"], "bubble_ms": round(r["bubble_ns"] / MS, 3),
                            **{k.replace("_ns", "_ms"): round(r[k] / MS, 3) for k in WAITS}}
@@ -143,10 +143,11 @@ def _with_cpu(run: "Run", ranks: pl.DataFrame) -> pl.DataFrame:
     return ranks.join(sf, on=["rank", "step"], how="left")
 
 
-def _what_if(per_step: pl.DataFrame, m: int | None, sched: str = "") -> dict[str, Any]:
+def _what_if(per_step: pl.DataFrame, m: int | None, sched: str = "", latency: float = 0.0) -> dict[str, Any]:
     """The bottleneck stage and its cost per step: the step with the stages' own work as measured minus
     the step with every stage at the mean. For torch's GPipe and 1F1B, both steps come from replaying
-    the schedule's program (``pipeline_replay``: a backward is taken as twice its forward); otherwise
+    the schedule's program (``pipeline_replay``: a backward is taken as twice its forward, and each message
+    takes the run's own median latency, ``hop_latency``); otherwise
     from Σ_s w_s + (m - 1)·max_s w_s, so the cost is (m - 1)·(max_s w_s - mean_s w_s). The replay
     differs where the schedule hides a stage: in 1F1B a fast stage after the slow one waits for nothing.
 
@@ -170,7 +171,7 @@ def _what_if(per_step: pl.DataFrame, m: int | None, sched: str = "") -> dict[str
         return {}
     wins = per_step.sort(col, descending=True).group_by("step", maintain_order=True).first()
     step_ms = as_float(per_step.group_by("step").agg(pl.col("step_ns").median())["step_ns"].median(), 0.0) / MS
-    model = _model_steps(w, m, sched)
+    model = _model_steps(w, m, sched, latency)
     cost_ms = (model[0] - model[1]) / MS
     return {"bottleneck_stage": top, "bottleneck_steps": int((wins["stage"] == top).sum()), "of_steps": wins.height,
             "bottleneck_work_share": round(w[top] / sum(w.values()), 4),
@@ -178,21 +179,37 @@ def _what_if(per_step: pl.DataFrame, m: int | None, sched: str = "") -> dict[str
             "imbalance": round(w[top] / mean, 4), "balanced": w[top] / mean < IMBALANCE, "step_ms": round(step_ms, 3),
             "cost_ms": round(cost_ms, 3), "step_ms_if_balanced": round(step_ms - cost_ms, 3),
             "cost_share": round(cost_ms / step_ms, 4) if step_ms > 0 else 0.0,
-            "model_step_ms": round(model[0] / MS, 3), "model": model[2]}
+            "model_step_ms": round(model[0] / MS, 3), "model": model[2], "hop_latency_ms": round(latency / MS, 3)}
 
 
-def _model_steps(w: dict[int, float], m: int, sched: str) -> tuple[float, float, str]:
+def _model_steps(w: dict[int, float], m: int, sched: str, latency: float = 0.0) -> tuple[float, float, str]:
     """(step as measured, step balanced, how) of the stages' own work per microbatch ``w``."""
     from rankscope.analysis.diagnosis.pipeline_replay import step
 
     work = [w[s] for s in sorted(w)]
     mean = sum(work) / len(work)
     if sched in ("GPipe", "1F1B") and len(w) > 1:
-        as_is = step({"schedule": sched, "fwd": [x / 3 for x in work], "bwd": [2 * x / 3 for x in work]}, m)
-        even = step({"schedule": sched, "fwd": [mean / 3] * len(work), "bwd": [2 * mean / 3] * len(work)}, m)
+        as_is = step({"schedule": sched, "fwd": [x / 3 for x in work], "bwd": [2 * x / 3 for x in work],
+                      "latency": latency}, m)
+        even = step({"schedule": sched, "fwd": [mean / 3] * len(work), "bwd": [2 * mean / 3] * len(work),
+                     "latency": latency}, m)
         if as_is is not None and even is not None:
             return as_is, even, f"replay of torch's {sched} schedule"
     return sum(work) + (m - 1) * max(work), len(work) * mean + (m - 1) * mean, "Σ w + (m - 1)·max w"
+
+
+def hop_latency(results: dict[str, Result]) -> float:
+    """The run's median latency of a point-to-point message (ns): a receive's return after both its side
+    and its send were posted (``collectives``' p2p pairs, on aligned clocks); 0 when unknown."""
+    col = results.get("collectives")
+    if col is None or col.skipped or "p2p" not in col.tables:
+        return 0.0
+    p2p = pl.from_arrow(col.tables["p2p"])
+    if not isinstance(p2p, pl.DataFrame) or p2p.height == 0:
+        return 0.0
+    lat = p2p.filter(pl.col("paired")).select(pl.col("recv_end") - pl.max_horizontal("send_start", "recv_start"))
+    got = lat.to_series().filter(lat.to_series() >= 0)
+    return as_float(got.median(), 0.0) if got.len() else 0.0
 
 
 def _path_shares(results: dict[str, Result], st: "Stages") -> dict[int, float]:
@@ -284,7 +301,7 @@ ANALYSIS = Analysis(
     description="pipeline stages: the bubble per stage and step, the bottleneck stage and what it costs",
     run=run_pipeline,
     rank_part=rank_part, combine=combine,
-    uses=("critical_path",),
+    uses=("critical_path", "collectives"),
     view=View("Pipeline stages and bubbles", (
         Col("shape", "stages"), Col("stage_order", "stage order (ranks)"), Col("schedule", "schedule"),
         Col("microbatches", "microbatches per step", "count"),

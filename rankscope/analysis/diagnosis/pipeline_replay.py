@@ -9,8 +9,8 @@ receive (``Schedule1F1B._step_microbatches``), so a stage there also waits for i
 
 Algorithm: each stage's program, written from torch's ``ScheduleGPipe`` and ``Schedule1F1B``, runs as far as
 it can; a wait whose messages lack a post stops its stage until the others post them. Each stage keeps its
-own clock; a wait moves it to the latest post of its messages. The step is the latest clock. Transfers
-take no time (the ranks' own work, not the links, is what the what-if moves).
+own clock; a wait moves it to the latest post of its messages plus the latency of a message (measured on
+the run: a receive's return after both sides were posted). The step is the latest clock.
 
 >>> step({"schedule": "GPipe", "fwd": [1.0, 1.0], "bwd": [2.0, 2.0]}, 4)  # (m + p - 1)(F + B)
 15.0
@@ -97,7 +97,7 @@ def _one_f_one_b(s: int, p: int, m: int, f: float, b: float) -> list[Op]:
     return ops + [("wait", work)]
 
 
-def replay(progs: list[list[Op]]) -> float | None:
+def replay(progs: list[list[Op]], latency: float = 0.0) -> float | None:
     """The latest clock once every stage ran its program; None when the programs deadlock."""
     posted: dict[tuple[str, Msg], float] = {}
     pc, clock = [0] * len(progs), [0.0] * len(progs)
@@ -115,7 +115,7 @@ def replay(progs: list[list[Op]]) -> float | None:
                     times = [posted.get((side, x)) for x in arg for side in ("send", "recv")]
                     if any(t is None for t in times):
                         break
-                    clock[s] = max([clock[s], *[t for t in times if t is not None]])
+                    clock[s] = max([clock[s], *[t + latency for t in times if t is not None]])
                 pc[s] += 1
                 moved = True
     if any(pc[s] < len(prog) for s, prog in enumerate(progs)):
@@ -132,7 +132,8 @@ def programs(schedule: str, fwd: list[float], bwd: list[float], m: int) -> list[
 
 
 def step(model: dict[str, Any], m: int) -> float | None:
-    """The step of ``model`` ({"schedule", "fwd": per-stage forward per microbatch, "bwd": backward}) with
-    m microbatches; None for a schedule not replayed here (interleaved, zero bubble) or a deadlock."""
+    """The step of ``model`` ({"schedule", "fwd": per-stage forward per microbatch, "bwd": backward,
+    optional "latency": per message}) with m microbatches; None for a schedule not replayed here
+    (interleaved, zero bubble) or a deadlock."""
     progs = programs(model["schedule"], model["fwd"], model["bwd"], m)
-    return None if progs is None else replay(progs)
+    return None if progs is None else replay(progs, float(model.get("latency") or 0.0))

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         with t.time("data"):
             tokens = torch.randint(0, VOCAB, (MICRO * ROWS, SEQ + 1), generator=data)
         with t.time("schedule"):
-            run_step(sched, rank, world, tokens[:, :-1], tokens[:, 1:])
+            run_step(sched, rank, world, tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())  # torch 2.11 checks strides
         with t.time("opt"):
             opt.step()
             opt.zero_grad(set_to_none=True)
