@@ -148,6 +148,11 @@ def test_unbalanced_stage_is_the_bottleneck_and_its_cost_is_the_schedule_s(tmp_p
     cost_ms = (m - 1) * (max(w) - sum(w) / len(w)) / 1e3
     assert s["cost_ms"] == pytest.approx(cost_ms, rel=0.03)
     assert s["step_ms"] == pytest.approx(period / 1e3, rel=1e-4)
+    # the replay of torch's GPipe program on the measured work gives the step the trace holds; each receive
+    # here returns 2·EDGE after its send was posted (the sender's send op opens EDGE before its op's end)
+    assert s["model"] == "replay of torch's GPipe schedule"
+    assert s["model_step_ms"] == pytest.approx(period / 1e3, rel=1e-3)
+    assert s["hop_latency_ms"] == pytest.approx(2 * EDGE / 1e3, abs=1e-4)
     assert s["bottleneck_work_share"] == pytest.approx(0.5, abs=0.01)
     # the layout says pp=3 on contiguous ranks 0,1,2; the traffic says 2 -> 0 -> 1: the traffic wins, and says so
     assert s["stages_from"] == "p2p" and any("layout says pp=3" in n for n in s["notes"])
