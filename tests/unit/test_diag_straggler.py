@@ -412,6 +412,19 @@ def test_extra_operator_calls_make_compute_the_cause():
     assert cause({"computing": 40.5, "data_wait": 14.0, "free": 1.5}, others, extra_calls_ns=9.0)[0] == "data"
 
 
+def test_extra_calls_that_hold_half_the_compute_growth_make_compute_the_cause():
+    from rankscope.analysis.diagnosis.cause import cause
+
+    # medians per step (ms) of a real 2-rank 1F1B pipeline, stage 1 with 2x the layers (bench/workloads.py seed
+    # 2651, pp-1f1b@2): compute +27.3 ms and host +23.4 ms; the extra aten::mm calls (592 vs 288 per step) take
+    # 14.6 ms, under CAUSE_SHARE of the +50.7 ms but over half the compute growth
+    others = pl.DataFrame({"computing": [60.0], "data_wait": [0.0], "free": [10.0]})
+    row = {"computing": 87.3, "data_wait": 0.0, "free": 33.4}
+    assert cause(row, others)[0] == "host"
+    assert cause(row, others, extra_calls_ns=14.6)[0] == "compute"
+    assert cause(row, others, extra_calls_ns=10.0)[0] == "host"  # under half the compute growth: the timings decide
+
+
 def test_work_note_tells_more_work_from_the_same_work_slower():
     from rankscope.analysis.diagnosis.work import Work, work_note
 
