@@ -161,7 +161,8 @@ def choose(ctx: _Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, floa
                 f"the critical path ({who}; what-if saving {b.savings.get(r, 0.0) / 1e6:.1f} ms per step "
                 f"({b.savings.get(r, 0.0) / b.step_ns if b.step_ns > 0 else 0.0:.1%}) for rank {r}, "
                 f"up to {others / 1e6:.1f} ms for the others): not named")
-    if not keep and not hungry and b.rank in ranks and (b.clears_bar or b.clears_bar_on_data(data_excess(ctx.pr, b.rank))):
+    if not keep and not hungry and b.rank in ranks and (b.clears_bar or b.clears_bar_on_data(data_excess(ctx.pr, b.rank))
+                                                        or b.clears_bar_on_host(data_excess(ctx.pr, b.rank, "free"))):
         i = ranks.index(b.rank)
         rest = as_float(ctx.pr.filter(pl.col("rank") != b.rank)["own"].median(), 0.0)
         rel = float(ctx.pr["own"][i]) / rest - 1 if rest > 0 else 0.0
@@ -227,10 +228,11 @@ def stage_cost(results: dict[str, Result]) -> dict[str, Any]:
             "method": "pipeline stages: the step if the stages' work were balanced"}
 
 
-def data_excess(pr: pl.DataFrame, rank: int) -> float:
-    """The rank's data wait per step over the other ranks' median (ns)."""
-    mine = pr.filter(pl.col("rank") == rank)["data_wait"]
-    rest = as_float(pr.filter(pl.col("rank") != rank)["data_wait"].median(), 0.0)
+def data_excess(pr: pl.DataFrame, rank: int, col: str = "data_wait") -> float:
+    """The rank's data wait (or ``col``: "free", host time between operators) per step over the other ranks'
+    median (ns)."""
+    mine = pr.filter(pl.col("rank") == rank)[col]
+    rest = as_float(pr.filter(pl.col("rank") != rank)[col].median(), 0.0)
     return float(mine[0]) - rest if mine.len() else 0.0
 
 
