@@ -19,6 +19,7 @@ import json
 import shutil
 import sys
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,6 +46,9 @@ def main() -> None:
     ap.add_argument("--ranks", default=None, help="comma list of rank counts (default: all)")
     ap.add_argument("--out", default=None, help="write the new rows here (JSON)")
     ap.add_argument("--dir", default=None, help="with a log: the sweep's --out directory (runs OUT/runI)")
+    ap.add_argument("--keep-cache", action="store_true",
+                    help="keep each run's ingest cache (RUN/analysis/cache): for rule changes after ingest only")
+    ap.add_argument("--workers", type=int, default=1, help="runs analyzed at once")
     args = ap.parse_args()
     rows = from_log(Path(args.results), Path(args.dir)) if args.dir else json.loads(Path(args.results).read_text())["rows"]
     fams = set(args.families.split(",")) if args.families else None
@@ -52,6 +56,7 @@ def main() -> None:
     before: dict[tuple[str, int], list[bool]] = defaultdict(list)
     after: dict[tuple[str, int], list[bool]] = defaultdict(list)
     new_rows = []
+    todo = []
     for r in rows:
         if (fams and r["family"] not in fams) or (ranks and r["ranks"] not in ranks):
             continue
@@ -59,9 +64,14 @@ def main() -> None:
         if not (d / "truth.json").exists():
             print(f"{r['i']} {r['family']}@{r['ranks']}: run not kept ({d})", flush=True)
             continue
+        if not args.keep_cache:
+            shutil.rmtree(d / "analysis", ignore_errors=True)
+        todo.append(r)
+    with ThreadPoolExecutor(max(1, args.workers)) as pool:  # each verdict is its own `rankscope analyze` process
+        verdicts = list(pool.map(lambda r: verdict(Path(r["run"])), todo))
+    for r, v in zip(todo, verdicts):
+        d = Path(r["run"])
         truth = json.loads((d / "truth.json").read_text())
-        shutil.rmtree(d / "analysis", ignore_errors=True)
-        v = verdict(d)
         want = [(truth["slow_rank"], truth["cause"])] if truth["straggler"] else []
         ok = v["found"] == want
         key = (r["family"], r["ranks"])
