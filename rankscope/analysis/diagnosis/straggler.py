@@ -33,7 +33,7 @@ from rankscope.analysis.diagnosis.cpu import is_contention, sched_frame, wait_ex
 from rankscope.analysis.diagnosis.rules import (PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, complete_steps,
                                                 cpu_available_outliers, outliers, paired, per_rank, per_step,
                                                 with_sched)
-from rankscope.analysis.diagnosis.work import Work, extra_calls_ns, imbalance, imbalance_note, is_input_imbalance, work_note
+from rankscope.analysis.diagnosis.work import Work, calls_ratio, extra_calls_ns, imbalance, imbalance_note, is_input_imbalance, work_note
 from rankscope.analysis.stats import as_float
 from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.model.run import Run
@@ -182,6 +182,15 @@ def agrees(b: Bound) -> bool:
     return b.steps >= BAR["steps"] * b.of_steps and b.cost_ns >= 2.0 * b.others_best_ns and b.cost_ns > 0
 
 
+# From 3 ranks, a stage holding this many times the stages' mean work (thread CPU time, medians over steps) is
+# named at ``BAR["share_host"]`` of the step instead of ``BAR["share_many"]``: the work is measured, not
+# inferred, and 1F1B hides part of a slow first stage's cost behind its warm-up (``pipeline_replay``).
+# Measured (bench/workloads.py, 2 cores): balanced twins 1.005-1.053 (seeds 2512, 2613, 2623), once 1.15
+# under load (seed 2624); stages with 2x the layers 1.27-1.32 at 2 stages, 1.47-1.57 at 4. Seed 2651, pp-1f1b
+# at 4 ranks, stage 0 with 2x the layers: imbalance 1.47, cost 19.8 ms (9.5 %) by the replay: "no straggler".
+STAGE_IMBALANCE = 1.25
+
+
 def stage_candidate(ctx: _Ctx, unseen: set[int]) -> list[tuple[int, float, str, float]]:
     """The bottleneck stage's rank, where neither the rules nor the path could name it: the path has no what-if
     for a first or last stage, and its own time is its peers' (a pipeline's waits fill every stage's step). The
@@ -196,7 +205,8 @@ def stage_candidate(ctx: _Ctx, unseen: set[int]) -> list[tuple[int, float, str, 
         return []
     sm = pp.summary
     ranks = ctx.pr["rank"].to_list()
-    bar = BAR["share"] if len(ranks) < 3 else BAR["share_many"]
+    bar = BAR["share"] if len(ranks) < 3 else (
+        BAR["share_host"] if float(sm.get("imbalance") or 0.0) >= STAGE_IMBALANCE else BAR["share_many"])
     steps, of = int(sm.get("bottleneck_steps") or 0), int(sm.get("of_steps") or 0)
     if float(sm.get("cost_share") or 0.0) < bar or of == 0 or steps < BAR["steps"] * of:
         return []
@@ -265,7 +275,7 @@ def named(ctx: _Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None
     eligible = {k for k, c in _CLASS.items() if holds(mine, c, float(row[{"compute": "computing", "data": "data_wait",
                                                                           "host": "free"}[k]]) - usual[k])}
     kind, excess = cause(row, others, waited["blocked_excess_ns"] if waited else None, extra_calls_ns(imb),
-                         eligible if mine is not None else None)
+                         eligible if mine is not None else None, calls_ratio(imb))
     on_path = from_path(mine.path, mine.cost_ns, excess) if mine is not None else None
     if on_path is not None:
         kind = on_path

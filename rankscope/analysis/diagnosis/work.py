@@ -189,6 +189,15 @@ def work_note(work: Work, compute_excess_ns: float) -> str:
     return ""
 
 
+def calls_ratio(work: Work | None) -> float:
+    """Calls per step over the others' of the operator with the most extra time (1.0 when none)."""
+    more = work.get("more_calls", []) if work else []
+    if not more:
+        return 1.0
+    m = more[0]
+    return float(m["calls_per_step"]) / float(m["others_calls_per_step"]) if m["others_calls_per_step"] else 1.0
+
+
 def extra_calls_ns(work: Work | None) -> float:
     """Time per step in the operators called more often than on the other ranks; the largest, not the
     sum: operator times are inclusive (aten::matmul holds aten::mm)."""
