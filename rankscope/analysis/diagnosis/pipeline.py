@@ -309,7 +309,7 @@ ANALYSIS = Analysis(
         Col("bottleneck_stage", "bottleneck stage", "count"),
         Col("bottleneck_work_share", "its share of the work", "share"),
         Col("cost_ns", "its cost per step", NS), Col("step_time_ns", "step time", NS),
-        Col("step_if_balanced_ns", "step time if the stages were balanced", NS)), (
+        Col("step_if_balanced_ns", "step time if the stages were balanced", NS), Col("model", "balanced step from")), (
         TableView("stages", "per stage, median over steps", (
             Col("stage", "stage", "count"), Col("ranks", "ranks"), Col("step_ns", "step time", NS),
             Col("work_ns", "own work", NS), Col("bubble_ns", "waiting (bubble)", NS),
