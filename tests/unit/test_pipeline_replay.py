@@ -49,11 +49,15 @@ def test_each_stage_runs_torch_s_order(schedule, name, p, m):
 works = st.lists(st.tuples(st.floats(0.1, 10.0), st.floats(1.0, 3.0)), min_size=2, max_size=6)
 
 
+def _fb(work: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """Per stage (forward, backward / forward) -> the forwards and the backwards."""
+    return [a for a, _ in work], [a * r for a, r in work]
+
+
 @settings(max_examples=200, deadline=None)
 @given(works, st.integers(1, 12))
 def test_gpipe_is_two_flow_shops(work, m):
-    f = [a for a, _ in work]
-    b = [a * r for a, r in work]
+    f, b = _fb(work)
     got = pr.step({"schedule": "GPipe", "fwd": f, "bwd": b}, m)
     assert got == pytest.approx(sum(f) + (m - 1) * max(f) + sum(b) + (m - 1) * max(b))
 
@@ -61,8 +65,7 @@ def test_gpipe_is_two_flow_shops(work, m):
 @settings(max_examples=200, deadline=None)
 @given(works, st.integers(1, 12))
 def test_1f1b_between_the_busiest_stage_and_gpipe(work, m):
-    f = [a for a, _ in work]
-    b = [a * r for a, r in work]
+    f, b = _fb(work)
     one = pr.step({"schedule": "1F1B", "fwd": f, "bwd": b}, m)
     gpipe = pr.step({"schedule": "GPipe", "fwd": f, "bwd": b}, m)
     assert one is not None and gpipe is not None
