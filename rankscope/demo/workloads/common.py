@@ -109,17 +109,20 @@ def units_for(unit: Callable[[], object], target_ms: float, limit: int = 100_000
 
 def size_extra(step: Callable[[int, Timers], None], n: int, slow: bool, unit: Callable[[], object],
                apply: Callable[[int], None], target_ms: float) -> int:
-    """Units of extra work that take ``target_ms`` per step on the slow rank, within the job's own steps.
+    """Units of extra work that take ``target_ms`` of the slow rank's CPU per step, within the job's own steps.
 
-    A unit timed alone runs faster than inside a step, where the other ranks compete for the cores (up to 3x
-    on a loaded 2-core host); so after a first guess (``units_for``), ``n`` unprofiled steps (every rank runs
-    them) rescale it by target / the ``extra`` part measured. Returns the units (0 on the other ranks)."""
+    A unit timed alone runs faster than inside a step (caches, the other ranks' threads); so after a first guess
+    (``units_for``), ``n`` unprofiled steps (every rank runs them) rescale it by target / the ``extra`` part's
+    CPU time (``extra_cpu``; its wall time where a job times none). Not by its wall time: with 4 ranks on 2
+    cores a tuning step that preempts the loop halves it. Measured (bench/workloads.py seed 2702, tp_fsdp at 4
+    ranks, wall-time sizing): loops meant as 20.1 and 22.8 ms ran 12.4 and 9.2 ms of CPU in the recorded steps,
+    others 18-26 ms. Returns the units (0 on the other ranks)."""
     units = units_for(unit, target_ms) if slow else 0
     for i in range(n):
         apply(units)
         t = Timers()
         step(i, t)
-        got = t.cur.get("extra", 0.0)
+        got = t.cur.get("extra_cpu", t.cur.get("extra", 0.0))
         if slow and got > 0:
             units = max(1, round(units * target_ms / got))
     apply(units)

@@ -7,7 +7,7 @@ host-side pause delays is then waited for in TP's functional all-reduces. The tp
 the same batch.
 
 - ``--straggler host``: a Python loop (no operator) before the optimizer step on the slow rank, ``--amount``
-  ms (default 25). Truth: that rank, cause ``host``.
+  ms of its CPU time (default 25). Truth: that rank, cause ``host``.
 - ``--straggler none``: the healthy twin.
 """
 from __future__ import annotations
