@@ -871,6 +871,29 @@ def test_a_pipeline_edge_stage_the_path_cannot_measure_is_left_to_the_stage_mode
     assert bottleneck_ranks({}) == set() and without_what_if({}) == set()
 
 
+def test_a_middle_stage_alone_in_its_stage_is_left_to_the_stage_model():
+    """bench/workloads.py seed 2712, pp-gpipe at 4 ranks, stage 1 with 2x the layers: the path matched rank 1's
+    calls with stage 2's (the same layer calls, fewer of them) and gave it a what-if of -2.8 to -6.1 ms per step,
+    which dropped the rules' rank 1 (+74-83 % own time) in 3 of 3 runs, while the stage model named stage 1 in 6 of
+    6 steps at 21-23 % of the step. A rank alone in its stage has no peer that runs its program: like a rank
+    without a what-if, the stage model speaks for it. Ranks that share a stage (data parallel replicas) keep the
+    path's what-if."""
+    from rankscope.analysis.base import Result
+    from rankscope.analysis.diagnosis.straggler import alone_in_stage, bottleneck_ranks
+
+    def pipeline(stage_ranks: list[list[int]], bottleneck: int = 1) -> dict[str, Result]:
+        return {"pipeline": Result("pipeline", summary={"balanced": False, "bottleneck_stage": bottleneck,
+                                                        "stage_ranks": stage_ranks})}
+
+    four = pipeline([[0], [1], [2], [3]])
+    assert alone_in_stage(four) == {0, 1, 2, 3} and bottleneck_ranks(four) == {1}
+    assert alone_in_stage(pipeline([[0, 2], [1, 3]])) == set()  # 2 stages x 2 replicas: peers to compare with
+    assert alone_in_stage(pipeline([[0, 2], [1]])) == {1}
+    assert alone_in_stage(pipeline([[0, 1, 2, 3]])) == set()  # one stage: not a pipeline
+    assert alone_in_stage({}) == set()
+    assert alone_in_stage({"pipeline": Result("pipeline", skipped="no send / receive pairs")}) == set()
+
+
 def test_a_path_bounded_by_a_rank_that_waited_for_a_cpu_does_not_veto_the_rules(tmp_path):
     """tests/fixtures/runs/demo_host_starved (a real 2-rank demo run with a host straggler on rank 1, recorded beside
     another pytest worker's jobs): the path's bounding rank is rank 0, which waited for a CPU 14.6 ms per step over
