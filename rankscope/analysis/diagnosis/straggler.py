@@ -332,7 +332,10 @@ def named(ctx: _Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None
     elif b is not None:  # named on counts while no rank bounds the steps distinctly: what the path saw
         evidence["path_saving_ns"] = round(b.savings.get(rank, 0.0))
         evidence["bounding"] = b.evidence()
-    if mine is None and rank in bottleneck_ranks(ctx.results):  # a pipeline's stage: its cost is the stage model's
+    # a pipeline's bottleneck stage: its cost is the stage model's where the path has no what-if for it, or
+    # compares it with other stages' layers (a rank alone in its stage). Measured (bench/workloads.py seed 2713,
+    # pp-gpipe at 4 ranks, a middle stage with 2x the layers): the path's 1.2-8.6 ms against the model's ~30 ms
+    if rank in bottleneck_ranks(ctx.results) and (mine is None or rank in alone_in_stage(ctx.results)):
         evidence["time_lost"].update(stage_cost(ctx.results))
     floor = PAIR_MIN if test.startswith("signed-rank") else PAIR_THRESHOLD if test.startswith("ratio") else REL_THRESHOLD
     strength = (min(1.0, mine.share / 0.4 if mine else 0.0) if test == "critical path" else
