@@ -252,6 +252,14 @@ def stage_cost(results: dict[str, Result]) -> dict[str, Any]:
             "method": "pipeline stages: the step if the stages' work were balanced"}
 
 
+def takes_stage_cost(results: dict[str, Result], rank: int, on_path: bool) -> bool:
+    """A named rank of the pipeline's bottleneck stage takes the stage model's cost (``stage_cost``) where the path
+    has no what-if for it (``on_path`` False), or compares it with other stages' layers (a rank alone in its
+    stage). Measured (bench/workloads.py seed 2713, pp-gpipe at 4 ranks, a middle stage with 2x the layers, +28-34
+    ms of extra CPU per step by the job's timers): the path's what-if 1.2-8.6 ms, the stage model's 27.8-32.8 ms."""
+    return rank in bottleneck_ranks(results) and (not on_path or rank in alone_in_stage(results))
+
+
 def data_excess(pr: pl.DataFrame, rank: int, col: str = "data_wait") -> float:
     """The rank's data wait (or ``col``: "free", host time between operators) per step over the other ranks'
     median (ns)."""
@@ -332,10 +340,7 @@ def named(ctx: _Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None
     elif b is not None:  # named on counts while no rank bounds the steps distinctly: what the path saw
         evidence["path_saving_ns"] = round(b.savings.get(rank, 0.0))
         evidence["bounding"] = b.evidence()
-    # a pipeline's bottleneck stage: its cost is the stage model's where the path has no what-if for it, or
-    # compares it with other stages' layers (a rank alone in its stage). Measured (bench/workloads.py seed 2713,
-    # pp-gpipe at 4 ranks, a middle stage with 2x the layers): the path's 1.2-8.6 ms against the model's ~30 ms
-    if rank in bottleneck_ranks(ctx.results) and (mine is None or rank in alone_in_stage(ctx.results)):
+    if takes_stage_cost(ctx.results, rank, mine is not None):
         evidence["time_lost"].update(stage_cost(ctx.results))
     floor = PAIR_MIN if test.startswith("signed-rank") else PAIR_THRESHOLD if test.startswith("ratio") else REL_THRESHOLD
     strength = (min(1.0, mine.share / 0.4 if mine else 0.0) if test == "critical path" else
