@@ -65,8 +65,9 @@ class MoE(nn.Module):
         self.router = nn.Linear(D, world)
         nn.init.normal_(self.router.weight, std=1e-3)
         # no bias: nn.Linear's default one (uniform within 1/sqrt(D), the same on every rank) favoured one expert
-        # in the healthy twin. Measured (bench/workloads.py seeds 2714 and 2721, moe-healthy at 2 ranks): one
-        # rank's experts got 806-860 tokens per step against 676-733, in every step, and were named "compute"
+        # in the healthy twin. Measured (bench/workloads.py seeds 2714 and 2721, moe-healthy at 2 ranks): in the four
+        # twins named a straggler, one rank's experts got 11-22 % more tokens in every step (medians 808 vs 728,
+        # 836 vs 700, 820 vs 716, 844 vs 692); after: at most 6.7 % (seed 2722, 20 twins, none named)
         nn.init.zeros_(self.router.bias)
         self.register_buffer("log_prior", torch.tensor([math.log(p) for p in prior]))
         self.expert = Timed(nn.Sequential(nn.Linear(D, FF), nn.GELU(), nn.Linear(FF, D)))
