@@ -45,13 +45,17 @@ def test_slow_rank_bounds_the_step_by_about_its_sleep(result):
     """Rank 1 bounds most steps, not each: a step where rank 0 was off its CPU longer than the sleep is
     bounded by rank 0, truly (seen at load 5: rank 1 bounded 3 of 5 steps). Its cost is positive, at most
     1.6x the sleep, and larger than rank 0's. Run alone it is 0.4-1.6x the sleep; inside the whole suite on
-    2 cores it came out 15 of 64 ms and 12.5 of 128 ms (two fresh-clone runs, never alone, cause not found:
-    an open item of issue 25), so its size against the sleep is not asserted here."""
+    2 cores it came out 15 of 64 ms and 12.5 of 128 ms (two fresh-clone runs, never alone; likely the training
+    thread's wait for gloo's all_reduce booked as its own host time: an open item of issue 25), so its size
+    against the sleep is not asserted here. Rank 1's saving is compared per step (the median over steps of
+    each step's saving, as the bound takes it): the summary's median step minus its median step-if-median
+    came out exactly 0 once under load (fresh clone beside two busy loops): a difference of two medians is 0
+    where the median step is one that rank 1 did not bound."""
     b = result.summary["bounding"]
     assert b["rank"] == 1 and b["steady"] and b["steps"] > b["of_steps"] / 2
     assert 0 < b["cost_ms"] <= 1.6 * SLEEP_MS
-    wi = {w["rank"]: w for w in result.summary["what_if"]}
-    saving = {r: w["step_ms"] - w["step_ms_if_median"] for r, w in wi.items()}
+    per_step = pl.from_arrow(result.tables["what_if"]).group_by("rank").agg(pl.col("saving_ns").median())
+    saving = dict(per_step.iter_rows())
     assert saving[1] > 0 and saving[1] > saving[0]  # rank 1 costs the step, rank 0 does not as much
 
 
