@@ -10,7 +10,9 @@ Pattern: start from HTA's graph (``graph.build``) with the communication spans a
   wait inside it weighs nothing here;
 - a wait weighs nothing and the edge from what it waited for carries the wake-up time: a thread
   idle (between operators, inside a ``wait``, or inside a framework's communication span such as
-  ``FSDP::all_gather``) until a collective on another thread of the rank ended (within ``WAKE_NS``); a blocking runtime call (``cudaMemcpy``, syncs) whose own device
+  ``FSDP::all_gather``) until a collective on another thread of the rank ended (within ``WAKE_NS``), or
+  resumed while that collective's span was open and it closed soon after (``LATE_END_NS``: gloo closes the
+  span after waking the waiter, late when its worker thread waits for a CPU); a blocking runtime call (``cudaMemcpy``, syncs) whose own device
   operation ended before it returned; a device operation that started right when an operation on
   another stream ended (NCCL stream <-> compute stream, ``GPU_WAKE_NS``), where the trace has no
   CUDA sync events to say so;
@@ -29,6 +31,9 @@ from rankscope.analysis.deps.gpu import E
 from rankscope.analysis.deps.graph import RankGraph, build
 
 WAKE_NS = 2_000_000  # a thread that resumes this soon after a completion was waiting for it
+# gloo closes a collective's span on its worker thread after it woke the waiter: a waiter resumed up to this long
+# before the span's end (measured: 41 of 95 waits over 5 ms, by 1.4-12.6 ms, 4 ranks on 2 cores, bench/RESULTS.md)
+LATE_END_NS = 20_000_000
 GPU_WAKE_NS = 20_000  # a device op that starts this soon after another stream's op ended waited for it
 ROUND_NS = 1_000  # times written in µs with 3 decimals: an end this much after a start may be before it
 WAIT_NAMES = ("wait", "synchroniz", "barrier")
@@ -149,7 +154,8 @@ def rank_graph(ev: RankEvents, sel: np.ndarray, calls: Calls, joinable: np.ndarr
     b.cut(arr_n[has], end_n[has])
     b.issue(iss[found & (iss >= 0)], arr_n[found & (iss >= 0)])
     b.blocking_syncs()
-    b.wakes(end_n[found & np.isin(ev.tid[np.maximum(end_ev, 0)], execs) & (ev.stream[np.maximum(end_ev, 0)] < 0)], execs)
+    on_exec = found & np.isin(ev.tid[np.maximum(end_ev, 0)], execs) & (ev.stream[np.maximum(end_ev, 0)] < 0)
+    b.wakes(end_n[on_exec], arr_n[on_exec], execs)
     b.stream_waits()
     b.late_launches()
     arr_n, end_n = np.where(has, arr_n, -1), np.where(has, end_n, -1)
@@ -228,13 +234,17 @@ class _Builder:
         calls, dev = calls[~has_sync], dev[~has_sync]
         self.add(g.node(dev, False), g.node(calls, False), np.maximum(ev.end[calls] - ev.end[dev], 0), E.SYNC)
 
-    def wakes(self, completions: np.ndarray, execs: np.ndarray) -> None:
-        """Host threads idle until a collective of an executor thread ended: the wait weighs 0."""
+    def wakes(self, completions: np.ndarray, starts: np.ndarray, execs: np.ndarray) -> None:
+        """Host threads idle until a collective of an executor thread ended: the wait weighs 0. The
+        collective's end is the last one before the thread resumed (within ``WAKE_NS``), else the first
+        one after it, when that collective's span was open at the resumption and closed within
+        ``LATE_END_NS`` and within the idle time (gloo's worker thread closes the span after waking the
+        waiter: a short gap that a running collective outlives by more is not a wait for it)."""
         g, ev = self.g, self.ev
         if not len(completions):
             return
-        ct = np.sort(g.node_ts[completions])
-        c_sorted = completions[np.argsort(g.node_ts[completions], kind="stable")]
+        o = np.argsort(g.node_ts[completions], kind="stable")
+        c_sorted, ct, cs = completions[o], g.node_ts[completions][o], g.node_ts[starts][o]
         links = self.link[self.link >= 0]
         links = links[self.typ[links] != E.WAIT]
         u, v = g.src[links], g.dst[links]
@@ -245,12 +255,17 @@ class _Builder:
         # collective it runs elsewhere is done
         waity = (ev.name_has(WAIT_NAMES) | ev.is_comm | issued(ev))[g.node_ev[v]] & ~g.node_start[v]
         cand = host & (g.node_start[v] | waity)
-        j = np.searchsorted(ct, g.node_ts[v] + ROUND_NS, side="right") - 1
-        ok = cand & (j >= 0)
+        tu, tv = g.node_ts[u], g.node_ts[v]
+        j = np.searchsorted(ct, tv + ROUND_NS, side="right") - 1
         jj = np.maximum(j, 0)
-        ok &= (ct[jj] > g.node_ts[u]) & (g.node_ts[v] - ct[jj] <= WAKE_NS)
+        before = cand & (j >= 0) & (ct[jj] > tu) & (tv - ct[jj] <= WAKE_NS)
+        k = np.minimum(j + 1, len(ct) - 1)
+        late = ct[k] - tv
+        after = cand & ~before & (j + 1 < len(ct)) & (cs[k] < tv) & (late <= LATE_END_NS) & (late <= tv - tu)
+        ok = before | after
+        pick = np.where(before, jj, k)[ok]
         self.w[links[ok]], self.typ[links[ok]] = 0, E.WAIT
-        self.add(c_sorted[jj[ok]], v[ok], np.maximum(g.node_ts[v[ok]] - ct[jj[ok]], 0), E.SYNC)
+        self.add(c_sorted[pick], v[ok], np.maximum(tv[ok] - ct[pick], 0), E.SYNC)
 
     def stream_waits(self) -> None:
         """A device op that started right as another stream's op ended, after it was ready."""
