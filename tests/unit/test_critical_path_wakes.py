@@ -29,7 +29,7 @@ def _step(resume: int, span_end: int) -> tuple[events.RankEvents, adapter.Calls]
             ("c10d::allreduce_", "cpu_op", 10_500_000, MS, 1, True),
             ("aten::as_strided", "cpu_op", resume, 100_000, 1, False),
             ("Optimizer.step#AdamW.step", "cpu_op", resume + MS, 4 * MS, 1, False),
-            ("gloo:all_reduce", "cpu_op", 11 * MS, span_end - 11 * MS, 2, True)]
+            ("gloo:all_reduce", "user_annotation", 11 * MS, span_end - 11 * MS, 2, True)]
     t = pa.table({"name": pa.array([r[0] for r in rows]).dictionary_encode(),
                   "kind": pa.array([r[1] for r in rows]).dictionary_encode(),
                   "ts": [r[2] for r in rows], "dur": [r[3] for r in rows], "tid": [r[4] for r in rows],

@@ -1,6 +1,7 @@
 """GPU idle gaps explained one by one (analysis/gpu/gaps.py, gapcause.py), each cause on a tiny hand-built
 trace (times in µs as Kineto writes them; expected values worked out by hand in the comments). The same
-rules on a real H100 trace with known causes, and on HTA's real GPU traces: tests/golden/test_gpu_gaps.py."""
+rules on real H100 traces with known causes (a 2-rank DDP job on gloo whose rank 1 sleeps in its Dataset or runs
+a host loop): tests/unit/test_gpu_gloo_run.py::test_gpu_idle_gaps_say_who_waited_for_whom."""
 from __future__ import annotations
 
 from typing import Any
@@ -103,6 +104,21 @@ def test_a_stream_waiting_for_a_collective_and_for_a_compute_kernel(tmp_path):
     assert (h["cause"], h["event"], h["dur"]) == ("other", "gemm", 32_000)
     # the device ran something all the time except [80,81): that microsecond is B's
     assert b["device_idle"] == 1_000 and h["device_idle"] == 0
+
+
+@pytest.mark.parametrize("late_us, cause", [(-500, "collective"), (7_000, "collective"), (40_000, "host")])
+def test_a_launch_after_waiting_for_gloo_is_the_collective_even_before_gloo_closed_its_span(tmp_path, late_us, cause):
+    # DDP's backward on CUDA with gloo: A [0,10 ms); the training thread issues the all-reduce at 9 ms, gloo's
+    # thread runs it from 9.2 ms, the thread launches B at 300 ms. gloo closes its span after waking the waiter:
+    # measured 1.4-12.6 ms after the waiter resumed (4 ranks on 2 cores, tests/unit/test_critical_path_wakes.py).
+    # Closed 0.5 ms before or 7 ms after the launch: the wait for it; 40 ms after (past LATE_END_NS): the host's
+    end = 300_000 + late_us
+    ev = [launch(0, 1), kern("A", 0, 10_000, 1), x("c10d::allreduce_", 9_000, 500),
+          x("gloo:all_reduce", 9_200, end - 9_200, "user_annotation", tid=2), launch(300_000, 2),
+          kern("B", 300_005, 95, 2)]
+    g = one(gaps(tmp_path, ev))
+    assert g["cause"] == cause and g["dur"] == 290_005_000
+    assert (g["event"] == "gloo:all_reduce") == (cause == "collective")
 
 
 def test_device_idle_is_given_once_to_the_stream_that_ended_it(tmp_path):

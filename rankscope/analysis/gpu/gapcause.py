@@ -14,8 +14,9 @@ the latest end of the earlier events to the start of the next event K. Its cause
    ``cudaStreamSynchronize``) → "sync"; a data-loading span (the breakdown's ``DEFAULT_DATA_SPANS``)
    overlapping the gap → "data"; a collective run by the host (gloo's own threads: its annotation span on any
    thread of the rank, or the one the launch came from), in progress as the stream ran dry or over half the
-   late part, that ended inside the gap at most ``WAKE_NS`` before the launch → "collective" (the launching thread waited for it, untraced: DDP's
-   backward on CUDA with gloo); the later-ending wins. Else "host" (CPU-bound, Python overhead;
+   late part, that ended inside the gap at most ``WAKE_NS`` before the launch, or was still open at the launch
+   and closed within ``LATE_END_NS`` (gloo closes its span after waking the waiter) → "collective" (the
+   launching thread waited for it, untraced: DDP's backward on CUDA with gloo); the later-ending wins. Else "host" (CPU-bound, Python overhead;
    event: the innermost host span running half-way through the late part);
 3. else "other" (launched in time, no dependency seen; event: K).
 
@@ -35,7 +36,7 @@ import polars as pl
 from rankscope.analysis.classify import DEVICE_KINDS, HOST_KINDS, dict_test
 # a launch this soon after a host collective ended came from a thread that waited for it: the critical path's
 # wake-up bound (tests/fixtures/runs/gpu_gloo_data: 0.2 ms from gloo's all-reduce end to DDP's gradient copy)
-from rankscope.analysis.deps.timed import WAKE_NS
+from rankscope.analysis.deps.timed import LATE_END_NS, WAKE_NS
 from rankscope.analysis.intervals import merge
 from rankscope.analysis.rankdata import RankData
 
@@ -275,6 +276,14 @@ def _host_collective(d: RankData, g0: np.ndarray, L: np.ndarray, held: np.ndarra
     ok = ((j >= 0) & (e > g0) & (launch - e <= WAKE_NS) & (e > held)
           & ((b <= g0) | (2 * (e - np.maximum(b, g0)) >= launch - g0)) & (out < 0))
     out[ok] = r[ok]
+    # still open at the launch and closed soon after (gloo closes its span after waking the waiter: the
+    # critical path's ``LATE_END_NS``), in progress over half the late part and closing within its length
+    k = np.minimum(j + 1, len(end) - 1)
+    r, e = rows[k], end[k]
+    b = ts[r]
+    late = ((j + 1 < len(end)) & (b < launch) & (e - launch <= LATE_END_NS) & (e - launch <= launch - g0)
+            & (2 * (launch - np.maximum(b, g0)) >= launch - g0) & (launch > held) & (out < 0))
+    out[late] = r[late]
     return out
 
 
