@@ -3,10 +3,11 @@
 The shape is a DDP step on gloo (rankscope.demo.lm, traces of bench/workloads.py's decode-slow@4 runs): the
 backward's last ``c10d::allreduce_`` enqueues the bucket, ``gloo:all_reduce`` runs it on gloo's worker thread,
 the training thread sits in an untraced ``Work.wait()`` (no event: a gap) and resumes with DDP's
-``aten::as_strided`` / copies, then the optimizer step. Measured on those traces (4 ranks on 2 cores): in 41 of 95
-such waits the thread resumed 1.4-12.6 ms *before* the span's end, as gloo closes the span after waking the
-waiter. The gap is a wait when the thread resumes within ``WAKE_NS`` after the span's end, or while it is still
-open and it closes within ``LATE_END_NS`` and within the gap's own length; otherwise it is the rank's own time.
+``aten::as_strided`` / copies, then the optimizer step. Measured on those traces (4 ranks on 2 cores,
+bench/gloo_wake_lateness.py): in 40 of 95 such waits the thread resumed 1.4-12.6 ms *before* the span's end, as
+gloo closes the span after waking the waiter. The gap is a wait when the thread resumes within ``WAKE_NS`` after
+the span's end, or while it is still open and it closes within ``LATE_END_NS`` and within the gap's own length;
+otherwise it is the rank's own time.
 """
 from __future__ import annotations
 

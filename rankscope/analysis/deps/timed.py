@@ -12,10 +12,10 @@ Pattern: start from HTA's graph (``graph.build``) with the communication spans a
   idle (between operators, inside a ``wait``, or inside a framework's communication span such as
   ``FSDP::all_gather``) until a collective on another thread of the rank ended (within ``WAKE_NS``), or
   resumed while that collective's span was open and it closed soon after (``LATE_END_NS``: gloo closes the
-  span after waking the waiter, late when its worker thread waits for a CPU); a blocking runtime call (``cudaMemcpy``, syncs) whose own device
-  operation ended before it returned; a device operation that started right when an operation on
-  another stream ended (NCCL stream <-> compute stream, ``GPU_WAKE_NS``), where the trace has no
-  CUDA sync events to say so;
+  span after waking the waiter, late when its worker thread waits for a CPU); a blocking runtime call
+  (``cudaMemcpy``, syncs) whose own device operation ended before it returned; a device operation that
+  started right when an operation on another stream ended (NCCL stream <-> compute stream,
+  ``GPU_WAKE_NS``), where the trace has no CUDA sync events to say so;
 - a collective run by an executor thread depends on the operator that issued it (``c10d::*``), paired
   per op in order when the data carries no issue time.
 """
@@ -32,7 +32,7 @@ from rankscope.analysis.deps.graph import RankGraph, build
 
 WAKE_NS = 2_000_000  # a thread that resumes this soon after a completion was waiting for it
 # gloo closes a collective's span on its worker thread after it woke the waiter: a waiter resumed up to this long
-# before the span's end (measured: 41 of 95 waits over 5 ms, by 1.4-12.6 ms, 4 ranks on 2 cores, bench/RESULTS.md)
+# before the span's end (40 of 95 waits over 5 ms, by 1.4-12.6 ms, 4 ranks on 2 cores: bench/gloo_wake_lateness.py)
 LATE_END_NS = 20_000_000
 GPU_WAKE_NS = 20_000  # a device op that starts this soon after another stream's op ended waited for it
 ROUND_NS = 1_000  # times written in µs with 3 decimals: an end this much after a start may be before it

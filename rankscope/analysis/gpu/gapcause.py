@@ -16,8 +16,8 @@ the latest end of the earlier events to the start of the next event K. Its cause
    thread of the rank, or the one the launch came from), in progress as the stream ran dry or over half the
    late part, that ended inside the gap at most ``WAKE_NS`` before the launch, or was still open at the launch
    and closed within ``LATE_END_NS`` (gloo closes its span after waking the waiter) → "collective" (the
-   launching thread waited for it, untraced: DDP's backward on CUDA with gloo); the later-ending wins. Else "host" (CPU-bound, Python overhead;
-   event: the innermost host span running half-way through the late part);
+   launching thread waited for it, untraced: DDP's backward on CUDA with gloo); the later-ending wins. Else
+   "host" (CPU-bound, Python overhead; event: the innermost host span running half-way through the late part);
 3. else "other" (launched in time, no dependency seen; event: K).
 
 ``device_idle``: the part of the gap when no stream of the device ran. Each such instant is given to the
