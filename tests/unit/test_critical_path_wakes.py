@@ -82,3 +82,58 @@ def test_a_gap_the_collective_does_not_explain_stays_the_ranks_own_time(resume_m
     d, synced = _anchor_paths(resume, resume + int(late_ms * MS))
     assert not synced
     assert d[0, 1] >= resume - 12 * MS  # the gap from the issue (12 ms) to the resumption is own time
+
+
+def _fsdp_step(resume: int, coll_end: int) -> tuple[events.RankEvents, adapter.Calls]:
+    """One FSDP2 step's first all-gather (ns; the shape of bench/workloads.py's fsdp-data@4 run 31 of seed 2741):
+    the training thread (tid 1) opens ``FSDP::all_gather`` at 10 ms, issues ``c10d::_allgather_base_`` at
+    10.5 ms, waits untraced from 11.5 ms, closes the span at ``resume`` and runs 5 ms of forward; gloo's thread
+    (tid 2) runs the all-gather from 11 ms to ``coll_end`` (it waited there for a slower peer)."""
+    rows = [("ProfilerStep#1", "user_annotation", 0, resume + 6 * MS, 1, False),
+            ("FSDP::all_gather", "user_annotation", 10 * MS, resume - 10 * MS, 1, True),
+            ("c10d::_allgather_base_", "cpu_op", 10_500_000, MS, 1, True),
+            ("aten::embedding", "cpu_op", resume + 100_000, 5 * MS, 1, False),
+            ("gloo:all_gather", "user_annotation", 11 * MS, coll_end - 11 * MS, 2, True)]
+    t = pa.table({"name": pa.array([r[0] for r in rows]).dictionary_encode(),
+                  "kind": pa.array([r[1] for r in rows]).dictionary_encode(),
+                  "ts": [r[2] for r in rows], "dur": [r[3] for r in rows], "tid": [r[4] for r in rows],
+                  "stream": [-1] * len(rows), "correlation": [-1] * len(rows), "is_comm": [r[5] for r in rows],
+                  "input_dims": pa.array([""] * len(rows)).dictionary_encode()})
+    one = lambda v: np.array([v], dtype=object if isinstance(v, str) else np.int64)  # noqa: E731
+    calls = adapter.Calls(key=one("0|0,1#0"), op=one("all_gather"), kind=one("collective"), ts=one(11 * MS),
+                          end=one(coll_end), dev_ts=one(-1), dev_end=one(-1), issue_ts=one(10_500_000), pg=one("0"),
+                          seq=one(0))
+    return events.from_table(t), calls
+
+
+@pytest.mark.parametrize("late_ms", [0.5, 2.7, 5.3, 12.7])
+def test_a_thread_closing_fsdps_all_gather_late_after_the_collective_waited_for_it(late_ms):
+    """A woken thread waits for a CPU on a loaded host: measured (fsdp-data@4, seed 2741, run 31), rank 3 closed its
+    70 ms ``FSDP::all_gather`` 2.7 ms after the all-gather ended (its 4 ranks on 2 cores; 7 % of 1,156 such waits
+    over 2 ms late, at most 12.7 ms). Under ``WAKE_NS`` alone (2 ms) the wait was rank 3's own time, 70 ms of it
+    on the critical path, and the slow rank (its data loading, 75 ms per step) was "not named"."""
+    resume = 100 * MS
+    ev, calls = _fsdp_step(resume, resume - int(late_ms * MS))
+    g, anc = timed.rank_graph(ev, window(ev), calls, np.array([True]))
+    d = local.Local(g, anc.arrival, anc.end).matrix().d
+    closed = g.node(np.array([1]), False)[0]  # FSDP::all_gather's end
+    assert ((g.typ == E.SYNC) & (g.src == anc.end[0]) & (g.dst == closed)).any()
+    assert d[0, 1] < 20 * MS  # START -> SINK without the call: the step's own work (issue, forward), not the wait
+    assert d[1, 1] >= 5 * MS + int(late_ms * MS) - timed.ROUND_NS  # the call's end -> SINK holds the late wake-up
+
+
+def test_a_wait_that_ended_past_resume_ns_before_the_span_closed_is_own_time():
+    resume = 100 * MS
+    ev, calls = _fsdp_step(resume, resume - timed.RESUME_NS - 5 * MS)
+    g, anc = timed.rank_graph(ev, window(ev), calls, np.array([True]))
+    d = local.Local(g, anc.arrival, anc.end).matrix().d
+    assert d[0, 1] >= resume - 12 * MS  # the 25 ms between the collective's end and the span's close are own time
+
+
+@pytest.mark.parametrize("late_ms", [2.7, 5.3])
+def test_between_operators_a_late_resumption_stays_own_time(late_ms):
+    """DDP's untraced Work.wait() ends where an operator starts: the thread may have run Python of its own after
+    the collective ended, so only ``WAKE_NS`` holds there (a host-side straggler's loop must stay its own)."""
+    resume = 300 * MS
+    d, synced = _anchor_paths(resume, resume - int(late_ms * MS))
+    assert not synced and d[0, 1] >= resume - 12 * MS

@@ -10,7 +10,8 @@ Pattern: start from HTA's graph (``graph.build``) with the communication spans a
   wait inside it weighs nothing here;
 - a wait weighs nothing and the edge from what it waited for carries the wake-up time: a thread
   idle (between operators, inside a ``wait``, or inside a framework's communication span such as
-  ``FSDP::all_gather``) until a collective on another thread of the rank ended (within ``WAKE_NS``), or
+  ``FSDP::all_gather``) until a collective on another thread of the rank ended (within ``WAKE_NS``, or
+  ``RESUME_NS`` where it resumed by closing such a span: a woken thread waits for a CPU on a loaded host), or
   resumed while that collective's span was open and it closed soon after (``LATE_END_NS``: gloo closes the
   span after waking the waiter, late when its worker thread waits for a CPU); a blocking runtime call
   (``cudaMemcpy``, syncs) whose own device operation ended before it returned; a device operation that
@@ -34,6 +35,12 @@ WAKE_NS = 2_000_000  # a thread that resumes this soon after a completion was wa
 # gloo closes a collective's span on its worker thread after it woke the waiter: a waiter resumed up to this long
 # before the span's end (40 of 95 waits over 5 ms, by 1.4-12.6 ms, 4 ranks on 2 cores: bench/gloo_wake_lateness.py)
 LATE_END_NS = 20_000_000
+# a thread that closes a wait or a communication span (FSDP::all_gather, wait_tensor, c10d::*) resumed from a wait
+# for a collective that ended this long before: on a loaded host the woken thread waits for a CPU. Measured (4 ranks
+# on 2 cores, FSDP2 and TP x FSDP2 of bench/workloads.py seed 2741, 1,156 such waits over 5 ms): 7 % resumed over
+# 2 ms late, 1 % over 5 ms, at most 12.7 ms. Not for a gap that ends where an operator starts (DDP's untraced
+# Work.wait()): there the thread may have run Python of its own, and ``WAKE_NS`` holds.
+RESUME_NS = 20_000_000
 GPU_WAKE_NS = 20_000  # a device op that starts this soon after another stream's op ended waited for it
 ROUND_NS = 1_000  # times written in µs with 3 decimals: an end this much after a start may be before it
 WAIT_NAMES = ("wait", "synchroniz", "barrier")
@@ -236,7 +243,8 @@ class _Builder:
 
     def wakes(self, completions: np.ndarray, starts: np.ndarray, execs: np.ndarray) -> None:
         """Host threads idle until a collective of an executor thread ended: the wait weighs 0. The
-        collective's end is the last one before the thread resumed (within ``WAKE_NS``), else the first
+        collective's end is the last one before the thread resumed (within ``WAKE_NS``; ``RESUME_NS`` where it
+        resumed by closing a wait or a communication span), else the first
         one after it, when that collective's span was open at the resumption and closed within
         ``LATE_END_NS`` and within the idle time (gloo's worker thread closes the span after waking the
         waiter: a short gap that a running collective outlives by more is not a wait for it)."""
@@ -253,12 +261,13 @@ class _Builder:
         # collectives), or of an operator that issued a collective (an autograd Function around
         # all_to_all_single waits in an untraced Work.wait()): the thread sits there until the
         # collective it runs elsewhere is done
-        waity = (ev.name_has(WAIT_NAMES) | ev.is_comm | issued(ev))[g.node_ev[v]] & ~g.node_start[v]
+        closing = (ev.name_has(WAIT_NAMES) | ev.is_comm)[g.node_ev[v]] & ~g.node_start[v]
+        waity = closing | (issued(ev)[g.node_ev[v]] & ~g.node_start[v])
         cand = host & (g.node_start[v] | waity)
         tu, tv = g.node_ts[u], g.node_ts[v]
         j = np.searchsorted(ct, tv + ROUND_NS, side="right") - 1
         jj = np.maximum(j, 0)
-        before = cand & (j >= 0) & (ct[jj] > tu) & (tv - ct[jj] <= WAKE_NS)
+        before = cand & (j >= 0) & (ct[jj] > tu) & (tv - ct[jj] <= np.where(closing, RESUME_NS, WAKE_NS))
         k = np.minimum(j + 1, len(ct) - 1)
         late = ct[k] - tv
         after = cand & ~before & (j + 1 < len(ct)) & (cs[k] < tv) & (late <= LATE_END_NS) & (late <= tv - tu)
