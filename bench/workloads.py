@@ -32,6 +32,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -106,13 +107,6 @@ def job(cmd: list[str], out: Path) -> float:
     return time.perf_counter() - t
 
 
-def ddp_truth(out: Path, fam: Family, ranks: int, slow: int, amount: float, seed: int) -> None:
-    """rankscope.demo.lm writes no truth of its own: the bench writes what it asked for (no timers)."""
-    doc = {"job": "ddp-lm", "straggler": fam.kind, "slow_rank": slow if fam.kind else None, "cause": fam.cause,
-           "amount": amount, "world": ranks, "seed": seed, "timers": None}
-    (out / "truth.json").write_text(json.dumps(doc, indent=1))
-
-
 def verdict(path: Path) -> dict[str, Any]:
     """``rankscope analyze RUN --json``: the straggler verdict's findings, its text, the critical path's facts."""
     cli = Path(sys.executable).with_name("rankscope")
@@ -128,6 +122,7 @@ def verdict(path: Path) -> dict[str, Any]:
     cp = an.get("critical_path", {}).get("summary") or {}
     return {"found": found, "text": st.get("summary", {}).get("verdict") or st.get("skipped") or "",
             "critical_path": {k: cp.get(k) for k in ("bounding_rank", "cost_per_step_ns", "bounding_steps")},
+            "bounding": st.get("summary", {}).get("bounding"),  # the verdict's reading of the path (bound.Bound)
             "analyze_s": round(time.perf_counter() - t, 1)}
 
 
@@ -139,8 +134,6 @@ def one(i: int, fam_name: str, n: int, rng: random.Random, args: argparse.Namesp
     d = out / f"run{i}"
     shutil.rmtree(d, ignore_errors=True)
     job_s = job(command(fam, d, n, slow, amount, seed, args.steps, args.cpus == "rotate"), d)
-    if fam.job == "lm":
-        ddp_truth(d, fam, n, slow, amount, seed)
     truth = json.loads((d / "truth.json").read_text())
     v = verdict(d)
     want = [(truth["slow_rank"], truth["cause"])] if truth["straggler"] else []
@@ -151,7 +144,8 @@ def one(i: int, fam_name: str, n: int, rng: random.Random, args: argparse.Namesp
            "extra_ms_per_step": summary.get("extra_ms_per_step"), "extra_share": summary.get("extra_share_of_step"),
            "extra_wall_ms": summary.get("extra_wall_ms_per_step"), "extra_cpu_ms": summary.get("extra_cpu_ms_per_step"),
            "step_ms": (summary.get("median_ms") or {}).get("step_ms"), "found": v["found"], "verdict": v["text"],
-           "critical_path": v.get("critical_path"), "job_s": round(job_s, 1), "analyze_s": v["analyze_s"],
+           "critical_path": v.get("critical_path"), "bounding": v.get("bounding"), "job_s": round(job_s, 1),
+           "analyze_s": v["analyze_s"],
            "load1": round(os.getloadavg()[0], 1), "run": str(d)}
     if not (args.keep or (args.keep_misses and not ok)):
         shutil.rmtree(d, ignore_errors=True)
@@ -165,14 +159,25 @@ def plan(families: list[str], ranks: list[int], args: argparse.Namespace, rng: r
     return p
 
 
+def _med(vals: list[float]) -> str:
+    return f"{statistics.median(vals):.1f}" if vals else "-"
+
+
 def table(rows: list[dict[str, Any]], families: list[str], ranks: list[int]) -> list[str]:
-    lines = ["| family | ranks | runs | right (straggler: rank and cause; healthy: nothing named) |",
-             "|---|---|---|---|"]
+    """Right per family and rank count; for straggler families, medians of the job's own measure of the slow rank's
+    extra time per step (truth.json) and of the critical path's cost per step when it named that rank."""
+    lines = ["| family | ranks | runs | right (straggler: rank and cause; healthy: nothing named) "
+             "| extra ms/step (job's timers) | path cost ms/step (bounding rank = slow rank) |",
+             "|---|---|---|---|---|---|"]
     for fam in families:
         for n in ranks:
             rs = [r for r in rows if r["family"] == fam and r["ranks"] == n]
             if rs:
-                lines.append(f"| {fam} | {n} | {len(rs)} | {sum(r['ok'] for r in rs)} / {len(rs)} |")
+                extra = [r["extra_ms_per_step"] for r in rs if r.get("extra_ms_per_step") is not None]
+                cost = [cp["cost_per_step_ns"] / 1e6 for r in rs if (cp := r.get("critical_path") or {})
+                        and cp.get("bounding_rank") == r["rank"] and cp.get("cost_per_step_ns") is not None]
+                lines.append(f"| {fam} | {n} | {len(rs)} | {sum(r['ok'] for r in rs)} / {len(rs)} | {_med(extra)} "
+                             f"| {_med(cost)} ({len(cost)}) |")
     return lines
 
 

@@ -80,7 +80,9 @@ def main() -> None:
         if ok != r["ok"] or (r["found"] is not None and [list(x) for x in v["found"] or []] != r["found"]):
             print(f"{r['i']} {r['family']}@{r['ranks']} truth={want}: {'ok' if r['ok'] else 'MISS'} -> "
                   f"{'ok' if ok else 'MISS'}  {v['text'][:160]}", flush=True)
-        new_rows.append({**r, "ok": ok, "found": v["found"], "verdict": v["text"], "was_ok": r["ok"]})
+        new_rows.append({**r, "ok": ok, "found": v["found"], "verdict": v["text"], "was_ok": r["ok"],
+                         "critical_path": v.get("critical_path"), "was_critical_path": r.get("critical_path"),
+                         "bounding": v.get("bounding")})
     print("| family | ranks | runs | right then | right now |\n|---|---|---|---|---|")
     for key in sorted(after):
         print(f"| {key[0]} | {key[1]} | {len(after[key])} | {sum(before[key])} | {sum(after[key])} |")

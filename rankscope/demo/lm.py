@@ -10,11 +10,17 @@ A small transformer language model under DistributedDataParallel (gloo on CPU), 
 - ``--family decode``: every sample is decoded from compressed bytes and augmented in the dataset's
   ``__getitem__`` (zlib + a random crop and noise: real work, not a sleep); ``--imbalance F`` gives
   one rank F times more bytes to decode per sample (larger files on that rank's shard).
+
+Each step is timed (perf_counter and the training thread's CPU time: ``data``, the batch's loading;
+``work``, forward + backward + optimizer step) and rank 0 writes ``RUN/truth.json`` after the profile, as the
+jobs of rankscope.demo.workloads do: the slow rank, the cause a verdict should give, and its extra CPU time
+per step (``work_cpu`` for ``lm``, ``data_cpu`` for ``decode``, over the other ranks' median).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import time
 import zlib
 
 import torch
@@ -24,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 
 from rankscope.demo.train import rotate, rotation_cpus
+from rankscope.demo.workloads.common import Timers, write_truth
 
 VOCAB = 512
 
@@ -125,14 +132,23 @@ def main(argv: list[str] | None = None) -> None:
                            metadata={"workload": {"family": args.family, "slow_rank": args.slow_rank,
                                                   "imbalance": args.imbalance, "seed": args.seed}}) as prof:
         it = iter(loader)
-        cpus = rotation_cpus(args.rotate_cpus)
+        cpus, timers = rotation_cpus(args.rotate_cpus), Timers()
+        recorded = range(args.warmup, args.warmup + args.steps)  # ProfilerStep#i of the schedule's active steps
         for i in range(args.warmup + args.steps + 1):
             rotate(cpus, rank, i)
-            x, y = next(it)
-            opt.zero_grad(set_to_none=True)
-            loss_fn(model(x), y).backward()
-            opt.step()
+            t0, c0 = time.perf_counter(), time.thread_time()
+            with timers.time("data"):
+                x, y = next(it)
+            with timers.time("work"):
+                opt.zero_grad(set_to_none=True)
+                loss_fn(model(x), y).backward()
+                opt.step()
+            timers.close(i, i in recorded, (time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3)
             prof.step()
+    slow = args.slow_rank if 0 <= args.slow_rank < world else None
+    truth = {"job": "ddp-lm", "family": args.family, "straggler": args.family if slow is not None else None,
+             "slow_rank": slow, "amount": args.imbalance}
+    write_truth(args, rank, world, timers, truth, captured=list(recorded))
     dist.barrier()
     dist.destroy_process_group()
 

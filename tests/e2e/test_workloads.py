@@ -35,11 +35,34 @@ def _job(out: Path, family: str, slow_rank: int, factor: float = 1.6, steps: int
     return out
 
 
+def _truth(out: Path, run) -> dict:
+    """The job's RUN/truth.json, after checking that its timer rows are the steps the trace recorded and that their
+    wall times are the trace's ProfilerStep spans (two clocks on one interval). ProfilerStep#i opens inside
+    prof.step() before the job's timer starts and closes in the next call after it stops: the span holds the timed
+    interval and exceeds it by rankscope's own step work (about 0.2 ms here; a preempted step by up to 16 ms, seen
+    on a loaded host: so the best step, not each, is compared)."""
+    import polars as pl
+
+    truth = json.loads((out / "truth.json").read_text())
+    assert truth["world"] == len(run.rank_ids)
+    for rank in run.rank_ids:
+        steps = pl.from_arrow(run.table(rank, "steps")).sort("step")
+        rows = [x for x in truth["timers"][str(rank)] if x["captured"]]
+        assert steps["step"].to_list() == [x["step"] for x in rows] == truth["captured_steps"]
+        diffs = [(e - b) / 1e6 - x["step_ms"] for b, e, x in zip(steps["ts"], steps["end"], rows)]
+        assert min(diffs) > -0.5 and min(diffs) < 2.0, diffs
+    return truth
+
+
 def test_lm_with_longer_sequences_on_one_rank_is_input_imbalance(tmp_path):
     """Structured fields first (rank, cause, the input work and its example shapes); then the headline, the
     product, against every variant the code prints for it (own time, or own time excluding CPU wait when
     the rank was found with run-queue wait taken out, as on a loaded machine; with or without the cost)."""
     run = load_run(_job(tmp_path / "lm", "lm", 1), jobs=1)
+    truth = _truth(tmp_path / "lm", run)
+    assert (truth["slow_rank"], truth["cause"], truth["summary"]["extra_from"]) == (1, "imbalance", "work_cpu")
+    # the longer sequences' forward + backward + optimizer CPU time (waits for the peer excluded)
+    assert truth["summary"]["median_ms"]["work_cpu"]["1"] > truth["summary"]["median_ms"]["work_cpu"]["0"]
     st = run_all(run)["straggler"]
     assert [(f.ranks, f.evidence["cause"]) for f in st.findings] == [((1,), "imbalance")], st.summary["verdict"]
     f = st.findings[0]
@@ -64,6 +87,9 @@ def test_slow_decoding_on_one_rank_is_data_loading(tmp_path):
     starved). The question here is the cause (data loading, not compute), not the smallest imbalance a loaded
     machine still shows."""
     run = load_run(_job(tmp_path / "dec", "decode", 1, factor=2.5), jobs=1)
+    truth = _truth(tmp_path / "dec", run)
+    assert (truth["slow_rank"], truth["cause"], truth["summary"]["extra_from"]) == (1, "data", "data_cpu")
+    assert truth["summary"]["median_ms"]["data_cpu"]["1"] > truth["summary"]["median_ms"]["data_cpu"]["0"]
     res = run_all(run)
     st = res["straggler"]
     assert [(f.ranks, f.evidence.get("cause")) for f in st.findings] == [((1,), "data")], st.summary["verdict"]
@@ -92,23 +118,13 @@ def test_each_workload_job_writes_a_run_and_its_truth(tmp_path, job, kind, extra
     truth: the slow rank and cause asked for; per rank, timer rows for the steps the trace recorded, whose
     wall times are the trace's ProfilerStep spans (two clocks on one interval); and the straggler's own
     measure on rank 1 only (its injected work, its experts' tokens, its stage's layers)."""
-    import polars as pl
-
     from rankscope.demo.workloads.common import CAUSES
 
     run, truth = _workload(tmp_path / job, job, kind, *extra)
     assert (truth["slow_rank"], truth["cause"], truth["world"]) == (1, CAUSES[kind], 2)
     r = load_run(run, jobs=1)
     assert r.rank_ids == [0, 1]
-    for rank in r.rank_ids:
-        steps = pl.from_arrow(r.table(rank, "steps")).sort("step")
-        rows = [x for x in truth["timers"][str(rank)] if x["captured"]]
-        assert steps["step"].to_list() == [x["step"] for x in rows] == truth["captured_steps"] == [1, 2, 3]
-        # ProfilerStep#i opens inside prof.step() before the job's timer starts and closes in the next call after
-        # it stops: the span holds the timed interval and exceeds it by rankscope's own step work (about 0.2 ms
-        # here; a preempted step by up to 16 ms, seen on a loaded host: so the best step, not each, is compared)
-        diffs = [(e - b) / 1e6 - x["step_ms"] for b, e, x in zip(steps["ts"], steps["end"], rows)]
-        assert min(diffs) > -0.5 and min(diffs) < 2.0, diffs
+    assert _truth(run, r)["captured_steps"] == [1, 2, 3]
     med = truth["summary"]["median_ms"]
     if kind in ("data", "host"):
         assert med["extra"]["1"] > 0 and med["extra"]["0"] < 0.1 * med["extra"]["1"]

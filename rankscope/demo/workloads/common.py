@@ -25,14 +25,16 @@ from rankscope.demo.train import rotate, rotation_cpus
 
 # The cause label (rankscope.analysis.diagnosis.straggler's kinds) a verdict should give for each straggler kind.
 CAUSES = {"data": "data", "compute": "compute", "input": "imbalance", "skew": "imbalance", "host": "host",
-          "stage": "compute"}
+          "stage": "compute", "lm": "imbalance", "decode": "data"}
 # The timer part holding each kind's extra time (``summarize``): the injected work itself (its wall time), or
 # the work an imbalance grows, as CPU time (the slow rank's part minus the other ranks' median). CPU time,
 # because the wall time of that part also holds waits that are not the work: FSDP's forward + backward holds
 # the waits for the other ranks (alike on every rank), and on a loaded host any part holds run-queue waits
 # (measured: a MoE rank with 2.1x the expert tokens had 1.7x the experts' CPU time and less wall time).
+# rankscope.demo.lm (DDP): "lm" grows the forward + backward + optimizer step ("work"), "decode" the batch's
+# loading in the training thread ("data", DataLoader without workers).
 EXTRA_PART = {"data": "extra", "compute": "extra", "host": "extra", "input": "work_cpu", "skew": "work_cpu",
-              "stage": "work_cpu"}
+              "stage": "work_cpu", "lm": "work_cpu", "decode": "data_cpu"}
 
 
 def parser(doc: str | None, stragglers: list[str], amount_help: str) -> argparse.ArgumentParser:
@@ -182,9 +184,10 @@ def _excess(by_rank: dict[int, float], slow: int, own: bool) -> float | None:
 
 
 def write_truth(args: argparse.Namespace, rank: int, world: int, timers: Timers, truth: dict[str, Any],
-                mine: dict[str, Any] | None = None) -> None:
+                mine: dict[str, Any] | None = None, captured: list[int] | None = None) -> None:
     """Gather every rank's timer rows (and ``mine``: what this rank alone knows, e.g. the units of work it
-    sized) on rank 0 and write ``RUN/truth.json`` (atomic rename).
+    sized) on rank 0 and write ``RUN/truth.json`` (atomic rename). ``captured``: the recorded steps' numbers
+    (default 1..``args.steps``, as :func:`run_profiled` records them).
 
     ``truth`` holds what the job knows of itself: ``job``, ``straggler`` (kind or None), ``slow_rank``, and
     anything job-specific (``amount``, ``layout``, ``pipeline``...); ``cause`` and the timers are added here."""
@@ -196,7 +199,7 @@ def write_truth(args: argparse.Namespace, rank: int, world: int, timers: Timers,
     slow = truth.get("slow_rank")
     per_rank = {r: got[r][0] for r in range(world)}
     doc = {**truth, "world": world, "seed": args.seed, "cause": CAUSES.get(kind) if kind else None,
-           "captured_steps": list(range(1, args.steps + 1)), "summary": summarize(per_rank, kind, slow),
+           "captured_steps": captured or list(range(1, args.steps + 1)), "summary": summarize(per_rank, kind, slow),
            "ranks": {str(r): got[r][1] for r in range(world)}, "timers": {str(r): v for r, v in per_rank.items()}}
     path = Path(args.run_dir) / "truth.json"
     tmp = path.with_suffix(".json.tmp")
