@@ -45,8 +45,8 @@ def _frames(results: dict[str, Any]) -> dict[str, Any]:
             for n, r in results.items() for t, v in r.tables.items()}
 
 
-def test_remote_run_same_tables_and_second_read_only_cache(stored: tuple[Path, str],
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_remote_run_same_tables_and_second_read_only_cache(stored: tuple[Path, str], monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
     from polars.testing import assert_frame_equal
 
     local, url = stored
@@ -75,7 +75,9 @@ def test_remote_run_same_tables_and_second_read_only_cache(stored: tuple[Path, s
     # The bucket was writable: the cache went next to the run, so another machine (an empty local
     # cache) reads only the cache too.
     assert all(i.cache.startswith(url + "/analysis/cache/") for i in again.ranks.values())
-    monkeypatch.setenv("RANKSCOPE_CACHE", str(Path(again.ranks[0].files[0]).parent) + "-nowhere")
+    # another machine: an empty local cache (a fresh folder; not a path made from the s3:// URL, which
+    # pathlib folds into a relative "s3:/..." folder in the working directory)
+    monkeypatch.setenv("RANKSCOPE_CACHE", str(tmp_path / "another-machine-cache"))
     opened.clear()
     elsewhere = load_run(url, jobs=1)
     assert [p for p in opened if ".pt.trace.json" in p] == [] and elsewhere.rank_ids == [0, 1, 2, 3]
