@@ -22,6 +22,20 @@ from rankscope.analysis.deps.graph import window
 MS = 1_000_000
 
 
+def _build(rows: list[tuple], op: str, end: int) -> tuple[events.RankEvents, adapter.Calls]:
+    """The rank's events from (name, kind, ts, dur, tid, is_comm) rows, and its one collective ``op`` (group 0,
+    sequence 0), issued at 10.5 ms, run by gloo from 11 ms to ``end``."""
+    t = pa.table({"name": pa.array([r[0] for r in rows]).dictionary_encode(),
+                  "kind": pa.array([r[1] for r in rows]).dictionary_encode(),
+                  "ts": [r[2] for r in rows], "dur": [r[3] for r in rows], "tid": [r[4] for r in rows],
+                  "stream": [-1] * len(rows), "correlation": [-1] * len(rows), "is_comm": [r[5] for r in rows],
+                  "input_dims": pa.array([""] * len(rows)).dictionary_encode()})
+    one = lambda v: np.array([v], dtype=object if isinstance(v, str) else np.int64)  # noqa: E731
+    calls = adapter.Calls(key=one("0|0,1#0"), op=one(op), kind=one("collective"), ts=one(11 * MS), end=one(end),
+                          dev_ts=one(-1), dev_end=one(-1), issue_ts=one(10_500_000), pg=one("0"), seq=one(0))
+    return events.from_table(t), calls
+
+
 def _step(resume: int, span_end: int) -> tuple[events.RankEvents, adapter.Calls]:
     """One step (ns): the training thread (tid 1) issues at 10.5 ms, idles from 12 ms to ``resume``, then runs
     5 ms of copies and optimizer; gloo's thread (tid 2) runs the all_reduce from 11 ms to ``span_end``."""
@@ -31,16 +45,7 @@ def _step(resume: int, span_end: int) -> tuple[events.RankEvents, adapter.Calls]
             ("aten::as_strided", "cpu_op", resume, 100_000, 1, False),
             ("Optimizer.step#AdamW.step", "cpu_op", resume + MS, 4 * MS, 1, False),
             ("gloo:all_reduce", "user_annotation", 11 * MS, span_end - 11 * MS, 2, True)]
-    t = pa.table({"name": pa.array([r[0] for r in rows]).dictionary_encode(),
-                  "kind": pa.array([r[1] for r in rows]).dictionary_encode(),
-                  "ts": [r[2] for r in rows], "dur": [r[3] for r in rows], "tid": [r[4] for r in rows],
-                  "stream": [-1] * len(rows), "correlation": [-1] * len(rows), "is_comm": [r[5] for r in rows],
-                  "input_dims": pa.array([""] * len(rows)).dictionary_encode()})
-    one = lambda v: np.array([v], dtype=object if isinstance(v, str) else np.int64)  # noqa: E731
-    calls = adapter.Calls(key=one("0|0,1#0"), op=one("all_reduce"), kind=one("collective"), ts=one(11 * MS),
-                          end=one(span_end), dev_ts=one(-1), dev_end=one(-1), issue_ts=one(10_500_000), pg=one("0"),
-                          seq=one(0))
-    return events.from_table(t), calls
+    return _build(rows, "all_reduce", span_end)
 
 
 def _anchor_paths(resume: int, span_end: int) -> tuple[np.ndarray, bool]:
@@ -94,16 +99,7 @@ def _fsdp_step(resume: int, coll_end: int) -> tuple[events.RankEvents, adapter.C
             ("c10d::_allgather_base_", "cpu_op", 10_500_000, MS, 1, True),
             ("aten::embedding", "cpu_op", resume + 100_000, 5 * MS, 1, False),
             ("gloo:all_gather", "user_annotation", 11 * MS, coll_end - 11 * MS, 2, True)]
-    t = pa.table({"name": pa.array([r[0] for r in rows]).dictionary_encode(),
-                  "kind": pa.array([r[1] for r in rows]).dictionary_encode(),
-                  "ts": [r[2] for r in rows], "dur": [r[3] for r in rows], "tid": [r[4] for r in rows],
-                  "stream": [-1] * len(rows), "correlation": [-1] * len(rows), "is_comm": [r[5] for r in rows],
-                  "input_dims": pa.array([""] * len(rows)).dictionary_encode()})
-    one = lambda v: np.array([v], dtype=object if isinstance(v, str) else np.int64)  # noqa: E731
-    calls = adapter.Calls(key=one("0|0,1#0"), op=one("all_gather"), kind=one("collective"), ts=one(11 * MS),
-                          end=one(coll_end), dev_ts=one(-1), dev_end=one(-1), issue_ts=one(10_500_000), pg=one("0"),
-                          seq=one(0))
-    return events.from_table(t), calls
+    return _build(rows, "all_gather", coll_end)
 
 
 @pytest.mark.parametrize("late_ms", [0.5, 2.7, 5.3, 12.7])
