@@ -7,6 +7,7 @@ Import the fixtures into a test module::
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -15,12 +16,46 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A free loopback port below the kernel's ephemeral range, never the same twice in this process.
+
+    A port the kernel handed out for ``bind(0)`` goes back to the ephemeral pool once released: between this
+    call and the job's own bind, another job's listener (TensorPipe's, gloo's) or outgoing connection could
+    take it. Seen in CI (#23 test): an RPC run's TCPStore met EADDRINUSE, its peers' store handshake reached
+    the other run's TensorPipe listener, and that worker died of ``std::bad_alloc``. The kernel never hands
+    out a port below ``ip_local_port_range`` on its own, so only another caller of this function could take
+    one, and it picks at random from some 12,000.
+    """
+    low = _ephemeral_low()
+    if low > 3072:
+        pick = random.SystemRandom()
+        for _ in range(500):
+            port = pick.randrange(max(1024, low - 12000), low)
+            if port in _HANDED_OUT:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _HANDED_OUT.add(port)
+            return port
+    with socket.socket() as s:  # no room below the ephemeral range: the kernel's pick
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +27,7 @@ import pytest
 
 from rankscope.collect.rpc.callee import GAP
 from rankscope.collect.rpc.state import OWN_RANKSCOPE, OWN_TORCH
+from tests.fixtures_s3 import free_port
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve().parent
@@ -35,16 +35,12 @@ SHIFT_NS = 50_000_000
 KINETO_INIT_ERROR = "External init callback must run in same thread as registerClient"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     out, run = tmp_path_factory.mktemp("rpc"), tmp_path_factory.mktemp("rpcrun") / "run"
-    port = str(_free_port())
+    port = str(free_port())
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parents[1])}
     procs = [subprocess.Popen([sys.executable, str(HERE / "rpc_job.py"), str(r), port, str(out), str(run)],
                               env={**env, **({"RANKSCOPE_RPC_CLOCK_SHIFT_NS": str(SHIFT_NS)} if r == 1 else {})},
@@ -218,22 +214,16 @@ def test_run_directory_analyze_report_and_timeline_show_the_rpc_calls(job, tmp_p
 
 
 def _free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports (all bound at once, then released), for jobs that run side by side."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """``n`` distinct free ports, below the ephemeral range (free_port): a run's TensorPipe listeners
+    cannot take the port of the run beside it."""
+    return [free_port() for _ in range(n)]
 
 
 def _selfprof(tmp: Path, mode: str, calls: int, hang_s: float = 270, port: int | None = None) -> dict:
     """Run rpc_selfprof_job.py's three workers; their exit codes, outputs and result files. A worker
     that dies takes the others down with it (they would wait for it in rpc.shutdown): 60 s, then killed.
     ``hang_s`` ends a hung job before the suite's own 300 s per test (pytest-timeout) would."""
-    port = str(port or _free_port())
+    port = str(port or free_port())
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parents[1])}
     own: dict[str, str] = {}
     if mode == "ondemand":  # Kineto's on-demand client, asking the job's stand-in dynolog for its config

@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -19,15 +18,10 @@ from typing import Iterator
 
 import pytest
 
+from tests.fixtures_s3 import free_port
 from tests.helpers import demo_runs, tiny_run
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Served:
