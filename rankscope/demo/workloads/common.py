@@ -191,8 +191,7 @@ def write_truth(args: argparse.Namespace, rank: int, world: int, timers: Timers,
 
     ``truth`` holds what the job knows of itself: ``job``, ``straggler`` (kind or None), ``slow_rank``, and
     anything job-specific (``amount``, ``layout``, ``pipeline``...); ``cause`` and the timers are added here."""
-    got: list[Any] = [None] * world
-    dist.all_gather_object(got, (timers.rows, mine or {}))
+    got = _gather_on_rank0(rank, world, [timers.rows, mine or {}])
     if rank != 0:
         return
     kind = truth.get("straggler")
@@ -205,6 +204,22 @@ def write_truth(args: argparse.Namespace, rank: int, world: int, timers: Timers,
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(doc, indent=1))
     tmp.replace(path)
+
+
+def _gather_on_rank0(rank: int, world: int, mine: Any) -> list[Any]:
+    """Every rank's ``mine`` (JSON) on rank 0, through the default group's store; [] on the other ranks.
+
+    Not ``all_gather_object``: its tensors are Python's, and gloo's worker thread drops the finished Work
+    (the barrier after it holds it too) on its own time, needing the GIL. Where a process group was then freed
+    by Python (the DDP model at ``main``'s end: ``~Reducer`` -> ``~ProcessGroupGloo`` joins that thread, the
+    GIL held), the job hung for good (seen under load: the live e2e's healthy twin, 1 run in 1, stacks in
+    both threads). The store holds bytes only."""
+    store = dist.distributed_c10d._get_default_store()
+    key = "rankscope-demo/truth/{}"
+    if rank != 0:
+        store.set(key.format(rank), json.dumps(mine))
+        return []
+    return [json.loads(json.dumps(mine))] + [json.loads(store.get(key.format(r))) for r in range(1, world)]
 
 
 def finish() -> None:
