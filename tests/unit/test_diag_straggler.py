@@ -487,6 +487,26 @@ def test_outlier_rules_also_look_at_cpu_available_time():
                                   per_rank(calm)) == []
 
 
+def test_cpu_available_time_is_never_below_the_cpu_time_the_thread_had():
+    """The run-queue wait is the whole step's: a thread woken by gloo waits for a CPU inside what the trace
+    books as communication wait, so own time minus that wait can fall near zero. Measured (tests/e2e/test_demo.py's
+    healthy run beside the other pytest worker, 8 steps): rank 0 own 33.4 ms, CPU 17.3 ms, run-queue wait 31.9 ms;
+    rank 1 own 27.7 ms, CPU 17.0 ms, wait 11.2 ms. Own minus wait, 1.5 against 16.5 ms, named rank 1 at +1078 %;
+    floored at the CPU time, 17.3 against 17.0 ms, nobody."""
+    from rankscope.analysis.diagnosis.rules import cpu_available_outliers, per_rank, with_sched
+
+    steps = 8
+    own, cpu, wait = {0: 33.4, 1: 27.7}, {0: 17.3, 1: 17.0}, {0: 31.9, 1: 11.2}
+    bd = _ranks({r: [own[r]] * steps for r in own}).with_columns(pl.col(c) * 1e6 for c in ("wall", "computing", "free"))
+    sched = pl.DataFrame([(r, s, int(cpu[r] * 1e6), int(wait[r] * 1e6)) for r in own for s in range(steps)],
+                         schema={"rank": pl.Int64, "step": pl.Int64, "cpu_ns": pl.Int64, "runq_wait_ns": pl.Int64},
+                         orient="row")
+    steps_frame = with_sched(bd, sched)
+    assert steps_frame.filter(pl.col("rank") == 0)["cpu_available"].to_list() == [17.3e6] * steps
+    assert steps_frame.filter(pl.col("rank") == 1)["cpu_available"].to_list() == [17.0e6] * steps  # 16.5 < 17.0
+    assert cpu_available_outliers(steps_frame, per_rank(bd)) == []
+
+
 def test_title_says_when_the_excess_excludes_cpu_wait(tmp_path):
     """A rank found on own time minus run-queue wait: the title must not call that excess "step time"."""
     from rankscope.analysis.diagnosis.straggler import _finding
