@@ -35,8 +35,6 @@ SHIFT_NS = 50_000_000
 KINETO_INIT_ERROR = "External init callback must run in same thread as registerClient"
 
 
-
-
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     out, run = tmp_path_factory.mktemp("rpc"), tmp_path_factory.mktemp("rpcrun") / "run"
@@ -213,12 +211,6 @@ def test_run_directory_analyze_report_and_timeline_show_the_rpc_calls(job, tmp_p
         assert any(s["ts"] <= m["ts"] and m["ts"] + m["dur"] <= s["ts"] + s["dur"] + 0.002 for s in spans), m
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct free ports, below the ephemeral range (free_port): a run's TensorPipe listeners
-    cannot take the port of the run beside it."""
-    return [free_port() for _ in range(n)]
-
-
 def _selfprof(tmp: Path, mode: str, calls: int, hang_s: float = 270, port: int | None = None) -> dict:
     """Run rpc_selfprof_job.py's three workers; their exit codes, outputs and result files. A worker
     that dies takes the others down with it (they would wait for it in rpc.shutdown): 60 s, then killed.
@@ -302,7 +294,8 @@ def test_no_crash_at_shutdown_ten_runs(tmp_path):
     """Ten runs (#23), each asserted on its own: every worker exits 0, the server's own profile is whole
     and the trainer got its 5 remote matmuls. Two jobs run side by side (own ports and folders: the suite's
     time, #23 test time); the crash this guards against came at each server's own profiler stop."""
-    ports, dirs = _free_ports(10), [tmp_path / f"run{i}" for i in range(10)]
+    # distinct ports below the ephemeral range (free_port): a run's TensorPipe listeners cannot take the next's
+    ports, dirs = [free_port() for _ in range(10)], [tmp_path / f"run{i}" for i in range(10)]
     for d in dirs:
         d.mkdir()
     with ThreadPoolExecutor(2) as ex:
