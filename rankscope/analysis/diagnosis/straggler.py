@@ -261,11 +261,19 @@ def takes_stage_cost(results: dict[str, Result], rank: int, on_path: bool) -> bo
 
 
 def data_excess(pr: pl.DataFrame, rank: int, col: str = "data_wait") -> float:
-    """The rank's data wait (or ``col``: "free", host time between operators) per step over the other ranks'
-    median (ns)."""
+    """The rank's data wait (or ``col``: "free", host time between operators) per step beyond what a slower CPU
+    explains (ns): over ``1 + likely.TWIN_SPREAD`` times the other ranks' median. A slower vCPU slows every part of
+    a step alike, by up to the twin spread; where data loading is most of the step, that alone is a data excess of
+    several percent of the step. Measured (bench/workloads.py seed 2753, DDP decoding at 2 ranks, healthy twins,
+    data loading 83-94 ms of a 98 ms step): 3 of 10 twins had their data loading 10-14 % over the other rank's
+    (the job's own timers agree: 8-13 % more CPU for the same bytes), and so bounded the step by 7.6-9.2 ms with
+    data loading on the path: named at ``BAR["share_data"]``. The data stragglers of seeds 2751-2753 (FSDP2,
+    2 and 4 ranks) took 19-190x the others' data wait."""
+    from rankscope.analysis.diagnosis.likely import TWIN_SPREAD
+
     mine = pr.filter(pl.col("rank") == rank)[col]
     rest = as_float(pr.filter(pl.col("rank") != rank)[col].median(), 0.0)
-    return float(mine[0]) - rest if mine.len() else 0.0
+    return float(mine[0]) - (1.0 + TWIN_SPREAD) * rest if mine.len() else 0.0
 
 
 def starved(ctx: _Ctx, b: Bound) -> bool:
