@@ -4,7 +4,9 @@
   inside ``__getitem__`` for each batch, ``--amount`` (default 0.10) of the healthy step; the others read
   token ids as they are. Truth: that rank, cause ``data``.
 - ``--straggler compute``: extra matmuls on the embedding output inside the slow rank's forward, ``--amount``
-  (default 0.15) of the healthy step. Truth: cause ``compute``.
+  (default 0.15) of the healthy step. Truth: cause ``compute``; its extra time is its forward + backward CPU time
+  minus the other ranks' median (the ``extra`` timer sees the matmuls' forward only: their backward, about as long
+  again, runs inside ``loss.backward()``).
 - ``--straggler input``: the slow rank's sequences are ``--amount`` (default 1.5) times longer. Truth: cause
   ``imbalance``; its extra time is its forward + backward CPU time minus the other ranks' median.
 - ``--straggler none``: the healthy twin.
