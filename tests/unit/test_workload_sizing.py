@@ -5,6 +5,8 @@ preempted the loop doubled its wall time. The steps here are fakes that report w
 (wall time twice its CPU time): the arithmetic of the sizing is what is tested, not this machine's speed."""
 from __future__ import annotations
 
+import pytest
+
 from rankscope.demo.workloads.common import Timers, size_extra
 
 
@@ -35,3 +37,23 @@ def test_a_job_that_times_no_cpu_is_sized_by_wall_time_and_the_other_ranks_get_n
     other = {"units": 7}
     assert size_extra(step, 2, False, lambda: None, lambda n: other.update(units=n), target_ms=20.0) == 0
     assert other["units"] == 0
+
+
+def _rows(**per_rank: dict[str, float]) -> dict[int, list[dict[str, float | int | bool]]]:
+    return {int(r.removeprefix("r")): [{"step": 1, "captured": True, **parts}] for r, parts in per_rank.items()}
+
+
+def test_a_compute_stragglers_extra_time_is_its_forward_and_backward_cpu_over_the_others_not_its_forward_timer():
+    """FSDP2's compute straggler times its extra matmuls in the forward ("extra"); their backward runs inside
+    ``loss.backward()``. Measured (bench/workloads.py seed 2751, 2 ranks): "extra" 9.3 ms against 15.1 ms of
+    forward + backward CPU time over the other rank's; the truth is the latter."""
+    from rankscope.demo.workloads.common import summarize
+
+    timers = _rows(r0={"work_cpu": 31.7, "extra": 0.0, "step_ms": 68.4},
+                   r1={"work_cpu": 47.9, "extra": 9.3, "extra_cpu": 8.6, "step_ms": 68.4},
+                   r2={"work_cpu": 33.1, "extra": 0.0, "step_ms": 68.4})
+    out = summarize(timers, "compute", 1)
+    assert out["extra_from"] == "work_cpu" and out["extra_ms_per_step"] == pytest.approx(47.9 - (31.7 + 33.1) / 2)
+    # a data straggler's extra time is its own injected work, as timed (the others' data loading is not its)
+    data = summarize(timers, "data", 1)
+    assert data["extra_from"] == "extra" and data["extra_ms_per_step"] == 9.3
