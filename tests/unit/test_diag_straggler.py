@@ -1138,3 +1138,22 @@ def test_the_path_agrees_with_the_rules_rank_in_most_steps_at_twice_the_others_s
     assert not agrees(Bound(rank=1, cost_ns=2.26e6, noise_ns=2.21e6, step_ns=40e6, steps=4, of_steps=8,
                             savings={0: 2.21e6, 1: 2.26e6}))
     assert not agrees(Bound(**{**b.__dict__, "savings": {0: 22.0e6, 1: 12.0e6}}))  # 1.8x
+
+
+def test_an_own_time_outlier_whose_excess_is_data_loading_within_a_slower_cpus_reach_is_not_a_data_straggler():
+    """bench/workloads.py seed 2761 run 63 (DDP decoding, 4 ranks, a healthy twin): rank 2's data loading 189
+    against 165-171 ms per step (1.13x; its timers: 8 % more CPU for the same bytes), own time +11 %: a Dixon
+    outlier the path agreed with at 5 % of the step, named "data loading". A data straggler's loading is 1.5x and
+    more (decode-slow) or 19x and more (FSDP2's tokenizer)."""
+    import polars as pl
+
+    from rankscope.analysis.diagnosis.straggler import slower_cpu
+
+    def pr(data2: float, own2: float) -> pl.DataFrame:
+        return pl.DataFrame({"rank": [0, 1, 2, 3], "data_wait": [168e6, 171e6, data2, 165e6],
+                             "own": [192e6, 195e6, own2, 190e6]})
+
+    assert slower_cpu(pr(189e6, 213e6), 2, 0.11)
+    assert not slower_cpu(pr(2.2 * 168e6, 213e6), 2, 0.11)  # its data loading 2.2x the others': a data straggler
+    assert not slower_cpu(pr(189e6, 240e6), 2, 0.25)  # over the twin spread: the own-time rules stand
+    assert not slower_cpu(pr(172e6, 213e6), 2, 0.11)  # the excess is not data loading: not this test's to say

@@ -30,6 +30,7 @@ from rankscope.analysis.diagnosis.bound import BAR, NO_SAVING, Bound, bound, hol
 from rankscope.analysis.diagnosis.candidates import agreeing, last_share, more_input, more_work, steady_candidates
 from rankscope.analysis.diagnosis.cause import cause, cpu_time_explains, from_path, refine, work_explains
 from rankscope.analysis.diagnosis.cpu import is_contention, sched_frame, wait_excess
+from rankscope.analysis.diagnosis.likely import TWIN_SPREAD
 from rankscope.analysis.diagnosis.rules import (PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, complete_steps,
                                                 cpu_available_outliers, outliers, paired, per_rank, per_step,
                                                 with_sched)
@@ -147,13 +148,19 @@ def choose(ctx: _Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, floa
         return found or stage_candidate(ctx, unseen), ""
     hungry = starved(ctx, b)
     ranks = ctx.pr["rank"].to_list()
-    def kept(r: int, test: str) -> bool:
+    def kept(r: int, test: str, rel: float) -> bool:
+        if not counted(ctx, r, test) and slower_cpu(ctx.pr, r, rel):
+            return False
         return ((r == b.rank and (b.distinct or agrees(b))) or (not b.distinct and counted(ctx, r, test)) or r in unseen
                 or (hungry and r != b.rank))
 
-    keep = [c for c in found if kept(int(ranks[c[0]]), c[2])]
+    keep = [c for c in found if kept(int(ranks[c[0]]), c[2], c[1])]
     note = ""
-    if found and not keep:
+    if found and not keep and slower_cpu(ctx.pr, r0 := int(ranks[found[0][0]]), found[0][1]):
+        mine, rest = _mine_rest(ctx.pr, r0, "data_wait")
+        note = (f"rank {r0}'s own time is +{found[0][1]:.0%} over the other ranks', most of it data loading at "
+                f"{mine / rest:.2f}x theirs: within what a slower CPU explains (up to {1 + TWIN_SPREAD:.1f}x), not named")
+    elif found and not keep:
         r = int(ranks[found[0][0]])
         others = max((v for k, v in b.savings.items() if k != r), default=0.0)
         who = f"it bounds only {b.steps} of {b.of_steps}" if r == b.rank else f"rank {b.rank} bounds {b.steps} of {b.of_steps}"
@@ -260,6 +267,25 @@ def takes_stage_cost(results: dict[str, Result], rank: int, on_path: bool) -> bo
     return rank in bottleneck_ranks(results) and (not on_path or rank in alone_in_stage(results))
 
 
+def _mine_rest(pr: pl.DataFrame, rank: int, col: str) -> tuple[float, float]:
+    """The rank's ``col`` and the other ranks' median of it (0.0 where the rank is absent)."""
+    mine = pr.filter(pl.col("rank") == rank)[col]
+    return (float(mine[0]) if mine.len() else 0.0), as_float(pr.filter(pl.col("rank") != rank)[col].median(), 0.0)
+
+
+def slower_cpu(pr: pl.DataFrame, rank: int, rel: float) -> bool:
+    """An own-time outlier that a slower CPU explains: own time under ``likely.TWIN_SPREAD`` over the others',
+    at least half of that excess data loading, and its data loading within ``1 + TWIN_SPREAD`` times the others'
+    (``data_excess`` none). Measured (bench/workloads.py seed 2761, DDP decoding at 4 ranks, a healthy twin):
+    rank 2's data loading 189 against 168 ms per step (its timers: 8 % more CPU for the same bytes), +11 % own
+    time, a Dixon outlier that bounded 5 of 8 steps by 10.4 ms (5 %): "rank 2 is slow: data loading"."""
+    if rel >= TWIN_SPREAD or data_excess(pr, rank) > 0:
+        return False
+    own, own_rest = _mine_rest(pr, rank, "own")
+    data, data_rest = _mine_rest(pr, rank, "data_wait")
+    return own > own_rest and data - data_rest >= 0.5 * (own - own_rest)
+
+
 def data_excess(pr: pl.DataFrame, rank: int, col: str = "data_wait") -> float:
     """The rank's data wait (or ``col``: "free", host time between operators) per step beyond what a slower CPU
     explains (ns): over ``1 + likely.TWIN_SPREAD`` times the other ranks' median. A slower vCPU slows every part of
@@ -269,8 +295,6 @@ def data_excess(pr: pl.DataFrame, rank: int, col: str = "data_wait") -> float:
     (the job's own timers agree: 8-13 % more CPU for the same bytes), and so bounded the step by 7.6-9.2 ms with
     data loading on the path: named at ``BAR["share_data"]``. The data stragglers of seeds 2751-2753 (FSDP2,
     2 and 4 ranks) took 19-190x the others' data wait."""
-    from rankscope.analysis.diagnosis.likely import TWIN_SPREAD
-
     mine = pr.filter(pl.col("rank") == rank)[col]
     rest = as_float(pr.filter(pl.col("rank") != rank)[col].median(), 0.0)
     return float(mine[0]) - (1.0 + TWIN_SPREAD) * rest if mine.len() else 0.0
