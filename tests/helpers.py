@@ -40,7 +40,8 @@ def straggler_note(f: Any) -> str:
     evidence test "... (cpu-available)") or, for a slow link, "in every slow group (transfers up to Nx the
     other groups' median)" or, named from the critical path alone, "bounding the step on the critical path"; the
     cost ", costs M ms per step (S%)" only where time was lost; then, where the rank bounds the steps on the
-    critical path, "; critical path: CHAIN bounds K of N steps; at the other ranks' median the step would take ..."."""
+    critical path, "; critical path: CHAIN bounds K of N steps[ (L more bounded by a rank's wait for a CPU, left
+    out)]; at the other ranks' median the step would take ..."."""
     from rankscope.analysis.diagnosis.straggler import LABELS
 
     ev = f.evidence
@@ -51,7 +52,9 @@ def straggler_note(f: Any) -> str:
     path = ev.get("critical_path")
     if path:  # the chain that bounds the step, from the critical path (``bound.Bound.clause``)
         chain = f"{path['description']} bounds" if path.get("description") else f"rank {path['rank']} bounds"
-        cost += (f"; critical path: {chain} {path['bounds_steps']} of {path['of_steps']} steps; at the other ranks' "
+        left = path.get("host_steps_left_out") or 0
+        left_out = f" ({left} more bounded by a rank's wait for a CPU, left out)" if left else ""
+        cost += (f"; critical path: {chain} {path['bounds_steps']} of {path['of_steps']} steps{left_out}; at the other ranks' "
                  f"median the step would take {(path['step_ns'] - path['cost_per_step_ns']) / 1e6:.1f} ms instead of "
                  f"{path['step_ns'] / 1e6:.1f} ms")
     if "test" not in ev and "transfer_ratio" in ev:

@@ -1157,3 +1157,25 @@ def test_an_own_time_outlier_whose_excess_is_data_loading_within_a_slower_cpus_r
     assert not slower_cpu(pr(2.2 * 168e6, 213e6), 2, 0.11)  # its data loading 2.2x the others': a data straggler
     assert not slower_cpu(pr(189e6, 240e6), 2, 0.25)  # over the twin spread: the own-time rules stand
     assert not slower_cpu(pr(172e6, 213e6), 2, 0.11)  # the excess is not data loading: not this test's to say
+
+
+def test_steps_the_host_bounded_are_left_out_of_the_paths_count():
+    """tests/e2e/test_demo.py's host straggler beside the other pytest worker's jobs (one failed suite run): rank 1's
+    loop bounded steps 3, 4 and 7 by 29-31 ms; rank 0 "bounded" steps 2, 5 and 6, its operators stretched by 58-65
+    ms of run-queue wait against rank 1's 21-44 ms, each wait excess over its saving there: rank 1 bounded 3 of 6,
+    "no straggler". Without scheduler samples nothing is left out; a step whose bounding rank waited less than its
+    saving stays."""
+    import polars as pl
+
+    from rankscope.analysis.diagnosis.bound import without_host_steps
+
+    ms = 1e6
+    save = {2: (16.2, 0.0), 3: (0.0, 30.7), 4: (0.0, 5.5), 5: (1.8, 0.0), 6: (7.9, 0.0), 7: (0.0, 28.8)}
+    wi = pl.DataFrame([{"rank": r, "step": s, "saving_ns": v[r] * ms} for s, v in save.items() for r in (0, 1)])
+    wait = {2: (65.4, 21.0), 3: (20.9, 43.0), 4: (42.6, 28.0), 5: (60.8, 43.8), 6: (57.7, 30.0), 7: (12.6, 20.5)}
+    runq = pl.DataFrame([{"rank": r, "step": s, "runq_wait_ns": v[r] * ms} for s, v in wait.items() for r in (0, 1)])
+    assert sorted(set(without_host_steps(wi, runq)["step"])) == [3, 4, 7]
+    assert without_host_steps(wi, None).height == wi.height
+    short = runq.with_columns(pl.when((pl.col("rank") == 0) & (pl.col("step") == 5)).then(1.0 * ms)
+                              .otherwise(pl.col("runq_wait_ns")).alias("runq_wait_ns"))
+    assert sorted(set(without_host_steps(wi, short)["step"])) == [3, 4, 5, 7]
