@@ -1179,3 +1179,31 @@ def test_steps_the_host_bounded_are_left_out_of_the_paths_count():
     short = runq.with_columns(pl.when((pl.col("rank") == 0) & (pl.col("step") == 5)).then(1.0 * ms)
                               .otherwise(pl.col("runq_wait_ns")).alias("runq_wait_ns"))
     assert sorted(set(without_host_steps(wi, short)["step"])) == [3, 4, 5, 7]
+
+
+def test_a_path_rank_whose_extra_own_time_was_waiting_for_a_cpu_is_contended_not_its_own_work():
+    """bench/workloads.py seed 2761 run 175 (DDP LM at 4 ranks on 2 CPUs, a healthy twin): rank 1 bounded 5 of 8
+    steps by 6.2 ms; 90 % of its +18 % own time was run-queue wait, its CPU time +0.5 ms: "rank 1 is slow:
+    contention". A pipeline's heavy stage (tests/e2e/test_pipeline_workload.py, GPipe) can show no own-time excess
+    at all (the others wait inside their Forward / Backward spans): its run-queue share says nothing there."""
+    from types import SimpleNamespace
+
+    from rankscope.analysis.diagnosis.bound import Bound
+    from rankscope.analysis.diagnosis.straggler import contended
+
+    ms = 1e6
+
+    def ctx(own1: float, cpu1: float, runq1: float) -> SimpleNamespace:
+        rows = [(r, s, own1 if r == 1 else 40.0, cpu1 if r == 1 else 20.0, runq1 if r == 1 else 20.0)
+                for r in range(4) for s in range(6)]
+        sched = pl.DataFrame([{"rank": r, "step": s, "cpu_ns": c * ms, "runq_wait_ns": q * ms} for r, s, _, c, q in rows])
+        own = pl.DataFrame([{"rank": r, "step": s, "own": o * ms} for r, s, o, _, _ in rows])
+        return SimpleNamespace(sched=sched, own_steps=own)
+
+    b = Bound(rank=1, cost_ns=6.2 * ms, noise_ns=1.0 * ms, step_ns=48.0 * ms, steps=5, of_steps=8)
+    assert contended(ctx(47.0, 20.5, 26.5), b)  # +7 ms own time, +0.5 ms CPU, +6.5 ms run-queue wait
+    assert not contended(ctx(40.0, 35.0, 5.0), b)  # no own-time excess (a pipeline stage): nothing to split
+    assert not contended(ctx(60.0, 22.0, 38.0), b)  # +2 ms of its own CPU work: a third of the path's cost
+    c = ctx(47.0, 20.5, 26.5)
+    c.sched = c.sched.with_columns(cpu_ns=pl.lit(None, pl.Float64))
+    assert not contended(c, b)  # its CPU time unknown: run-queue wait alone does not say it

@@ -29,7 +29,7 @@ from rankscope.analysis.base import Analysis, Finding, Result, Severity, frame
 from rankscope.analysis.diagnosis.bound import BAR, NO_SAVING, Bound, bound, holds, savings, without_what_if
 from rankscope.analysis.diagnosis.candidates import agreeing, last_share, more_input, more_work, steady_candidates
 from rankscope.analysis.diagnosis.cause import cause, cpu_time_explains, from_path, refine, work_explains
-from rankscope.analysis.diagnosis.cpu import is_contention, sched_frame, wait_excess
+from rankscope.analysis.diagnosis.cpu import OWN_CPU_SHARE, is_contention, sched_frame, wait_excess
 from rankscope.analysis.diagnosis.likely import TWIN_SPREAD
 from rankscope.analysis.diagnosis.rules import (PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, complete_steps,
                                                 cpu_available_outliers, outliers, paired, per_rank, per_step,
@@ -211,9 +211,16 @@ def contended(ctx: _Ctx, b: Bound) -> bool:
     not name it (the host is to blame, not the rank; ``starved`` covers a wait as long as the whole saving).
     Measured (bench/workloads.py seed 2761 run 175, DDP LM at 4 ranks, a healthy twin; and a healthy `make demo`):
     "rank 1 is slow: contention, bounding the step on the critical path, costs 6.2 ms per step (13%)": 90 % of its
-    +18 % own time was run-queue wait, its CPU time +0.5 ms, 4 processes on 2 CPUs."""
+    +18 % own time was run-queue wait, its CPU time +0.5 ms, 4 processes on 2 CPUs.
+    Only where the own-time excess is positive and its CPU time is known, and never when its extra CPU time covers
+    a quarter of the path's cost (``OWN_CPU_SHARE``): a pipeline's heavy stage looks no busier in own time than the
+    stages that wait for it inside their Forward / Backward spans, and its share of run-queue wait says nothing."""
     waited = wait_excess(ctx.sched, b.rank, ctx.own_steps)
-    return waited is not None and is_contention(waited)
+    if waited is None or waited.get("cpu_excess_ns") is None or float(waited.get("own_excess_ns") or 0.0) <= 0:
+        return False
+    if float(waited["cpu_excess_ns"]) >= OWN_CPU_SHARE * b.cost_ns:
+        return False
+    return is_contention(waited)
 
 
 def agrees(b: Bound) -> bool:
