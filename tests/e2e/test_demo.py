@@ -86,7 +86,7 @@ def test_demo_breakdown_sums_to_step_time(healthy):
 # slowdown (about 20 ms per step at --slowdown 1): only a starved host gives it. A fresh `make test` beside a
 # second fresh suite and a helper's tests (2 cores, load 10-15) saw the compute straggler's rank 1 wait about
 # 400 ms more per step than rank 0 (own time +1116 %), and the verdict said "contention"; two pytest workers
-# alone made the other rank wait 15 ms per step over the slow one (the docstring of straggler.starved).
+# alone made the other rank wait 15 ms per step over the slow one (the docstring of path_choice.starved).
 STARVED_NS = 100_000_000
 
 

@@ -886,7 +886,7 @@ def test_data_excess_is_over_what_a_slower_cpu_explains_of_the_other_ranks_media
     import polars as pl
 
     from rankscope.analysis.diagnosis.likely import TWIN_SPREAD
-    from rankscope.analysis.diagnosis.straggler import data_excess
+    from rankscope.analysis.diagnosis.path_choice import data_excess
 
     pr = pl.DataFrame({"rank": [0, 1, 2], "data_wait": [1e6, 10e6, 3e6]})
     scale = 1.0 + TWIN_SPREAD
@@ -909,7 +909,7 @@ def test_a_pipeline_edge_stage_the_path_cannot_measure_is_left_to_the_stage_mode
 
     from rankscope.analysis.base import Result
     from rankscope.analysis.diagnosis.bound import without_what_if
-    from rankscope.analysis.diagnosis.straggler import bottleneck_ranks, stage_cost
+    from rankscope.analysis.diagnosis.stage_verdict import bottleneck_ranks, stage_cost
 
     wi = pl.DataFrame({"step": [1, 1, 1, 1, 2, 2, 2, 2], "rank": [0, 1, 2, 3] * 2,
                        "step_ns": [200e6] * 8, "step_if_median_ns": [None, 198e6, None, None, None, 199e6, 203e6, None],
@@ -938,7 +938,7 @@ def test_a_middle_stage_alone_in_its_stage_is_left_to_the_stage_model():
     without a what-if, the stage model speaks for it. Ranks that share a stage (data parallel replicas) keep the
     path's what-if."""
     from rankscope.analysis.base import Result
-    from rankscope.analysis.diagnosis.straggler import alone_in_stage, bottleneck_ranks
+    from rankscope.analysis.diagnosis.stage_verdict import alone_in_stage, bottleneck_ranks
 
     def pipeline(stage_ranks: list[list[int]], bottleneck: int = 1) -> dict[str, Result]:
         return {"pipeline": Result("pipeline", summary={"balanced": False, "bottleneck_stage": bottleneck,
@@ -959,7 +959,7 @@ def test_a_named_bottleneck_stage_takes_the_stage_models_cost_where_the_path_can
     said 27.8-32.8 ms. A rank alone in its stage, or one the path has no what-if for, takes the stage model's cost;
     a data-parallel replica of the bottleneck stage keeps the path's; a rank of another stage takes none."""
     from rankscope.analysis.base import Result
-    from rankscope.analysis.diagnosis.straggler import stage_cost, takes_stage_cost
+    from rankscope.analysis.diagnosis.stage_verdict import stage_cost, takes_stage_cost
 
     def pipeline(stage_ranks: list[list[int]]) -> dict[str, Result]:
         return {"pipeline": Result("pipeline", summary={
@@ -987,7 +987,9 @@ def test_a_path_bounded_by_a_rank_that_waited_for_a_cpu_does_not_veto_the_rules(
     from rankscope.analysis.diagnosis.bound import bound
     from rankscope.analysis.diagnosis.cpu import wait_excess
     from rankscope.analysis.diagnosis.rules import per_rank
-    from rankscope.analysis.diagnosis.straggler import _Ctx, starved, verdict_input
+    from rankscope.analysis.diagnosis.path_choice import starved
+    from rankscope.analysis.diagnosis.straggler import verdict_input
+    from rankscope.analysis.diagnosis.verdict_ctx import Ctx
 
     src = tmp_path / "run"  # a copy: the analysis writes its cache beside the run
     shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "demo_host_starved", src)
@@ -998,7 +1000,7 @@ def test_a_path_bounded_by_a_rank_that_waited_for_a_cpu_does_not_veto_the_rules(
     b, _ = bound(res)
     assert b is not None and b.rank == 0 and b.steps >= 4  # the path alone would say rank 0
     bd, _, _ = verdict_input(run, frame(res["breakdown"].tables["breakdown"]))
-    ctx = _Ctx(run, res, bd, per_rank(bd))
+    ctx = Ctx(run, res, bd, per_rank(bd))
     waited = wait_excess(ctx.sched, 0, ctx.own_steps)
     assert waited is not None and waited["unexplained_ns"] >= b.cost_ns and waited["cpu_excess_ns"] < 0
     assert starved(ctx, b)
@@ -1038,7 +1040,7 @@ def test_a_bottleneck_stage_the_path_cannot_judge_is_named_from_the_stage_model(
     from types import SimpleNamespace
 
     from rankscope.analysis.base import Result
-    from rankscope.analysis.diagnosis.straggler import stage_candidate
+    from rankscope.analysis.diagnosis.stage_verdict import stage_candidate
 
     pr = pl.DataFrame({"rank": [0, 1, 2, 3], "own": [150e6, 140e6, 145e6, 142e6]})
     summary = {"cost_share": 0.2064, "bottleneck_steps": 6, "of_steps": 6, "bottleneck_stage": 0, "balanced": False,
@@ -1129,7 +1131,7 @@ def test_the_path_agrees_with_the_rules_rank_in_most_steps_at_twice_the_others_s
     it bound 5 of 6 steps at 22.0 ms against rank 1's 8.4 ms, not distinctly (neither beyond chance nor 3x): the
     rules' rank was dropped. Agreement needs most steps and twice the others' saving."""
     from rankscope.analysis.diagnosis.bound import Bound
-    from rankscope.analysis.diagnosis.straggler import agrees
+    from rankscope.analysis.diagnosis.path_choice import agrees
 
     b = Bound(rank=0, cost_ns=22.0e6, noise_ns=8.4e6, step_ns=129.3e6, steps=5, of_steps=6, savings={0: 22.0e6, 1: 8.4e6})
     assert not b.distinct and agrees(b)
@@ -1147,7 +1149,7 @@ def test_an_own_time_outlier_whose_excess_is_data_loading_within_a_slower_cpus_r
     more (decode-slow) or 19x and more (FSDP2's tokenizer)."""
     import polars as pl
 
-    from rankscope.analysis.diagnosis.straggler import slower_cpu
+    from rankscope.analysis.diagnosis.path_choice import slower_cpu
 
     def pr(data2: float, own2: float) -> pl.DataFrame:
         return pl.DataFrame({"rank": [0, 1, 2, 3], "data_wait": [168e6, 171e6, data2, 165e6],
@@ -1189,7 +1191,7 @@ def test_a_path_rank_whose_extra_own_time_was_waiting_for_a_cpu_is_contended_not
     from types import SimpleNamespace
 
     from rankscope.analysis.diagnosis.bound import Bound
-    from rankscope.analysis.diagnosis.straggler import contended
+    from rankscope.analysis.diagnosis.path_choice import contended
 
     ms = 1e6
 

@@ -16,25 +16,26 @@ median) shortens the path most, steadily across steps, bounds the step (``bound`
 Below the bar a steady cost is said beside "no straggler"; so is an input imbalance, with what it cost.
 Without a critical path (one rank, no comparable calls) the rules stand alone and the cost is own time
 against the next slowest rank.
+Modules: ``verdict_ctx`` (what the rules read, once), ``path_choice`` (which candidate the path lets stand, and the
+notes on a rank left out), ``stage_verdict`` (a pipeline's bottleneck stage); this one names and sizes the finding.
 """
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from rankscope.analysis.base import Analysis, Finding, Result, Severity, frame
-from rankscope.analysis.diagnosis.bound import BAR, NO_SAVING, Bound, bound, holds, savings, without_what_if
-from rankscope.analysis.diagnosis.candidates import agreeing, last_share, more_input, more_work, steady_candidates
+from rankscope.analysis.diagnosis.bound import NO_SAVING, Bound, bound, holds, savings
 from rankscope.analysis.diagnosis.cause import cause, cpu_time_explains, from_path, refine, work_explains
-from rankscope.analysis.diagnosis.cpu import OWN_CPU_SHARE, is_contention, sched_frame, wait_excess
-from rankscope.analysis.diagnosis.likely import TWIN_SPREAD
-from rankscope.analysis.diagnosis.rules import (PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, complete_steps,
-                                                cpu_available_outliers, outliers, paired, per_rank, per_step,
-                                                with_sched)
-from rankscope.analysis.diagnosis.work import Work, calls_ratio, extra_calls_ns, imbalance, imbalance_note, is_input_imbalance, work_note
+from rankscope.analysis.diagnosis.cpu import is_contention, wait_excess
+from rankscope.analysis.diagnosis.path_choice import choose, rescued
+from rankscope.analysis.diagnosis.rules import PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, per_rank, per_step
+from rankscope.analysis.diagnosis.stage_verdict import stage_cost, takes_stage_cost
+from rankscope.analysis.diagnosis.verdict_ctx import Ctx
+from rankscope.analysis.diagnosis.work import (calls_ratio, extra_calls_ns, imbalance_note, is_input_imbalance,
+                                               work_note)
 from rankscope.analysis.stats import as_float
 from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.model.run import Run
@@ -93,272 +94,7 @@ def _finding(rank: int, kind: str, rel: float, evidence: dict[str, Any], conf: f
                    confidence=round(conf, 2))
 
 
-class _Ctx:
-    """What the rules and the cause read, once per analysis."""
-
-    def __init__(self, run: Run, results: dict[str, Result], bd: pl.DataFrame, pr: pl.DataFrame) -> None:
-        self.run, self.results, self.bd, self.pr = run, results, bd, pr
-        self.sched = sched_frame(run)
-        self.steps = with_sched(bd, self.sched)
-        self.own_steps = complete_steps(self.steps).select("rank", "step", "own")
-        ranks = pr["rank"].to_list()
-        self.work_of: Callable[[int], Work | None] = functools.cache(
-            lambda rank: imbalance(run, rank, [r for r in ranks if r != rank]))
-        self.last_of: Callable[[int], float] = functools.cache(lambda rank: last_share(run, results, rank))
-
-    def steady(self, cands: list[tuple[int, float, str]]) -> list[tuple[int, float, str, float]]:
-        return steady_candidates(cands, self.steps, self.pr, self.last_of)
-
-    def rule_candidates(self) -> list[tuple[int, float, str, float]]:
-        """The statistical rules' candidates, first family that speaks (see ``rules`` and ``candidates``)."""
-        pr = self.pr
-        # each timing family must be steady on its own: a ratio on own time that one preempted step makes
-        # unsteady no longer hides the CPU-available ratio (measured: the 2-rank demo's host straggler beside
-        # two busy loops, rank 1 +46 % own time but slower in 4 of 6 steps, +68 % CPU-available in 6 of 6)
-        return (self.steady(outliers(pr["own"].to_numpy().astype(float)))
-                or self.steady(cpu_available_outliers(self.steps, pr)) or self.steady(paired(self.steps, pr, self.sched))
-                or self.steady(more_work(pr, self.work_of)) or self.steady(more_input(pr, self.work_of, self.last_of))
-                or self.steady(agreeing(self.run, self.results, self.bd, pr)))
-
-
-def counted(ctx: _Ctx, rank: int, test: str) -> bool:
-    """Whether a candidate stands on counts (more operator calls, more input elements: no timing noise)."""
-    from rankscope.analysis.diagnosis.work import IMBALANCE_WORK
-
-    work = ctx.work_of(rank)
-    return test in ("more calls", "input work") or bool(
-        work and work.get("shapes_recorded") and work.get("work_ratio", 1.0) - 1 >= IMBALANCE_WORK)
-
-
-def choose(ctx: _Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, float]], str]:
-    """The candidates to name: the rules' own when they agree with the critical path (a rank they name that
-    does not bound the steps was only waiting), or the bounding rank when its cost clears the bar; and a
-    note on a rank left out. Where no rank bounds the steps distinctly (the path's timings are as noisy as
-    the own times: preempted steps on a loaded host), a candidate that stands on counts is kept. Measured
-    (rankscope.demo.workloads.moe, 2 ranks, 6 steps, 2 loaded cores): rank 1 with 1.61x the input elements
-    (truth: 2.5x the expert tokens, +9.6 ms CPU per step) saved 7.6 ms per step on the path, rank 0 13.2 ms,
-    from two steps preempted by 50 ms; rank 0 bounded 4 of 6 steps (chance, at 2 ranks)."""
-    found = ctx.rule_candidates()
-    # a rank the path has no what-if for (a pipeline's first or last stage: no other rank runs its calls) is kept
-    # where the pipeline analysis names its stage the bottleneck (bench/workloads.py seed 2616, pp-gpipe at 4
-    # ranks: stage 0 with 2x the layers, +82 % own time, its cost by the stage model 43.5 ms per step against
-    # 43.1 ms injected; the path's what-if covered ranks 1 and 2 only and named rank 1 at 1.6 ms)
-    unseen = (without_what_if(ctx.results) | alone_in_stage(ctx.results)) & bottleneck_ranks(ctx.results)
-    if b is None:  # no rank has a what-if at all (1F1B at 4 stages: every stage's calls differ): the stage model
-        return found or stage_candidate(ctx, unseen), ""
-    hungry = starved(ctx, b)
-    ranks = ctx.pr["rank"].to_list()
-    def kept(r: int, test: str, rel: float) -> bool:
-        if not counted(ctx, r, test) and slower_cpu(ctx.pr, r, rel):
-            return False
-        return ((r == b.rank and (b.distinct or agrees(b))) or (not b.distinct and counted(ctx, r, test)) or r in unseen
-                or (hungry and r != b.rank))
-
-    keep = [c for c in found if kept(int(ranks[c[0]]), c[2], c[1])]
-    note = ""
-    if found and not keep and slower_cpu(ctx.pr, r0 := int(ranks[found[0][0]]), found[0][1]):
-        mine, rest = _mine_rest(ctx.pr, r0, "data_wait")
-        note = (f"rank {r0}'s own time is +{found[0][1]:.0%} over the other ranks', most of it data loading at "
-                f"{mine / rest:.2f}x theirs: within what a slower CPU explains (up to {1 + TWIN_SPREAD:.1f}x), not named")
-    elif found and not keep:
-        r = int(ranks[found[0][0]])
-        others = max((v for k, v in b.savings.items() if k != r), default=0.0)
-        who = f"it bounds only {b.steps} of {b.of_steps}" if r == b.rank else f"rank {b.rank} bounds {b.steps} of {b.of_steps}"
-        note = (f"rank {r}'s own time is +{found[0][1]:.0%} over the other ranks', but it does not bound the steps on "
-                f"the critical path ({who}; what-if saving {b.savings.get(r, 0.0) / 1e6:.1f} ms per step "
-                f"({b.savings.get(r, 0.0) / b.step_ns if b.step_ns > 0 else 0.0:.1%}) for rank {r}, "
-                f"up to {others / 1e6:.1f} ms for the others): not named")
-    clears = (not keep and not hungry and b.rank in ranks
-              and (b.clears_bar or b.clears_bar_on_data(data_excess(ctx.pr, b.rank))
-                   or b.clears_bar_on_host(data_excess(ctx.pr, b.rank, "free"))))
-    if clears and contended(ctx, b):
-        clears, note = False, (f"rank {b.rank} bounds {b.steps} of {b.of_steps} steps on the critical path by "
-                               f"{b.cost_ns / 1e6:.1f} ms per step ({b.share:.1%}), but its extra time was mostly "
-                               f"waiting for a CPU (host contention, not its own work): not named")
-    if clears:
-        i = ranks.index(b.rank)
-        rest = as_float(ctx.pr.filter(pl.col("rank") != b.rank)["own"].median(), 0.0)
-        rel = float(ctx.pr["own"][i]) / rest - 1 if rest > 0 else 0.0
-        keep = [(i, rel, "critical path", b.steps / max(b.of_steps, 1))]
-    if not keep:  # the stage model's work is thread CPU time: a path that waited for a CPU does not veto it
-        keep = stage_candidate(ctx, unseen)
-    return keep, note
-
-
-def rescued(ctx: _Ctx, hb: Bound | None, b: Bound,
-            note: str) -> tuple[Bound, list[tuple[int, float, str, float]], str]:
-    """The own-time rules' first candidate, at least ``likely.TWIN_SPREAD`` over the others, that the path left out
-    only because another rank "bounded" steps while it waited for a CPU: with those steps left out (``hb``,
-    ``bound.without_host_steps``; at least half the steps stay) it bounds the rest distinctly, or agrees (``agrees``).
-    Only the rules' own candidate is rescued: a rank the path alone would name in the remaining steps is not (on
-    4 processes sharing 2 CPUs few steps stay, and healthy ranks bound them: bench/workloads.py seed 2761,
-    lm-healthy at 4 ranks, 5 of 10 named with the path counted that way). Measured (tests/e2e/test_demo.py's host
-    straggler beside the other pytest worker's jobs): rank 1 +83 % own time bounded 3 of 6 steps; rank 0, with
-    58-65 ms of run-queue wait per step, the other 3: "no straggler". With those left out: 3 of 3, 28.8 ms."""
-    found = ctx.rule_candidates()
-    if hb is None or not hb.host_steps or not found or found[0][1] < TWIN_SPREAD or starved(ctx, hb):
-        return b, [], note
-    i, rel = found[0][0], found[0][1]
-    if int(ctx.pr["rank"][i]) != hb.rank or 2 * hb.of_steps < hb.of_steps + hb.host_steps:
-        return b, [], note
-    if not (hb.distinct or agrees(hb)):
-        return b, [], note
-    return hb, [found[0]], ""
-
-
-def contended(ctx: _Ctx, b: Bound) -> bool:
-    """The path's bounding rank's extra own time was the host's doing (``cpu.is_contention``): the path alone does
-    not name it (the host is to blame, not the rank; ``starved`` covers a wait as long as the whole saving).
-    Measured (bench/workloads.py seed 2761 run 175, DDP LM at 4 ranks, a healthy twin; and a healthy `make demo`):
-    "rank 1 is slow: contention, bounding the step on the critical path, costs 6.2 ms per step (13%)": 90 % of its
-    +18 % own time was run-queue wait, its CPU time +0.5 ms, 4 processes on 2 CPUs.
-    Only where the own-time excess is positive and its CPU time is known, and never when its extra CPU time covers
-    a quarter of the path's cost (``OWN_CPU_SHARE``): a pipeline's heavy stage looks no busier in own time than the
-    stages that wait for it inside their Forward / Backward spans, and its share of run-queue wait says nothing."""
-    waited = wait_excess(ctx.sched, b.rank, ctx.own_steps)
-    if waited is None or waited.get("cpu_excess_ns") is None or float(waited.get("own_excess_ns") or 0.0) <= 0:
-        return False
-    if float(waited["cpu_excess_ns"]) >= OWN_CPU_SHARE * b.cost_ns:
-        return False
-    return is_contention(waited)
-
-
-def agrees(b: Bound) -> bool:
-    """The path agrees with a rank the own-time rules named (its bounding rank) without bounding the steps
-    distinctly: in two thirds of the steps (``BAR["steps"]``) at twice any other rank's median saving (not
-    ``BAR["over_noise"]``: two methods agree on the rank). Measured (bench/workloads.py seed 2623, fsdp-compute
-    at 2 ranks, rank 0's extra matmuls, +11.5 ms per step by its own timers): the rules' +32 % own time; the path
-    5 of 6 steps (a coin gives that 11 % of the time), 22.0 ms against rank 1's 8.4 ms (2.6x): "no straggler".
-    The healthy demo's "cause unclear" rank (4 of 8 steps, 2.26 against 2.21 ms) still is not named."""
-    return b.steps >= BAR["steps"] * b.of_steps and b.cost_ns >= 2.0 * b.others_best_ns and b.cost_ns > 0
-
-
-# From 3 ranks, a stage holding this many times the stages' mean work (thread CPU time, medians over steps) is
-# named at ``BAR["share_host"]`` of the step instead of ``BAR["share_many"]``: the work is measured, not
-# inferred, and 1F1B hides part of a slow first stage's cost behind its warm-up (``pipeline_replay``).
-# Measured (bench/workloads.py, 2 cores): balanced twins 1.005-1.053 (seeds 2512, 2613, 2623), once 1.15
-# under load (seed 2624); stages with 2x the layers 1.27-1.32 at 2 stages, 1.47-1.57 at 4. Seed 2651, pp-1f1b
-# at 4 ranks, stage 0 with 2x the layers: imbalance 1.47, cost 19.8 ms (9.5 %) by the replay: "no straggler".
-STAGE_IMBALANCE = 1.25
-
-
-def stage_candidate(ctx: _Ctx, unseen: set[int]) -> list[tuple[int, float, str, float]]:
-    """The bottleneck stage's rank, where neither the rules nor the path could name it: the path has no what-if
-    for a first or last stage, and its own time is its peers' (a pipeline's waits fill every stage's step). The
-    stage model's cost must clear the path's bar (``BAR["share"]`` at 2 ranks, ``BAR["share_many"]`` from 3) in
-    two thirds of the steps. Measured (bench/workloads.py seed 2621, pp-gpipe at 4 ranks, stage 0 with 2x the
-    layers, +59 ms of CPU per step by the job's own timers): stage 0 the bottleneck in 6 of 6 steps, cost 77.7 ms
-    (20.6 %); the rules named nobody and the path named rank 1 at 7.3 ms (1.9 %): "no straggler". Seed 2623,
-    pp-1f1b at 4 ranks, stage 1 with 2x the layers (+85.5 ms of CPU per step): no rank had a what-if (each
-    stage's 1F1B calls differ), stage 1 the bottleneck in 6 of 6 steps at 82.6 ms (27 %): "no straggler"."""
-    pp = ctx.results.get("pipeline")
-    if pp is None or pp.skipped or not unseen:
-        return []
-    sm = pp.summary
-    ranks = ctx.pr["rank"].to_list()
-    bar = BAR["share"] if len(ranks) < 3 else (
-        BAR["share_host"] if float(sm.get("imbalance") or 0.0) >= STAGE_IMBALANCE else BAR["share_many"])
-    steps, of = int(sm.get("bottleneck_steps") or 0), int(sm.get("of_steps") or 0)
-    if float(sm.get("cost_share") or 0.0) < bar or of == 0 or steps < BAR["steps"] * of:
-        return []
-    r = min(r for r in unseen)
-    if r not in ranks:
-        return []
-    i = ranks.index(r)
-    rest = as_float(ctx.pr.filter(pl.col("rank") != r)["own"].median(), 0.0)
-    return [(i, float(ctx.pr["own"][i]) / rest - 1 if rest > 0 else 0.0, "pipeline stages", steps / of)]
-
-
-def bottleneck_ranks(results: dict[str, Result]) -> set[int]:
-    """The ranks of the pipeline's bottleneck stage, where the pipeline analysis found the stages unbalanced."""
-    pp = results.get("pipeline")
-    if pp is None or pp.skipped or pp.summary.get("balanced", True):
-        return set()
-    stage, ranks = pp.summary.get("bottleneck_stage"), pp.summary.get("stage_ranks") or []
-    return {int(r) for r in ranks[stage]} if isinstance(stage, int) and 0 <= stage < len(ranks) else set()
-
-
-def alone_in_stage(results: dict[str, Result]) -> set[int]:
-    """Ranks that are the only rank of their pipeline stage. The path's what-if compares a rank with the other
-    ranks' median of the calls they share; across stages those are other layers, so it neither confirms nor
-    denies that such a rank bounds the steps: the stage model does (as for ``bound.without_what_if``'s ranks).
-    Measured (bench/workloads.py seed 2712, pp-gpipe at 4 ranks, stage 1 with 2x the layers, +29 ms of CPU per
-    step by the job's timers): the stage model named stage 1 in 6 of 6 steps at 30.7 ms (22.6 %); the path
-    matched its calls with stage 2's and gave it -2.8 to -6.1 ms, and vetoed it: "no straggler" in 3 of 3."""
-    pp = results.get("pipeline")
-    if pp is None or pp.skipped:
-        return set()
-    stages = pp.summary.get("stage_ranks") or []
-    return {int(rs[0]) for rs in stages if len(rs) == 1} if len(stages) >= 2 else set()
-
-
-def stage_cost(results: dict[str, Result]) -> dict[str, Any]:
-    """The bottleneck stage's cost per step by the pipeline analysis (the step if the stages were balanced)
-    as ``time_lost`` evidence. Measured (bench/workloads.py seed 2616, GPipe, 4 stages, stage 0 with 2x the
-    layers): 43.5 ms against the job's own 43.1 ms; own time against the next slowest rank said 62.0 ms."""
-    sm = results["pipeline"].summary
-    cost, steps = float(sm.get("cost_ns") or 0.0), int(sm.get("of_steps") or 0)
-    return {"lost_per_step_ns": round(cost), "lost_total_ns": round(cost * steps),
-            "lost_share_of_step": round(float(sm.get("cost_share") or 0.0), 4), "steps": steps,
-            "method": "pipeline stages: the step if the stages' work were balanced"}
-
-
-def takes_stage_cost(results: dict[str, Result], rank: int, on_path: bool) -> bool:
-    """A named rank of the pipeline's bottleneck stage takes the stage model's cost (``stage_cost``) where the path
-    has no what-if for it (``on_path`` False), or compares it with other stages' layers (a rank alone in its
-    stage). Measured (bench/workloads.py seed 2713, pp-gpipe at 4 ranks, a middle stage with 2x the layers, +28-34
-    ms of extra CPU per step by the job's timers): the path's what-if 1.2-8.6 ms, the stage model's 27.8-32.8 ms."""
-    return rank in bottleneck_ranks(results) and (not on_path or rank in alone_in_stage(results))
-
-
-def _mine_rest(pr: pl.DataFrame, rank: int, col: str) -> tuple[float, float]:
-    """The rank's ``col`` and the other ranks' median of it (0.0 where the rank is absent)."""
-    mine = pr.filter(pl.col("rank") == rank)[col]
-    return (float(mine[0]) if mine.len() else 0.0), as_float(pr.filter(pl.col("rank") != rank)[col].median(), 0.0)
-
-
-def slower_cpu(pr: pl.DataFrame, rank: int, rel: float) -> bool:
-    """An own-time outlier that a slower CPU explains: own time under ``likely.TWIN_SPREAD`` over the others',
-    at least half of that excess data loading, and its data loading within ``1 + TWIN_SPREAD`` times the others'
-    (``data_excess`` none). Measured (bench/workloads.py seed 2761, DDP decoding at 4 ranks, a healthy twin):
-    rank 2's data loading 189 against 168 ms per step (its timers: 8 % more CPU for the same bytes), +11 % own
-    time, a Dixon outlier that bounded 5 of 8 steps by 10.4 ms (5 %): "rank 2 is slow: data loading"."""
-    if rel >= TWIN_SPREAD or data_excess(pr, rank) > 0:
-        return False
-    own, own_rest = _mine_rest(pr, rank, "own")
-    data, data_rest = _mine_rest(pr, rank, "data_wait")
-    return own > own_rest and data - data_rest >= 0.5 * (own - own_rest)
-
-
-def data_excess(pr: pl.DataFrame, rank: int, col: str = "data_wait") -> float:
-    """The rank's data wait (or ``col``: "free", host time between operators) per step beyond what a slower CPU
-    explains (ns): over ``1 + likely.TWIN_SPREAD`` times the other ranks' median. A slower vCPU slows every part of
-    a step alike, by up to the twin spread; where data loading is most of the step, that alone is a data excess of
-    several percent of the step. Measured (bench/workloads.py seed 2753, DDP decoding at 2 ranks, healthy twins,
-    data loading 83-94 ms of a 98 ms step): 3 of 10 twins had their data loading 10-14 % over the other rank's
-    (the job's own timers agree: 8-13 % more CPU for the same bytes), and so bounded the step by 7.6-9.2 ms with
-    data loading on the path: named at ``BAR["share_data"]``. The data stragglers of seeds 2751-2753 (FSDP2,
-    2 and 4 ranks) took 19-190x the others' data wait."""
-    mine = pr.filter(pl.col("rank") == rank)[col]
-    rest = as_float(pr.filter(pl.col("rank") != rank)[col].median(), 0.0)
-    return float(mine[0]) - (1.0 + TWIN_SPREAD) * rest if mine.len() else 0.0
-
-
-def starved(ctx: _Ctx, b: Bound) -> bool:
-    """The path's bounding rank waited for a CPU, over the other ranks and beyond what its own extra CPU time
-    brings at their rate (``wait_excess``'s unexplained wait: a rank busy with its own extra work waits more
-    too, and is not starved), at least as long as its what-if saving:
-    its segments on the path are the run queue's, not its own work: the path names nobody and does not veto
-    another rank the rules name (a rule naming this same rank still needs the path to agree).
-    Measured (tests/e2e/test_demo.py's host straggler, 2 ranks, beside the other pytest worker's jobs): rank 1's
-    host loop +11 ms CPU per step; rank 0 waited 26-61 ms per step for a CPU (15 ms over rank 1's mean, with less
-    CPU time of its own) and so bounded 5 of 6 steps by 13.0 ms, which dropped the rules' rank 1 (+41 % own
-    time): "no straggler"."""
-    waited = wait_excess(ctx.sched, b.rank, ctx.own_steps)
-    return waited is not None and b.cost_ns > 0 and float(waited["unexplained_ns"]) >= b.cost_ns
-
-
-def named(ctx: _Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None) -> Finding:
+def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None) -> Finding:
     """The finding for one candidate: cause, evidence, cost."""
     pr, run = ctx.pr, ctx.run
     rank = int(pr["rank"][i])
@@ -444,7 +180,7 @@ def run_straggler(run: Run, results: dict[str, Result]) -> Result:
     if pr.height < 2:
         return Result("straggler", skipped="needs at least 2 undamaged ranks with complete steps" +
                       (f" ({note})" if note else ""))
-    ctx = _Ctx(run, results, bd, pr)
+    ctx = Ctx(run, results, bd, pr)
     b, no_path = bound(results, excluded)
     cands, left_out = choose(ctx, b)
     if not cands and b is not None and "runq_wait_ns" in ctx.steps.columns:

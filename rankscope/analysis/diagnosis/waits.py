@@ -94,7 +94,7 @@ def simplify(bl: list[tuple[int, int, int]], min_len: float) -> list[tuple[int, 
 def cluster_timeline(run: Run, results: dict[str, Result], steps: list[int] | None = None) -> dict[str, Any]:
     """Lanes, blocks (ms from the first step's start on the reference clock) and collective arrivals."""
     from rankscope.analysis.clock.alignment import alignment_from, matched_collectives
-    from rankscope.analysis.diagnosis.straggler import per_rank
+    from rankscope.analysis.diagnosis.rules import per_rank
 
     bd_res = results.get("breakdown")
     if bd_res is None or bd_res.skipped:

@@ -1,0 +1,89 @@
+"""The pipeline side of the straggler verdict: the bottleneck stage's rank where neither the rules nor the path can
+name it (``stage_candidate``), and the stage model's cost (``stage_cost``). Split out of ``straggler``."""
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from rankscope.analysis.base import Result
+from rankscope.analysis.diagnosis.bound import BAR
+from rankscope.analysis.diagnosis.verdict_ctx import Ctx
+from rankscope.analysis.stats import as_float
+
+# From 3 ranks, a stage holding this many times the stages' mean work (thread CPU time, medians over steps) is
+# named at ``BAR["share_host"]`` of the step instead of ``BAR["share_many"]``: the work is measured, not
+# inferred, and 1F1B hides part of a slow first stage's cost behind its warm-up (``pipeline_replay``).
+# Measured (bench/workloads.py, 2 cores): balanced twins 1.005-1.053 (seeds 2512, 2613, 2623), once 1.15
+# under load (seed 2624); stages with 2x the layers 1.27-1.32 at 2 stages, 1.47-1.57 at 4. Seed 2651, pp-1f1b
+# at 4 ranks, stage 0 with 2x the layers: imbalance 1.47, cost 19.8 ms (9.5 %) by the replay: "no straggler".
+STAGE_IMBALANCE = 1.25
+
+
+def stage_candidate(ctx: Ctx, unseen: set[int]) -> list[tuple[int, float, str, float]]:
+    """The bottleneck stage's rank, where neither the rules nor the path could name it: the path has no what-if
+    for a first or last stage, and its own time is its peers' (a pipeline's waits fill every stage's step). The
+    stage model's cost must clear the path's bar (``BAR["share"]`` at 2 ranks, ``BAR["share_many"]`` from 3) in
+    two thirds of the steps. Measured (bench/workloads.py seed 2621, pp-gpipe at 4 ranks, stage 0 with 2x the
+    layers, +59 ms of CPU per step by the job's own timers): stage 0 the bottleneck in 6 of 6 steps, cost 77.7 ms
+    (20.6 %); the rules named nobody and the path named rank 1 at 7.3 ms (1.9 %): "no straggler". Seed 2623,
+    pp-1f1b at 4 ranks, stage 1 with 2x the layers (+85.5 ms of CPU per step): no rank had a what-if (each
+    stage's 1F1B calls differ), stage 1 the bottleneck in 6 of 6 steps at 82.6 ms (27 %): "no straggler"."""
+    pp = ctx.results.get("pipeline")
+    if pp is None or pp.skipped or not unseen:
+        return []
+    sm = pp.summary
+    ranks = ctx.pr["rank"].to_list()
+    bar = BAR["share"] if len(ranks) < 3 else (
+        BAR["share_host"] if float(sm.get("imbalance") or 0.0) >= STAGE_IMBALANCE else BAR["share_many"])
+    steps, of = int(sm.get("bottleneck_steps") or 0), int(sm.get("of_steps") or 0)
+    if float(sm.get("cost_share") or 0.0) < bar or of == 0 or steps < BAR["steps"] * of:
+        return []
+    r = min(r for r in unseen)
+    if r not in ranks:
+        return []
+    i = ranks.index(r)
+    rest = as_float(ctx.pr.filter(pl.col("rank") != r)["own"].median(), 0.0)
+    return [(i, float(ctx.pr["own"][i]) / rest - 1 if rest > 0 else 0.0, "pipeline stages", steps / of)]
+
+
+def bottleneck_ranks(results: dict[str, Result]) -> set[int]:
+    """The ranks of the pipeline's bottleneck stage, where the pipeline analysis found the stages unbalanced."""
+    pp = results.get("pipeline")
+    if pp is None or pp.skipped or pp.summary.get("balanced", True):
+        return set()
+    stage, ranks = pp.summary.get("bottleneck_stage"), pp.summary.get("stage_ranks") or []
+    return {int(r) for r in ranks[stage]} if isinstance(stage, int) and 0 <= stage < len(ranks) else set()
+
+
+def alone_in_stage(results: dict[str, Result]) -> set[int]:
+    """Ranks that are the only rank of their pipeline stage. The path's what-if compares a rank with the other
+    ranks' median of the calls they share; across stages those are other layers, so it neither confirms nor
+    denies that such a rank bounds the steps: the stage model does (as for ``bound.without_what_if``'s ranks).
+    Measured (bench/workloads.py seed 2712, pp-gpipe at 4 ranks, stage 1 with 2x the layers, +29 ms of CPU per
+    step by the job's timers): the stage model named stage 1 in 6 of 6 steps at 30.7 ms (22.6 %); the path
+    matched its calls with stage 2's and gave it -2.8 to -6.1 ms, and vetoed it: "no straggler" in 3 of 3."""
+    pp = results.get("pipeline")
+    if pp is None or pp.skipped:
+        return set()
+    stages = pp.summary.get("stage_ranks") or []
+    return {int(rs[0]) for rs in stages if len(rs) == 1} if len(stages) >= 2 else set()
+
+
+def stage_cost(results: dict[str, Result]) -> dict[str, Any]:
+    """The bottleneck stage's cost per step by the pipeline analysis (the step if the stages were balanced)
+    as ``time_lost`` evidence. Measured (bench/workloads.py seed 2616, GPipe, 4 stages, stage 0 with 2x the
+    layers): 43.5 ms against the job's own 43.1 ms; own time against the next slowest rank said 62.0 ms."""
+    sm = results["pipeline"].summary
+    cost, steps = float(sm.get("cost_ns") or 0.0), int(sm.get("of_steps") or 0)
+    return {"lost_per_step_ns": round(cost), "lost_total_ns": round(cost * steps),
+            "lost_share_of_step": round(float(sm.get("cost_share") or 0.0), 4), "steps": steps,
+            "method": "pipeline stages: the step if the stages' work were balanced"}
+
+
+def takes_stage_cost(results: dict[str, Result], rank: int, on_path: bool) -> bool:
+    """A named rank of the pipeline's bottleneck stage takes the stage model's cost (``stage_cost``) where the path
+    has no what-if for it (``on_path`` False), or compares it with other stages' layers (a rank alone in its
+    stage). Measured (bench/workloads.py seed 2713, pp-gpipe at 4 ranks, a middle stage with 2x the layers, +28-34
+    ms of extra CPU per step by the job's timers): the path's what-if 1.2-8.6 ms, the stage model's 27.8-32.8 ms."""
+    return rank in bottleneck_ranks(results) and (not on_path or rank in alone_in_stage(results))

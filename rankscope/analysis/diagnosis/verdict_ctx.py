@@ -1,0 +1,52 @@
+"""What the straggler verdict's rules and cause read, once per analysis (``Ctx``), and whether a candidate stands on
+counts rather than timings (``counted``). Split out of ``straggler`` with ``path_choice`` and ``stage_verdict``."""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import polars as pl
+
+from rankscope.analysis.base import Result
+from rankscope.analysis.diagnosis.candidates import agreeing, last_share, more_input, more_work, steady_candidates
+from rankscope.analysis.diagnosis.cpu import sched_frame
+from rankscope.analysis.diagnosis.rules import complete_steps, cpu_available_outliers, outliers, paired, with_sched
+from rankscope.analysis.diagnosis.work import Work, imbalance
+from rankscope.model.run import Run
+
+
+class Ctx:
+    """What the rules and the cause read, once per analysis."""
+
+    def __init__(self, run: Run, results: dict[str, Result], bd: pl.DataFrame, pr: pl.DataFrame) -> None:
+        self.run, self.results, self.bd, self.pr = run, results, bd, pr
+        self.sched = sched_frame(run)
+        self.steps = with_sched(bd, self.sched)
+        self.own_steps = complete_steps(self.steps).select("rank", "step", "own")
+        ranks = pr["rank"].to_list()
+        self.work_of: Callable[[int], Work | None] = functools.cache(
+            lambda rank: imbalance(run, rank, [r for r in ranks if r != rank]))
+        self.last_of: Callable[[int], float] = functools.cache(lambda rank: last_share(run, results, rank))
+
+    def steady(self, cands: list[tuple[int, float, str]]) -> list[tuple[int, float, str, float]]:
+        return steady_candidates(cands, self.steps, self.pr, self.last_of)
+
+    def rule_candidates(self) -> list[tuple[int, float, str, float]]:
+        """The statistical rules' candidates, first family that speaks (see ``rules`` and ``candidates``)."""
+        pr = self.pr
+        # each timing family must be steady on its own: a ratio on own time that one preempted step makes
+        # unsteady no longer hides the CPU-available ratio (measured: the 2-rank demo's host straggler beside
+        # two busy loops, rank 1 +46 % own time but slower in 4 of 6 steps, +68 % CPU-available in 6 of 6)
+        return (self.steady(outliers(pr["own"].to_numpy().astype(float)))
+                or self.steady(cpu_available_outliers(self.steps, pr)) or self.steady(paired(self.steps, pr, self.sched))
+                or self.steady(more_work(pr, self.work_of)) or self.steady(more_input(pr, self.work_of, self.last_of))
+                or self.steady(agreeing(self.run, self.results, self.bd, pr)))
+
+
+def counted(ctx: Ctx, rank: int, test: str) -> bool:
+    """Whether a candidate stands on counts (more operator calls, more input elements: no timing noise)."""
+    from rankscope.analysis.diagnosis.work import IMBALANCE_WORK
+
+    work = ctx.work_of(rank)
+    return test in ("more calls", "input work") or bool(
+        work and work.get("shapes_recorded") and work.get("work_ratio", 1.0) - 1 >= IMBALANCE_WORK)
