@@ -1209,3 +1209,43 @@ def test_a_path_rank_whose_extra_own_time_was_waiting_for_a_cpu_is_contended_not
     c = ctx(47.0, 20.5, 26.5)
     c.sched = c.sched.with_columns(cpu_ns=pl.lit(None, pl.Float64))
     assert not contended(c, b)  # its CPU time unknown: run-queue wait alone does not say it
+
+
+def test_the_rules_candidate_is_rescued_only_where_the_steps_left_out_were_another_ranks_wait_for_a_cpu():
+    """tests/e2e/test_demo.py's host straggler beside the other pytest worker's jobs: rank 1 +83 % own time bounded 3
+    of 6 steps, rank 0 (58-65 ms of run-queue wait per step) the other 3: "no straggler". With those 3 steps left out
+    (``bound.without_host_steps``) rank 1 bounds 3 of 3 by 28.8 ms and the rules' candidate stands. Nothing else is
+    rescued: a candidate under the twin spread, another rank than the one left bounding, fewer than half the steps
+    left, or a bounding rank that itself waited for a CPU longer than its saving (``starved``)."""
+    from types import SimpleNamespace
+
+    from rankscope.analysis.diagnosis.bound import Bound
+    from rankscope.analysis.diagnosis.path_choice import rescued
+
+    ms = 1e6
+
+    def ctx(cand_rank: int, rel: float, runq1: float = 25.0) -> SimpleNamespace:
+        rows = [(r, s, 73.2 if r == 1 else 40.0, 50.0 if r == 1 else 40.0, runq1 if r == 1 else 60.0)
+                for r in (0, 1) for s in range(6)]
+        return SimpleNamespace(
+            pr=pl.DataFrame({"rank": [0, 1], "own": [40.0 * ms, 73.2 * ms]}),
+            sched=pl.DataFrame([{"rank": r, "step": s, "cpu_ns": c * ms, "runq_wait_ns": q * ms}
+                                for r, s, _, c, q in rows]),
+            own_steps=pl.DataFrame([{"rank": r, "step": s, "own": o * ms} for r, s, o, _, _ in rows]),
+            rule_candidates=lambda: [(cand_rank, rel, "ratio", 1.0)])
+
+    b = Bound(rank=0, cost_ns=9.0 * ms, noise_ns=0.0, step_ns=120.0 * ms, steps=3, of_steps=6,
+              savings={0: 9.0 * ms, 1: 8.0 * ms})
+    hb = Bound(rank=1, cost_ns=28.8 * ms, noise_ns=0.0, step_ns=120.0 * ms, steps=3, of_steps=3,
+               savings={0: 0.0, 1: 28.8 * ms}, host_steps=3)
+    got, keep, note = rescued(ctx(1, 0.83), hb, b, "a note")
+    assert (got.rank, keep, note) == (1, [(1, 0.83, "ratio", 1.0)], "")
+    for c, h in ((ctx(1, 0.15), hb),  # under the twin spread (+20 %)
+                 (ctx(0, 0.83), hb),  # the rules' candidate is not the rank left bounding the steps
+                 (ctx(1, 0.83), Bound(**{**hb.__dict__, "of_steps": 2, "host_steps": 4})),  # a third of the steps left
+                 # rank 1 itself waited 50 ms per step more for a CPU, 35 ms beyond what its +10 ms CPU brings at
+                 # rank 0's rate (1.5 ms per CPU ms), over its 28.8 ms saving: starved
+                 (ctx(1, 0.83, runq1=110.0), hb),
+                 (ctx(1, 0.83), Bound(**{**hb.__dict__, "host_steps": 0})),  # nothing was left out
+                 (ctx(1, 0.83), None)):
+        assert rescued(c, h, b, "a note") == (b, [], "a note")
