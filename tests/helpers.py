@@ -37,7 +37,8 @@ def straggler_note(f: Any) -> str:
 
     "rank R is slow: LABEL" + note + ", " + measure + cost, where the measure is "own time +X% vs the other
     ranks' median", "own time excluding CPU wait +X% vs ..." (found on own time minus run-queue wait:
-    evidence test "... (cpu-available)") or, for a slow link, "in every slow group (transfers up to Nx the
+    evidence test "... (cpu-available)"), "CPU time +X% vs ..." (more input work found on the training thread's
+    CPU time: "input work (cpu time)") or, for a slow link, "in every slow group (transfers up to Nx the
     other groups' median)" or, named from the critical path alone, "bounding the step on the critical path"; the
     cost ", costs M ms per step (S%)" only where time was lost; then, where the rank bounds the steps on the
     critical path, "; critical path: CHAIN bounds K of N steps[ (L more bounded by a rank's wait for a CPU, left
@@ -62,7 +63,8 @@ def straggler_note(f: Any) -> str:
     elif ev["test"] == "critical path":  # named from the dependencies alone: no own-time figure
         tail = f", bounding the step on the critical path{cost}"
     else:
-        measure = "own time excluding CPU wait" if str(ev["test"]).endswith("(cpu-available)") else "own time"
+        measure = ("own time excluding CPU wait" if str(ev["test"]).endswith("(cpu-available)") else
+                   "CPU time" if str(ev["test"]).endswith("(cpu time)") else "own time")
         tail = f", {measure} +{ev['relative_excess']:.0%} vs the other ranks' median{cost}"
     assert f.title.startswith(head) and f.title.endswith(tail), (f.title, head, tail)
     return f.title[len(head):len(f.title) - len(tail)]

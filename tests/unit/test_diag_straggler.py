@@ -1249,3 +1249,47 @@ def test_the_rules_candidate_is_rescued_only_where_the_steps_left_out_were_anoth
                  (ctx(1, 0.83), Bound(**{**hb.__dict__, "host_steps": 0})),  # nothing was left out
                  (ctx(1, 0.83), None)):
         assert rescued(c, h, b, "a note") == (b, [], "a note")
+
+
+def test_more_input_work_with_more_ranks_than_cpus_is_found_on_cpu_time():
+    """bench/workloads.py seed 2771 run 18 (DDP LM, 4 ranks on 2 CPUs; rank 1 with 1.37x longer sequences, +4.2 ms of
+    CPU per step by the job's timers): own time 29.5 / 35.5 / 36.9 / 36.5 ms (ranks 2 and 3 waited 3-4 ms more for a
+    CPU), so the own-time input rule saw rank 1 at -3 %; its training thread's CPU time 24.0 against 19.1-20.1 ms,
+    +29 % input elements, last at 5 of 8 collectives: "no straggler (... an input imbalance that cost no time)"."""
+    from rankscope.analysis.diagnosis.candidates import more_input
+
+    ms = 1e6
+    pr = pl.DataFrame({"rank": [0, 1, 2, 3], "own": [29.5 * ms, 35.5 * ms, 36.9 * ms, 36.5 * ms]})
+    cpu = {0: 19.5 * ms, 1: 24.0 * ms, 2: 19.1 * ms, 3: 20.1 * ms}
+    work = lambda r: {"shapes_recorded": True, "work_ratio": 1.29 if r == 1 else 1.0}  # noqa: E731
+    last = lambda r: 0.625 if r == 1 else 0.125  # noqa: E731
+    assert more_input(pr, work, last) == []  # own time alone: rank 1 under the others
+    found = more_input(pr, work, last, cpu)
+    assert [(i, t) for i, _, t in found] == [(1, "input work (cpu time)")]
+    assert abs(found[0][1] - (24.0 / 19.5 - 1)) < 1e-9
+    assert more_input(pr, work, lambda r: 0.25, cpu) == []  # the others did not wait for it
+    assert more_input(pr, lambda r: {"shapes_recorded": True, "work_ratio": 1.05}, last, cpu) == []  # no extra input
+    # +60 % input but only +23 % CPU time: under half of what the input predicts, not this rule's to say
+    assert more_input(pr, lambda r: {"shapes_recorded": True, "work_ratio": 1.6 if r == 1 else 1.0}, last, cpu) == []
+    assert more_input(pr, work, last, {0: 19.5 * ms, 1: 24.0 * ms}) == []  # CPU time of every rank, or none
+
+
+def test_an_input_imbalance_on_more_ranks_than_cpus_is_named_with_its_extra_cpu_time(tmp_path):
+    """tests/fixtures/runs/lm_oversubscribed (its README): rank 1 named an input imbalance on its CPU time, and
+    the cost said is that extra CPU time, against the job's own timers (truth.json: 4.2 ms per step)."""
+    import json
+    import shutil
+
+    from tests.helpers import straggler_note
+
+    src = tmp_path / "run"  # a copy: the analysis writes its cache beside the run
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "lm_oversubscribed", src)
+    truth = json.loads((src / "truth.json").read_text())
+    st = run_all(load_run(src, jobs=1))["straggler"]
+    assert [(f.ranks, f.evidence["cause"]) for f in st.findings] == [((truth["slow_rank"],), "imbalance")], \
+        st.summary["verdict"]
+    f = st.findings[0]
+    assert f.evidence["test"] == "input work (cpu time)"
+    straggler_note(f)  # "..., CPU time +23% vs the other ranks' median, costs 4.8 ms per step (8%)"
+    lost = f.evidence["time_lost"]["lost_per_step_ns"] / 1e6
+    assert 0.7 < lost / truth["summary"]["extra_ms_per_step"] < 1.3, (lost, truth["summary"]["extra_ms_per_step"])

@@ -38,7 +38,8 @@ def more_work(pr: pl.DataFrame, work_of: Callable[[int], Work | None]) -> list[t
 
 
 def more_input(pr: pl.DataFrame, work_of: Callable[[int], Work | None],
-               last_of: Callable[[int], float] = lambda rank: 0.0) -> list[tuple[int, float, str]]:
+               last_of: Callable[[int], float] = lambda rank: 0.0,
+               cpu: dict[int, float] | None = None) -> list[tuple[int, float, str]]:
     """Among the 3 ranks with the longest own time, one whose input work per step (elements of its
     operators' inputs: shapes, no noise) is >= IMBALANCE_WORK above the others' and whose own time is
     >= PAIR_MIN above theirs, or >= MIN_EXCESS when the others waited for it at most collectives
@@ -60,6 +61,33 @@ def more_input(pr: pl.DataFrame, work_of: Callable[[int], Work | None],
         rel = own / rest - 1
         if rel >= PAIR_MIN or (rel >= MIN_EXCESS and last_of(rank) >= LAST_SHARE):
             return [(int(i), rel, "input work")]
+    return more_input_cpu(pr, work_of, last_of, cpu or {})
+
+
+def more_input_cpu(pr: pl.DataFrame, work_of: Callable[[int], Work | None], last_of: Callable[[int], float],
+                   cpu: dict[int, float]) -> list[tuple[int, float, str]]:
+    """``more_input`` on the training thread's CPU time (``cpu``: rank -> median per step) where own time cannot
+    tell: with more ranks than CPUs, each rank's own time holds the run-queue wait the others' work causes. A rank
+    with >= IMBALANCE_WORK more input elements, whose CPU time is over the others' by PAIR_MIN and by half its
+    extra input, and that the others waited for at most collectives (``last_of`` >= LAST_SHARE). Measured
+    (bench/workloads.py seed 2771 run 18, DDP LM at 4 ranks on 2 CPUs, rank 1 with 1.37x longer sequences, +4.2 ms
+    of CPU per step by the job's timers): +29 % input, CPU time +23 %, last at 5 of 8 collectives, own time -3 %
+    (ranks 2 and 3 waited 3-4 ms more for a CPU): "no straggler (... an input imbalance that cost no time)"."""
+    from rankscope.analysis.diagnosis.likely import LAST_SHARE
+    from rankscope.analysis.diagnosis.work import IMBALANCE_WORK
+
+    if pr.height < 2 or set(cpu) != set(pr["rank"].to_list()):
+        return []
+    for i in np.argsort(-np.array([cpu[int(r)] for r in pr["rank"]])):
+        rank = int(pr["rank"][int(i)])
+        rest = float(np.median([v for r, v in cpu.items() if r != rank]))
+        work = work_of(rank)
+        extra = work.get("work_ratio", 1.0) - 1 if work else 0.0
+        if rest <= 0 or not work or not work.get("shapes_recorded") or extra < IMBALANCE_WORK:
+            continue
+        rel = cpu[rank] / rest - 1
+        if rel >= max(PAIR_MIN, 0.5 * extra) and last_of(rank) >= LAST_SHARE:
+            return [(int(i), rel, "input work (cpu time)")]
     return []
 
 

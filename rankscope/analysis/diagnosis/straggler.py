@@ -86,7 +86,7 @@ def _finding(rank: int, kind: str, rel: float, evidence: dict[str, Any], conf: f
     cost = (f", costs {lost['lost_per_step_ns'] / 1e6:.1f} ms per step ({lost.get('lost_share_of_step', 0):.0%})"
             if lost.get("lost_per_step_ns") else "")
     head = f"rank {rank} is slow: {LABELS.get(kind, kind)}"
-    if measure.startswith("own time"):
+    if measure.startswith(("own time", "CPU time")):
         title = f"{head}{note}, {measure} +{rel:.0%} vs the other ranks' median{cost}{path}"
     else:
         title = f"{head}{note}, {measure}{cost}{path}"
@@ -135,6 +135,9 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
     note = ""
     if imb:
         evidence["work"] = imb
+    by_cpu = test.endswith("(cpu time)")  # found on counts and CPU time (``candidates.more_input_cpu``)
+    if by_cpu and kind in ("unclear", "host", "compute") and imb:
+        kind = "compute"  # its CPU time grew by at least half of what its extra input predicts: that work, done
     if kind in ("host", "data") and explains(kind) or (
             kind == "unclear" and imb and cpu_time_explains(imb, others, float(rel), cpu_excess)):  # type: ignore[arg-type]
         kind = "compute"  # then named input imbalance below
@@ -152,6 +155,14 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
     elif b is not None:  # named on counts while no rank bounds the steps distinctly: what the path saw
         evidence["path_saving_ns"] = round(b.savings.get(rank, 0.0))
         evidence["bounding"] = b.evidence()
+    if by_cpu and mine is None and cpu_excess is not None and cpu_excess > 0:
+        # ranks share CPUs: the step's wall time cannot separate its extra work from the others' run-queue wait;
+        # the cost said is that work, in CPU time
+        wall = float(row["wall"]) if "wall" in row else 0.0
+        evidence["time_lost"].update({"lost_per_step_ns": round(cpu_excess), "lost_share_of_step":
+                                      round(cpu_excess / wall, 4) if wall > 0 else 0.0,
+                                      "method": "its training thread's extra CPU time per step (ranks share CPUs: "
+                                                "own time and the path's what-if cannot separate it)"})
     if takes_stage_cost(ctx.results, rank, mine is not None):
         evidence["time_lost"].update(stage_cost(ctx.results))
     floor = PAIR_MIN if test.startswith("signed-rank") else PAIR_THRESHOLD if test.startswith("ratio") else REL_THRESHOLD
@@ -170,6 +181,8 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
         # while the others queue (measured: 11 ms of host busy-work per step at 4 ranks on 2 cores, own -5 %,
         # CPU-available +46 %)
         measure = "own time excluding CPU wait"
+    elif test.endswith("(cpu time)"):  # more ranks than CPUs: own time holds the wait the others' work causes
+        measure = "CPU time"
     return _finding(rank, kind, rel, evidence, cons * strength, note, measure, path)
 
 

@@ -31,6 +31,13 @@ class Ctx:
     def steady(self, cands: list[tuple[int, float, str]]) -> list[tuple[int, float, str, float]]:
         return steady_candidates(cands, self.steps, self.pr, self.last_of)
 
+    def cpu(self) -> dict[int, float]:
+        """Each rank's training-thread CPU time, median per complete step ({} without scheduler samples)."""
+        if "cpu" not in self.steps.columns:
+            return {}
+        med = complete_steps(self.steps).group_by("rank").agg(pl.col("cpu").median()).drop_nulls()
+        return {int(r): float(v) for r, v in med.iter_rows()}
+
     def rule_candidates(self) -> list[tuple[int, float, str, float]]:
         """The statistical rules' candidates, first family that speaks (see ``rules`` and ``candidates``)."""
         pr = self.pr
@@ -39,7 +46,7 @@ class Ctx:
         # two busy loops, rank 1 +46 % own time but slower in 4 of 6 steps, +68 % CPU-available in 6 of 6)
         return (self.steady(outliers(pr["own"].to_numpy().astype(float)))
                 or self.steady(cpu_available_outliers(self.steps, pr)) or self.steady(paired(self.steps, pr, self.sched))
-                or self.steady(more_work(pr, self.work_of)) or self.steady(more_input(pr, self.work_of, self.last_of))
+                or self.steady(more_work(pr, self.work_of)) or self.steady(more_input(pr, self.work_of, self.last_of, self.cpu()))
                 or self.steady(agreeing(self.run, self.results, self.bd, pr)))
 
 
