@@ -267,15 +267,19 @@ class RawTrace:
             part = evs[i:i + size]
             buf = b"[" + b",".join(part) + b"]"
             try:
-                yield dec(buf)
-            except UnicodeError:  # invalid UTF-8 inside an event (the document decoder keeps them raw)
-                fixed = buf.decode("utf-8", "replace")
-                n = fixed.count("\ufffd") - buf.count("\ufffd".encode())
-                self.problems.append(Problem(f"{n} invalid UTF-8 bytes in names were replaced by U+FFFD",
-                                             Kind.INVALID_TEXT, count=n))
-                part = _ARRAY_DECODER.decode(fixed.encode("utf-8"))
-                yield from self._one_by_one(part, dec)
-            except msgspec.DecodeError:
+                got = dec(buf)
+            except (UnicodeError, msgspec.DecodeError) as exc:
+                if not _valid_text(buf):
+                    # invalid UTF-8 inside an event (the document decoder keeps them raw): msgspec up to 0.22
+                    # raises UnicodeDecodeError, 0.23 DecodeError("Invalid UTF-8 encoded string")
+                    fixed = buf.decode("utf-8", "replace")
+                    n = fixed.count("\ufffd") - buf.count("\ufffd".encode())
+                    self.problems.append(Problem(f"{n} invalid UTF-8 bytes in names were replaced by U+FFFD",
+                                                 Kind.INVALID_TEXT, count=n))
+                    yield from self._one_by_one(_ARRAY_DECODER.decode(fixed.encode("utf-8")), dec)
+                    continue
+                if not isinstance(exc, msgspec.DecodeError):
+                    raise
                 good = []
                 for r in part:
                     try:
@@ -283,9 +287,20 @@ class RawTrace:
                     except msgspec.DecodeError:
                         bad += 1
                 yield good
+                continue
+            yield got
         if bad:
             self.problems.append(Problem(f"{bad} malformed events (not trace event objects) were left out",
                                          Kind.MALFORMED_EVENTS, count=bad))
+
+
+def _valid_text(buf: bytes) -> bool:
+    """Whether ``buf`` is valid UTF-8 (asked only on a decode error)."""
+    try:
+        buf.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _maybe_event(r: msgspec.Raw) -> Event | None:
