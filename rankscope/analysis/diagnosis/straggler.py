@@ -94,6 +94,33 @@ def _finding(rank: int, kind: str, rel: float, evidence: dict[str, Any], conf: f
                    confidence=round(conf, 2))
 
 
+def _cost(ctx: Ctx, rank: int, row: dict[str, Any], mine: Bound | None, b: Bound | None,
+          cpu_cost: float | None, evidence: dict[str, Any]) -> str:
+    """The finding's cost into ``evidence["time_lost"]`` (own time against the next slowest rank; the path's what-if
+    where the rank bounds the steps; its extra CPU time where it was found on CPU time, ``cpu_cost``; the stage
+    model's for a pipeline's bottleneck stage), with what the path saw; returns the path's clause."""
+    evidence["time_lost"] = time_lost(ctx.run, rank, ctx.results, ctx.bd)
+    path = ""
+    if mine is not None:  # the cost is the what-if saving; the chain says where
+        evidence["time_lost"].update(mine.time_lost())
+        evidence["critical_path"] = mine.evidence()
+        path = mine.clause()
+    elif b is not None:  # named on counts while no rank bounds the steps distinctly: what the path saw
+        evidence["path_saving_ns"] = round(b.savings.get(rank, 0.0))
+        evidence["bounding"] = b.evidence()
+    if mine is None and cpu_cost is not None and cpu_cost > 0:
+        # ranks share CPUs: the step's wall time cannot separate its extra work from the others' run-queue wait;
+        # the cost said is that work, in CPU time
+        wall = float(row["wall"]) if "wall" in row else 0.0
+        evidence["time_lost"].update({"lost_per_step_ns": round(cpu_cost), "lost_share_of_step":
+                                      round(cpu_cost / wall, 4) if wall > 0 else 0.0,
+                                      "method": "its training thread's extra CPU time per step (ranks share CPUs: "
+                                                "own time and the path's what-if cannot separate it)"})
+    if takes_stage_cost(ctx.results, rank, mine is not None):
+        evidence["time_lost"].update(stage_cost(ctx.results))
+    return path
+
+
 def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None) -> Finding:
     """The finding for one candidate: cause, evidence, cost."""
     pr, run = ctx.pr, ctx.run
@@ -146,25 +173,7 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
             kind, note = "imbalance", imbalance_note(imb)
         else:
             note = work_note(imb, excess["compute"])
-    evidence["time_lost"] = time_lost(run, rank, ctx.results, ctx.bd)
-    path = ""
-    if mine is not None:  # the cost is the what-if saving; the chain says where
-        evidence["time_lost"].update(mine.time_lost())
-        evidence["critical_path"] = mine.evidence()
-        path = mine.clause()
-    elif b is not None:  # named on counts while no rank bounds the steps distinctly: what the path saw
-        evidence["path_saving_ns"] = round(b.savings.get(rank, 0.0))
-        evidence["bounding"] = b.evidence()
-    if by_cpu and mine is None and cpu_excess is not None and cpu_excess > 0:
-        # ranks share CPUs: the step's wall time cannot separate its extra work from the others' run-queue wait;
-        # the cost said is that work, in CPU time
-        wall = float(row["wall"]) if "wall" in row else 0.0
-        evidence["time_lost"].update({"lost_per_step_ns": round(cpu_excess), "lost_share_of_step":
-                                      round(cpu_excess / wall, 4) if wall > 0 else 0.0,
-                                      "method": "its training thread's extra CPU time per step (ranks share CPUs: "
-                                                "own time and the path's what-if cannot separate it)"})
-    if takes_stage_cost(ctx.results, rank, mine is not None):
-        evidence["time_lost"].update(stage_cost(ctx.results))
+    path = _cost(ctx, rank, row, mine, b, cpu_excess if by_cpu else None, evidence)
     floor = PAIR_MIN if test.startswith("signed-rank") else PAIR_THRESHOLD if test.startswith("ratio") else REL_THRESHOLD
     strength = (min(1.0, mine.share / 0.4 if mine else 0.0) if test == "critical path" else
                 min(1.0, float(ctx.results["pipeline"].summary.get("cost_share") or 0.0) / 0.4) if test == "pipeline stages"
