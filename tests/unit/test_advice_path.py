@@ -62,3 +62,16 @@ def test_a_straggler_named_without_the_path_changes_nothing():
     results = {"straggler": _result("straggler", [f], {"bounding": {"rank": 1}}), "critical_path": _result("critical_path")}
     exposed = Finding("advice.exposed_comm", "...", Severity.WARNING, (0,), {"share": {"0": 0.3}})
     assert path_advice(results, [IMB, exposed]) == [IMB, exposed]
+
+
+def test_a_compute_imbalance_on_a_rank_that_waited_for_a_cpu_is_not_work_to_balance():
+    """bench/workloads.py seed 2781 run 55 (a healthy DDP LM at 4 ranks on 2 CPUs): the path's bounding rank was not
+    named, its extra time run-queue wait (straggler's summary["host_contended_rank"]); the category rule still said
+    "rank 2 computes 1.31x ... Balance the work". Another rank's imbalance keeps its warning."""
+    results = {"straggler": _result("straggler", summary={"bounding": {"rank": 1}, "host_contended_rank": 1}),
+               "critical_path": _result("critical_path")}
+    out = path_advice(results, [IMB])
+    assert [f.kind for f in out] == ["advice.dp_imbalance"] and out[0].severity == Severity.INFO
+    assert out[0].evidence["host_contended"] is True and out[0].evidence["ratio"] == 1.3
+    results["straggler"] = _result("straggler", summary={"bounding": {"rank": 2}, "host_contended_rank": 2})
+    assert path_advice(results, [IMB]) == [IMB]

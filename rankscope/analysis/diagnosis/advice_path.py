@@ -97,8 +97,13 @@ def _waiting(ranks: tuple[int, ...], slow: list[int], f: Finding) -> Finding:
 
 
 def _no_cost(results: dict[str, Result], st: Result, found: list[Finding]) -> list[Finding]:
-    """The path ran and no rank bounds the steps: a compute imbalance there costs no time."""
+    """The path ran and no rank bounds the steps: a compute imbalance there costs no time. Or the rank that
+    bounds them was not named because its extra time was waiting for a CPU (``path_choice.contended``): its
+    extra "compute" is that wait, not more work."""
     cp = results.get("critical_path")
+    host = st.summary.get("host_contended_rank")
+    if host is not None:
+        return [_host_wait(f) if f.kind == "advice.dp_imbalance" and f.ranks == (host,) else f for f in found]
     if cp is None or cp.skipped or st.summary.get("bounding") is not None:
         return found
     out = []
@@ -108,6 +113,17 @@ def _no_cost(results: dict[str, Result], st: Result, found: list[Finding]) -> li
                                                                    "bounds the steps.")
         out.append(f)
     return out
+
+
+def _host_wait(f: Finding) -> Finding:
+    """The compute-imbalance rule on a rank whose extra time the straggler verdict read as host contention."""
+    r, ratio = f.ranks[0], float(f.evidence.get("ratio") or 0.0)
+    return replace(f, severity=Severity.INFO,
+                   title=f"compute differs across ranks: rank {r} computes {ratio:.2f}x the other ranks' median per "
+                         "step, but that extra time was waiting for a CPU (host contention), not more work: nothing "
+                         "to balance.",
+                   evidence={**f.evidence, "host_contended": True, "source": "straggler (critical path across ranks "
+                             "and the training thread's run-queue wait)"})
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:

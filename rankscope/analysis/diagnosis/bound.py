@@ -126,6 +126,7 @@ class Bound:
     path: dict[str, float] = field(default_factory=dict)  # its own time on the path per class (data, compute, host)
     savings: dict[int, float] = field(default_factory=dict)  # every rank's median saving
     host_steps: int = 0  # steps left out: their bounding rank waited for a CPU longer than it saved
+    bounded: list[int] = field(default_factory=list)  # the steps it bounds
 
     @property
     def share(self) -> float:
@@ -230,14 +231,23 @@ class Bound:
 
 
 def without_host_steps(wi: pl.DataFrame, runq: pl.DataFrame | None) -> pl.DataFrame:
-    """The what-if rows less the steps the host bounded: where the rank whose saving is the largest waited on the
-    run queue, over the other ranks' median in that step, at least as long as that saving (``runq``: rank, step,
-    runq_wait_ns, from ``rankscope.profile``'s scheduler samples). All steps are kept where that leaves none.
+    """The what-if rows less the steps the host bounded (``host_steps``). All steps are kept where that leaves none.
     Measured (tests/e2e/test_demo.py's host straggler beside the other pytest worker's jobs): rank 1's loop, +17
     ms of CPU per step, bounded 3 of 6 steps by 29-31 ms; rank 0 "bounded" the other 3, its operators stretched
     (aten::mm [512, 256] 74-80 ms) by 58-65 ms of run-queue wait against rank 1's 21-44 ms: "no straggler"."""
     if runq is None or runq.height == 0:
         return wi
+    host = host_steps(wi, runq)
+    kept = wi.filter(~pl.col("step").cast(pl.Int64).is_in(host))
+    return kept if kept.height else wi
+
+
+def host_steps(wi: pl.DataFrame, runq: pl.DataFrame | None) -> list[int]:
+    """The steps the host bounded: where the rank whose saving is the largest waited on the run queue, over the
+    other ranks' median in that step, at least as long as that saving (``runq``: rank, step, runq_wait_ns, from
+    ``rankscope.profile``'s scheduler samples; none without them)."""
+    if runq is None or runq.height == 0 or "runq_wait_ns" not in runq.columns:
+        return []
     q = runq.select(pl.col("rank").cast(pl.Int64), pl.col("step").cast(pl.Int64),
                     pl.col("runq_wait_ns").cast(pl.Float64)).drop_nulls()
     top = (wi.sort("saving_ns", descending=True).group_by("step", maintain_order=True)
@@ -249,9 +259,19 @@ def without_host_steps(wi: pl.DataFrame, runq: pl.DataFrame | None) -> pl.DataFr
         mine = here.filter(pl.col("rank") == rank)["runq_wait_ns"]
         rest = here.filter(pl.col("rank") != rank)["runq_wait_ns"]
         if mine.len() and rest.len() and float(mine[0]) - float(rest.median()) >= float(best):  # type: ignore[arg-type]
-            host.append(step)
-    kept = wi.filter(~pl.col("step").cast(pl.Int64).is_in(host))
-    return kept if kept.height else wi
+            host.append(int(step))
+    return host
+
+
+def host_bounded(results: dict[str, Result], b: Bound, runq: pl.DataFrame | None,
+                 excluded: list[int] | tuple[int, ...] = ()) -> int:
+    """How many of the steps ``b`` bounds the host bounded (``host_steps``): the rank waited on the run queue,
+    over the other ranks in that step, at least as long as its what-if saving there."""
+    cp = results.get("critical_path")
+    if cp is None or cp.skipped or not b.bounded:
+        return 0
+    wi = frame(cp.tables["what_if"]).filter(~pl.col("rank").is_in(list(excluded)))
+    return len(set(host_steps(wi, runq)) & set(b.bounded))
 
 
 def bound(results: dict[str, Result], excluded: list[int] | tuple[int, ...] = (),
@@ -287,6 +307,9 @@ def bound(results: dict[str, Result], excluded: list[int] | tuple[int, ...] = ()
               steps=int(won.get(rank, 0)), of_steps=int(mine.height),
               savings={int(r): float(m) for r, m in zip(per["rank"], per["med"])},
               host_steps=every - wi["step"].n_unique())
+    # the steps it bounds, as counted in ``won`` (a tie bounds nothing)
+    b.bounded = [int(x) for x in top.filter((pl.col("first") == rank) & (pl.col("best") > pl.col("second"))
+                                            & (pl.col("best") > 0))["step"].to_list()]
     bounded = top.filter(pl.col("first") == rank)["step"].to_list()
     b.description = _description(cp, rank, bounded)
     b.path = path_classes(frame(cp.tables["segments"]), rank, bounded)

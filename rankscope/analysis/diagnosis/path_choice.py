@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from rankscope.analysis.diagnosis.bound import BAR, Bound, without_what_if
+from rankscope.analysis.diagnosis.bound import BAR, Bound, host_bounded, without_what_if
 from rankscope.analysis.diagnosis.cpu import OWN_CPU_SHARE, is_contention, wait_excess
 from rankscope.analysis.diagnosis.likely import TWIN_SPREAD
 from rankscope.analysis.diagnosis.stage_verdict import alone_in_stage, bottleneck_ranks, stage_candidate
@@ -56,6 +56,7 @@ def choose(ctx: Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, float
               and (b.clears_bar or b.clears_bar_on_data(data_excess(ctx.pr, b.rank))
                    or b.clears_bar_on_host(data_excess(ctx.pr, b.rank, "free"))))
     if clears and contended(ctx, b):
+        ctx.host_contended = b.rank
         clears, note = False, (f"rank {b.rank} bounds {b.steps} of {b.of_steps} steps on the critical path by "
                                f"{b.cost_ns / 1e6:.1f} ms per step ({b.share:.1%}), but its extra time was mostly "
                                f"waiting for a CPU (host contention, not its own work): not named")
@@ -91,20 +92,28 @@ def rescued(ctx: Ctx, hb: Bound | None, b: Bound,
 
 
 def contended(ctx: Ctx, b: Bound) -> bool:
-    """The path's bounding rank's extra own time was the host's doing (``cpu.is_contention``): the path alone does
-    not name it (the host is to blame, not the rank; ``starved`` covers a wait as long as the whole saving).
+    """The path's bounding rank's extra own time was the host's doing: the path alone does not name it (the host
+    is to blame, not the rank; ``starved`` covers a wait as long as the whole saving). Either over all steps
+    (``cpu.is_contention``: most of its extra own time was run-queue wait its own extra CPU time does not explain),
+    or step by step: in at least half of the steps it bounds, it waited on the run queue, over the other ranks in
+    that step, at least as long as its what-if saving there (``bound.host_bounded``).
     Measured (bench/workloads.py seed 2761 run 175, DDP LM at 4 ranks, a healthy twin; and a healthy `make demo`):
     "rank 1 is slow: contention, bounding the step on the critical path, costs 6.2 ms per step (13%)": 90 % of its
-    +18 % own time was run-queue wait, its CPU time +0.5 ms, 4 processes on 2 CPUs.
+    +18 % own time was run-queue wait, its CPU time +0.5 ms, 4 processes on 2 CPUs. Step by step (seed 2781 run
+    55, the same healthy job): "rank 2 is slow: compute (same operators and input sizes, slower), costs 4.7 ms per
+    step (10%)" with CPU time +0.4 ms per step; in 4 of the 5 steps it bounded, it waited longer for a CPU, over the
+    others' median there (7-14 ms), than it saved (4.6-14.0 ms), but over all steps run-queue wait was 49.5 % of its extra own
+    time: one 45 ms preemption of rank 3 in another step raised the others' mean.
     Only where the own-time excess is positive and its CPU time is known, and never when its extra CPU time covers
     a quarter of the path's cost (``OWN_CPU_SHARE``): a pipeline's heavy stage looks no busier in own time than the
-    stages that wait for it inside their Forward / Backward spans, and its share of run-queue wait says nothing."""
+    stages that wait for it inside their Forward / Backward spans, and its share of run-queue wait says nothing;
+    a rank busy with extra work of its own waits for a CPU in proportion on a shared host."""
     waited = wait_excess(ctx.sched, b.rank, ctx.own_steps)
     if waited is None or waited.get("cpu_excess_ns") is None or float(waited.get("own_excess_ns") or 0.0) <= 0:
         return False
     if float(waited["cpu_excess_ns"]) >= OWN_CPU_SHARE * b.cost_ns:
         return False
-    return is_contention(waited)
+    return is_contention(waited) or 0 < len(b.bounded) <= 2 * host_bounded(ctx.results, b, ctx.steps, ctx.excluded)
 
 
 def agrees(b: Bound) -> bool:

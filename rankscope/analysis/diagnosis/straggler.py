@@ -202,7 +202,7 @@ def run_straggler(run: Run, results: dict[str, Result]) -> Result:
     if pr.height < 2:
         return Result("straggler", skipped="needs at least 2 undamaged ranks with complete steps" +
                       (f" ({note})" if note else ""))
-    ctx = Ctx(run, results, bd, pr)
+    ctx = Ctx(run, results, bd, pr, excluded)
     b, no_path = bound(results, excluded)
     cands, left_out = choose(ctx, b)
     if not cands and b is not None and "runq_wait_ns" in ctx.steps.columns:
@@ -233,7 +233,7 @@ def run_straggler(run: Run, results: dict[str, Result]) -> Result:
         "verdict": verdict, "excluded_ranks": excluded, "coverage_note": note, "limits": limits, "below_bar": aside,
         "time_lost_per_step_ns": sum(f.evidence["time_lost"]["lost_per_step_ns"] for f in findings
                                      if "time_lost" in f.evidence),
-        "bounding": b.evidence() if b is not None else None}
+        "bounding": b.evidence() if b is not None else None, "host_contended_rank": ctx.host_contended}
     return Result("straggler", tables={"per_rank": pr.to_arrow(), "per_step": steps.to_arrow()}, findings=findings,
                   summary=summary)
 

@@ -18,8 +18,9 @@ from rankscope.model.run import Run
 class Ctx:
     """What the rules and the cause read, once per analysis."""
 
-    def __init__(self, run: Run, results: dict[str, Result], bd: pl.DataFrame, pr: pl.DataFrame) -> None:
-        self.run, self.results, self.bd, self.pr = run, results, bd, pr
+    def __init__(self, run: Run, results: dict[str, Result], bd: pl.DataFrame, pr: pl.DataFrame,
+                 excluded: list[int] | tuple[int, ...] = ()) -> None:
+        self.run, self.results, self.bd, self.pr, self.excluded = run, results, bd, pr, excluded
         self.sched = sched_frame(run)
         self.steps = with_sched(bd, self.sched)
         self.own_steps = complete_steps(self.steps).select("rank", "step", "own")
@@ -27,6 +28,8 @@ class Ctx:
         self.work_of: Callable[[int], Work | None] = functools.cache(
             lambda rank: imbalance(run, rank, [r for r in ranks if r != rank]))
         self.last_of: Callable[[int], float] = functools.cache(lambda rank: last_share(run, results, rank))
+        self._rules: list[tuple[int, float, str, float]] | None = None
+        self.host_contended: int | None = None  # the path's bounding rank, not named: it waited for a CPU
 
     def steady(self, cands: list[tuple[int, float, str]]) -> list[tuple[int, float, str, float]]:
         return steady_candidates(cands, self.steps, self.pr, self.last_of)
@@ -39,7 +42,13 @@ class Ctx:
         return {int(r): float(v) for r, v in med.iter_rows()}
 
     def rule_candidates(self) -> list[tuple[int, float, str, float]]:
-        """The statistical rules' candidates, first family that speaks (see ``rules`` and ``candidates``)."""
+        """The statistical rules' candidates, first family that speaks (see ``rules`` and ``candidates``); computed
+        once per analysis (``path_choice.choose`` and ``path_choice.rescued`` both read them)."""
+        if self._rules is None:
+            self._rules = self._first_rules()
+        return list(self._rules)
+
+    def _first_rules(self) -> list[tuple[int, float, str, float]]:
         pr = self.pr
         # each timing family must be steady on its own: a ratio on own time that one preempted step makes
         # unsteady no longer hides the CPU-available ratio (measured: the 2-rank demo's host straggler beside
