@@ -1259,6 +1259,37 @@ def test_a_path_rank_that_waited_for_a_cpu_longer_than_it_saved_in_the_steps_it_
     assert not contended(moved, b)
 
 
+def test_a_rules_candidate_whose_extra_time_was_waiting_for_a_cpu_is_not_kept_where_the_path_starved():
+    """bench/workloads.py seed 2793 run 20 (a healthy FSDP2 job at 4 ranks on 2 CPUs): the path's rank 0 waited for a
+    CPU longer than it saved, so the path named nobody and kept the rules' rank 2 (+11 % own time) unchecked: "rank 2
+    is slow: contention, ... costs 0.6 ms per step (0%)". Its CPU time was -0.6 ms per step against the others', its
+    run-queue wait +11.0 ms. The test the path's rank gets applies to it too; a rank with extra CPU work of its own
+    is still kept."""
+    from types import SimpleNamespace
+
+    from rankscope.analysis.diagnosis.path_choice import waited_for_cpu
+
+    ms = 1e6
+    # seed 2793 run 20, ms per step and rank 0-3: own time, CPU time, run-queue wait
+    own = {1: (42.3, 45.0, 55.6, 46.4), 2: (78.5, 52.4, 61.3, 51.9), 3: (51.5, 64.6, 43.7, 52.0),
+           4: (53.9, 63.3, 64.0, 59.1), 5: (63.8, 47.7, 64.3, 53.6), 6: (53.0, 54.5, 57.6, 52.7)}
+    cpu = {1: (43.5, 42.6, 46.5, 46.8), 2: (50.4, 47.9, 46.8, 48.1), 3: (46.2, 50.7, 43.3, 43.8),
+           4: (47.0, 52.4, 51.4, 51.2), 5: (49.3, 45.8, 45.1, 49.0), 6: (50.1, 47.9, 50.5, 49.3)}
+    runq = {1: (19.4, 21.9, 29.4, 13.0), 2: (46.8, 31.3, 42.1, 23.4), 3: (28.1, 23.7, 22.0, 36.1),
+            4: (28.7, 26.0, 36.3, 29.2), 5: (47.9, 19.0, 42.6, 27.1), 6: (24.7, 15.6, 35.0, 12.5)}
+
+    def ctx(cpu2: float = 0.0) -> SimpleNamespace:
+        sched = pl.DataFrame([{"rank": r, "step": s, "cpu_ns": (cpu[s][r] + (cpu2 if r == 2 else 0.0)) * ms,
+                               "runq_wait_ns": runq[s][r] * ms} for s in own for r in range(4)])
+        steps = pl.DataFrame([{"rank": r, "step": s, "own": (own[s][r] + (cpu2 if r == 2 else 0.0)) * ms}
+                              for s in own for r in range(4)])
+        return SimpleNamespace(sched=sched, own_steps=steps)
+
+    assert waited_for_cpu(ctx(), 2)
+    assert not waited_for_cpu(ctx(), 3)  # less own time than the others: nothing to split
+    assert not waited_for_cpu(ctx(cpu2=10.0), 2)  # 10 ms more CPU work of its own per step: its work, not the host
+
+
 def test_the_rules_candidate_is_rescued_only_where_the_steps_left_out_were_another_ranks_wait_for_a_cpu():
     """tests/e2e/test_demo.py's host straggler beside the other pytest worker's jobs: rank 1 +83 % own time bounded 3
     of 6 steps, rank 0 (58-65 ms of run-queue wait per step) the other 3: "no straggler". With those 3 steps left out

@@ -32,15 +32,23 @@ def choose(ctx: Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, float
         return found or stage_candidate(ctx, unseen), ""
     hungry = starved(ctx, b)
     ranks = ctx.pr["rank"].to_list()
+    # where the path names nobody (its rank starved), a rules' candidate whose own extra time was the host's is not
+    # kept either: the same test as the path's rank gets (``contended``)
+    waiting = {int(ranks[c[0]]) for c in found if hungry and waited_for_cpu(ctx, int(ranks[c[0]]))}
     def kept(r: int, test: str, rel: float) -> bool:
         if not counted(ctx, r, test) and slower_cpu(ctx.pr, r, rel):
             return False
         return ((r == b.rank and (b.distinct or agrees(b))) or (not b.distinct and counted(ctx, r, test)) or r in unseen
-                or (hungry and r != b.rank))
+                or (hungry and r != b.rank and r not in waiting))
 
     keep = [c for c in found if kept(int(ranks[c[0]]), c[2], c[1])]
     note = ""
-    if found and not keep and slower_cpu(ctx.pr, r0 := int(ranks[found[0][0]]), found[0][1]):
+    if found and not keep and (r0 := int(ranks[found[0][0]])) in waiting:
+        ctx.host_contended = r0
+        note = (f"rank {r0}'s own time is +{found[0][1]:.0%} over the other ranks', but its extra time was waiting for "
+                f"a CPU (host contention, not its own work), and rank {b.rank}, which bounds {b.steps} of {b.of_steps} "
+                "steps on the critical path, waited for a CPU longer than it saved: not named")
+    elif found and not keep and slower_cpu(ctx.pr, r0, found[0][1]):
         mine, rest = mine_rest(ctx.pr, r0, "data_wait")
         note = (f"rank {r0}'s own time is +{found[0][1]:.0%} over the other ranks', most of it data loading at "
                 f"{mine / rest:.2f}x theirs: within what a slower CPU explains (up to {1 + TWIN_SPREAD:.1f}x), not named")
@@ -114,6 +122,19 @@ def contended(ctx: Ctx, b: Bound) -> bool:
     if float(waited["cpu_excess_ns"]) >= OWN_CPU_SHARE * b.cost_ns:
         return False
     return is_contention(waited) or 0 < len(b.bounded) <= 2 * host_bounded(ctx.results, b, ctx.steps, ctx.excluded)
+
+
+def waited_for_cpu(ctx: Ctx, rank: int) -> bool:
+    """A rules' candidate's extra own time was the host's doing (``cpu.is_contention``: mostly run-queue wait its own
+    extra CPU time does not explain), where its own-time excess is positive and its CPU time known. Asked only where
+    the path's bounding rank starved (``starved``), which would otherwise keep the rules' candidate unchecked.
+    Measured (bench/workloads.py seed 2793 run 20, a healthy FSDP2 job at 4 ranks on 2 CPUs): rank 2 +11 % own time
+    (a Dixon outlier), its CPU time -0.6 ms per step against the others', 11.0 ms more run-queue wait; the path's rank
+    0 bounded 3 of 6 steps by 6.7 ms and waited 9.0 ms more for a CPU: "rank 2 is slow: contention, ... costs 0.6 ms
+    per step (0%)"."""
+    waited = wait_excess(ctx.sched, rank, ctx.own_steps)
+    return (waited is not None and waited.get("cpu_excess_ns") is not None
+            and float(waited.get("own_excess_ns") or 0.0) > 0 and is_contention(waited))
 
 
 def agrees(b: Bound) -> bool:
