@@ -4,6 +4,8 @@ slower CPU, a rank starved of or contending for a CPU, a rank that does not boun
 ``straggler`` (which had grown past 550 lines) with ``verdict_ctx`` and ``stage_verdict``."""
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
 from rankscope.analysis.diagnosis.bound import BAR, Bound, host_bounded, without_what_if
@@ -116,10 +118,8 @@ def contended(ctx: Ctx, b: Bound) -> bool:
     a quarter of the path's cost (``OWN_CPU_SHARE``): a pipeline's heavy stage looks no busier in own time than the
     stages that wait for it inside their Forward / Backward spans, and its share of run-queue wait says nothing;
     a rank busy with extra work of its own waits for a CPU in proportion on a shared host."""
-    waited = wait_excess(ctx.sched, b.rank, ctx.own_steps)
-    if waited is None or waited.get("cpu_excess_ns") is None or float(waited.get("own_excess_ns") or 0.0) <= 0:
-        return False
-    if float(waited["cpu_excess_ns"]) >= OWN_CPU_SHARE * b.cost_ns:
+    waited = _extra_split(ctx, b.rank)
+    if waited is None or float(waited["cpu_excess_ns"]) >= OWN_CPU_SHARE * b.cost_ns:
         return False
     return is_contention(waited) or 0 < len(b.bounded) <= 2 * host_bounded(ctx.results, b, ctx.steps, ctx.excluded)
 
@@ -132,9 +132,16 @@ def waited_for_cpu(ctx: Ctx, rank: int) -> bool:
     (a Dixon outlier), its CPU time -0.6 ms per step against the others', 11.0 ms more run-queue wait; the path's rank
     0 bounded 3 of 6 steps by 6.7 ms and waited 9.0 ms more for a CPU: "rank 2 is slow: contention, ... costs 0.6 ms
     per step (0%)"."""
+    waited = _extra_split(ctx, rank)
+    return waited is not None and is_contention(waited)
+
+
+def _extra_split(ctx: Ctx, rank: int) -> dict[str, Any] | None:
+    """``cpu.wait_excess`` of ``rank`` where there is an own-time excess to split and its CPU time is known."""
     waited = wait_excess(ctx.sched, rank, ctx.own_steps)
-    return (waited is not None and waited.get("cpu_excess_ns") is not None
-            and float(waited.get("own_excess_ns") or 0.0) > 0 and is_contention(waited))
+    if waited is None or waited.get("cpu_excess_ns") is None or float(waited.get("own_excess_ns") or 0.0) <= 0:
+        return None
+    return waited
 
 
 def agrees(b: Bound) -> bool:
