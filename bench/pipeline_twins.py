@@ -64,7 +64,7 @@ def one_pair(sched: str, n: int, i: int, rng: random.Random, args: argparse.Name
     for which in order:
         fam, d = (heavy, runs[which]) if which == "heavy" else (twin, runs[which])
         shutil.rmtree(d, ignore_errors=True)
-        cmd = command(fam, d, n, slow if which == "heavy" else -1, args.amount, seed, 6, False)
+        cmd = command(fam, d, n, slow if which == "heavy" else -1, args.amount, seed, 6, args.cpus == "rotate")
         if which == "twin":  # the twin spreads the same total of layers evenly (workloads.command passes no amount)
             cmd += ["--amount", str(args.amount)]
         secs[which] = job(cmd, d)
@@ -110,6 +110,22 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def reanalyze(src: Path, out: Path, dest: str | None) -> None:
+    """The predictions of a kept run's pairs again (the jobs' own step times stay as measured)."""
+    rows = json.loads(src.read_text())["rows"]
+    for r in rows:
+        base = out / f"{r['schedule']}-{r['stages']}-{r['i']}"
+        r["heavy"], r["twin"] = analyze(Path(f"{base}-heavy")), analyze(Path(f"{base}-twin"))
+        r["predicted_ms"] = r["heavy"].get("cost_ms")
+        print(f"{r['schedule']}@{r['stages']} #{r['i']} slow={r['slow']}: measured {r['measured_ms']:+.1f} ms, "
+              f"predicted {r['predicted_ms']} ms; heavy: model {r['heavy'].get('model_step_ms')} ms, measured "
+              f"{r['heavy_step_ms']:.1f} ms; twin: model {r['twin'].get('model_step_ms')} ms, measured "
+              f"{r['twin_step_ms']:.1f} ms", flush=True)
+    print("\n".join([f"re-analyzed {src} ({len(rows)} pairs)", "", *table(rows)]))
+    if dest:
+        Path(dest).write_text(json.dumps({"command": sys.argv, "reanalyzed": str(src), "rows": rows}, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--schedules", default="gpipe,1f1b")
@@ -121,8 +137,16 @@ def main() -> None:
                     help="the slow stage holds this many times the layers of each other stage (the twin: the same "
                          "total, even); 2 is the workload family's, a larger one lifts the effect above the noise")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--cpus", choices=["rotate", "free"], default="free",
+                    help="rotate: each rank moves to CPU (rank + step) mod n each step, with its gloo threads, so at "
+                         "most n ranks no two ranks share a CPU (bench/workloads.py --cpus); free: the OS places them")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--reanalyze", metavar="JSON", default=None,
+                    help="run no job: analyze again the runs a --keep run left under --out (its results JSON), with "
+                         "this tree's code, and print the table for them")
     args = ap.parse_args()
+    if args.reanalyze:
+        return reanalyze(Path(args.reanalyze), Path(args.out), args.json)
     rng = random.Random(args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -104,15 +104,16 @@ def _rank_rows(parts: list[tuple[int, RankWaits]], st: "Stages") -> pl.DataFrame
             bubble = min(sum(kinds.values()), wall)
             rows.append({"rank": rank, "stage": s, "step": sw.step, "step_ns": wall, "bubble_ns": bubble,
                          "work_ns": wall - bubble, **kinds, "p2p_ns": min(sw.p2p_ns, wall),
-                         "coll_ns": min(sw.coll_ns, wall)})
+                         "coll_ns": min(sw.coll_ns, wall), "optim_ns": min(sw.optim_ns, wall - bubble)})
     schema = {"rank": pl.Int64, "stage": pl.Int64, "step": pl.Int64, "step_ns": pl.Int64, "bubble_ns": pl.Int64,
-              "work_ns": pl.Int64, **{k: pl.Int64 for k in WAITS}, "p2p_ns": pl.Int64, "coll_ns": pl.Int64}
+              "work_ns": pl.Int64, **{k: pl.Int64 for k in WAITS}, "p2p_ns": pl.Int64, "coll_ns": pl.Int64,
+              "optim_ns": pl.Int64}
     return pl.DataFrame(rows, schema=schema, orient="row").sort("step", "stage", "rank")
 
 
 def _stage_steps(ranks: pl.DataFrame, expected: float | None) -> pl.DataFrame:
     """Per stage and step: medians over the stage's ranks; the bubble's share of the step."""
-    cols = ["step_ns", "bubble_ns", "work_ns", "cpu_ns", *WAITS]
+    cols = ["step_ns", "bubble_ns", "work_ns", "cpu_ns", *WAITS, "optim_ns"]
     out = ranks.group_by("stage", "step").agg(pl.col(c).median().round().cast(pl.Int64) for c in cols)
     out = out.with_columns(bubble_share=pl.col("bubble_ns") / pl.col("step_ns"),
                            expected_share=pl.lit(expected, pl.Float64))
@@ -122,7 +123,7 @@ def _stage_steps(ranks: pl.DataFrame, expected: float | None) -> pl.DataFrame:
 
 def _stage_table(per_step: pl.DataFrame, st: "Stages", on_path: dict[int, float]) -> pl.DataFrame:
     """Per stage: medians over steps."""
-    cols = ["step_ns", "bubble_ns", "work_ns", "cpu_ns", *WAITS]
+    cols = ["step_ns", "bubble_ns", "work_ns", "cpu_ns", *WAITS, "optim_ns"]
     t = per_step.group_by("stage").agg(*(pl.col(c).median().round().cast(pl.Int64) for c in cols),
                                        pl.col("bubble_share").median(), pl.col("work_share").median(),
                                        pl.col("expected_share").first())
@@ -147,7 +148,9 @@ def _what_if(per_step: pl.DataFrame, m: int | None, sched: str = "", latency: fl
     """The bottleneck stage and its cost per step: the step with the stages' own work as measured minus
     the step with every stage at the mean. For torch's GPipe and 1F1B, both steps come from replaying
     the schedule's program (``pipeline_replay``: a backward is taken as twice its forward, and each message
-    takes the run's own median latency, ``hop_latency``); otherwise
+    takes the run's own median latency, ``hop_latency``; each stage's optimizer, torch.optim's spans, runs between
+    steps, and the step is the steady state's of steps back to back: a slow last stage's optimizer overlaps the
+    first stage's last backward and next forward); otherwise
     from Σ_s w_s + (m - 1)·max_s w_s, so the cost is (m - 1)·(max_s w_s - mean_s w_s). The replay
     differs where the schedule hides a stage: in 1F1B a fast stage after the slow one waits for nothing.
 
@@ -161,17 +164,20 @@ def _what_if(per_step: pl.DataFrame, m: int | None, sched: str = "", latency: fl
     cpu = per_step["cpu_ns"]
     by_cpu = cpu.null_count() == 0 and as_float(cpu.min(), 0.0) > 0
     col = "cpu_ns" if by_cpu else "work_ns"
+    opt = pl.col("optim_ns").median() if "optim_ns" in per_step.columns else pl.lit(0.0)
     med = per_step.group_by("stage").agg(pl.col(col).median().alias("x"), pl.col("work_ns").median().alias("wall"),
-                                         pl.col("step_ns").median()).sort("stage")
+                                         pl.col("step_ns").median(), opt.fill_null(0.0).alias("opt")).sort("stage")
     scale = float(med["wall"].sum()) / float(med["x"].sum()) if by_cpu and float(med["x"].sum()) > 0 else 1.0
     w = {int(s): scale * float(x) / m for s, x in zip(med["stage"], med["x"])}
+    # the optimizer runs between steps, outside the schedule's microbatches (pipeline_replay.step's tail)
+    tail = {int(s): min(float(o), w[int(s)] * m) for s, o in zip(med["stage"], med["opt"])}
     top = max(w, key=lambda s: (w[s], -s))
     mean = sum(w.values()) / len(w)
     if mean <= 0:
         return {}
     wins = per_step.sort(col, descending=True).group_by("step", maintain_order=True).first()
     step_ms = as_float(per_step.group_by("step").agg(pl.col("step_ns").median())["step_ns"].median(), 0.0) / MS
-    model = _model_steps(w, m, sched, latency)
+    model = _model_steps(w, m, sched, latency, tail)
     cost_ms = (model[0] - model[1]) / MS
     return {"bottleneck_stage": top, "bottleneck_steps": int((wins["stage"] == top).sum()), "of_steps": wins.height,
             "bottleneck_work_share": round(w[top] / sum(w.values()), 4),
@@ -182,17 +188,22 @@ def _what_if(per_step: pl.DataFrame, m: int | None, sched: str = "", latency: fl
             "model_step_ms": round(model[0] / MS, 3), "model": model[2], "hop_latency_ms": round(latency / MS, 3)}
 
 
-def _model_steps(w: dict[int, float], m: int, sched: str, latency: float = 0.0) -> tuple[float, float, str]:
-    """(step as measured, step balanced, how) of the stages' own work per microbatch ``w``."""
+def _model_steps(w: dict[int, float], m: int, sched: str, latency: float = 0.0,
+                 tail: dict[int, float] | None = None) -> tuple[float, float, str]:
+    """(step as measured, step balanced, how) of the stages' own work per microbatch ``w``, of which ``tail``
+    per step (the optimizer) runs between steps, not in the microbatches; balanced, both at their means."""
     from rankscope.analysis.diagnosis.pipeline_replay import step
 
     work = [w[s] for s in sorted(w)]
     mean = sum(work) / len(work)
+    t = [float((tail or {}).get(s, 0.0)) for s in sorted(w)]
+    mb = [x - ts / m for x, ts in zip(work, t)]  # per microbatch, without the tail
+    mb_mean, t_mean = sum(mb) / len(mb), sum(t) / len(t)
     if sched in ("GPipe", "1F1B") and len(w) > 1:
-        as_is = step({"schedule": sched, "fwd": [x / 3 for x in work], "bwd": [2 * x / 3 for x in work],
-                      "latency": latency}, m)
-        even = step({"schedule": sched, "fwd": [mean / 3] * len(work), "bwd": [2 * mean / 3] * len(work),
-                     "latency": latency}, m)
+        as_is = step({"schedule": sched, "fwd": [x / 3 for x in mb], "bwd": [2 * x / 3 for x in mb],
+                      "latency": latency, "tail": t}, m)
+        even = step({"schedule": sched, "fwd": [mb_mean / 3] * len(mb), "bwd": [2 * mb_mean / 3] * len(mb),
+                     "latency": latency, "tail": [t_mean] * len(t)}, m)
         if as_is is not None and even is not None:
             return as_is, even, f"replay of torch's {sched} schedule"
     return sum(work) + (m - 1) * max(work), len(work) * mean + (m - 1) * mean, "Σ w + (m - 1)·max w"
@@ -314,8 +325,9 @@ ANALYSIS = Analysis(
             Col("stage", "stage", "count"), Col("ranks", "ranks"), Col("step_ns", "step time", NS),
             Col("work_ns", "own work", NS), Col("bubble_ns", "waiting (bubble)", NS),
             Col("fwd_wait_ns", "for activations", NS), Col("bwd_wait_ns", "for gradients", NS),
-            Col("send_wait_ns", "for a send to be taken", NS), Col("bubble_share", "bubble share", "share"),
-            Col("work_share", "share of the work", "share"), Col("path_share", "share of the critical path", "share"))),
+            Col("send_wait_ns", "for a send to be taken", NS), Col("optim_ns", "optimizer (between steps)", NS),
+            Col("bubble_share", "bubble share", "share"), Col("work_share", "share of the work", "share"),
+            Col("path_share", "share of the critical path", "share"))),
         TableView("bubbles", "per stage and step", (
             Col("step", "step", "count"), Col("stage", "stage", "count"), Col("step_ns", "step time", NS),
             Col("bubble_ns", "waiting (bubble)", NS), Col("fwd_wait_ns", "for activations", NS),

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 # The schedule's own spans: torch's GPipe "Forward 3" / "Backward 3", the runtime schedules' "PP:1F3",
 # "PP:0B2", "PP:2I0", "PP:2W0" (stage, action, microbatch; torch.distributed.pipelining.schedules).
 SPAN = re.compile(r"^(?:(Forward|Backward) (\d+)|PP:(\d+)(F|B|I|W)(\d+))$")
+# torch.optim's own spans (``Optimizer.step#AdamW.step``, ``Optimizer.zero_grad#AdamW.zero_grad``): work a stage
+# does between two steps' microbatches, outside the schedule's program
+OPTIM = ("Optimizer.step#", "Optimizer.zero_grad#")
 HOST = ("cpu_op", "user_annotation", "python_function")
 
 
@@ -44,6 +47,7 @@ class StepWaits:
     coll_ns: int = 0  # time with another collective (all_reduce, ...: not a send / receive) in flight
     messages: list[tuple[str, int, int]] = field(default_factory=list)  # (op, peer, calls) in issue order
     spans: list[tuple[str, int, int]] = field(default_factory=list)  # (action F|B|I|W, stage or -1, microbatch)
+    optim_ns: int = 0  # the optimizer's step and zero_grad on the training thread (``OPTIM``)
 
 
 @dataclass
@@ -92,9 +96,10 @@ def _p2p_calls(data: "RankData") -> dict[str, np.ndarray]:
             "other_issue": issue_all[~p2p], "other_ret": ret_all[~p2p]}
 
 
-def _thread_events(data: "RankData") -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, str, int, int]]]:
-    """Host events of the training thread (the one holding ProfilerStep#N): ts, end, is-communication, and
-    the schedule's spans (ts, action, stage, microbatch), sorted."""
+def _thread_events(data: "RankData") -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, str, int, int]],
+                                               np.ndarray]:
+    """Host events of the training thread (the one holding ProfilerStep#N): ts, end, is-communication, the
+    schedule's spans (ts, action, stage, microbatch), sorted, and which events are the optimizer's (``OPTIM``)."""
     from rankscope.analysis.classify import dict_test
     from rankscope.model.comm_issue import is_comm_name
 
@@ -111,6 +116,8 @@ def _thread_events(data: "RankData") -> tuple[np.ndarray, np.ndarray, np.ndarray
     uniq = [str(x) for x in c.dictionary.to_pylist()] if hasattr(c, "dictionary") else []
     idx = c.indices.to_numpy(zero_copy_only=False) if hasattr(c, "indices") else np.zeros(0, np.int64)
     comm = np.array([is_comm_name(u) for u in uniq] + [False], bool)[idx] if len(rows) else np.zeros(0, bool)
+    optim = (np.array([u.startswith(OPTIM) for u in uniq] + [False], bool)[idx] if len(rows)
+             else np.zeros(0, bool))
     spans = []
     for i, u in enumerate(uniq):
         m = SPAN.match(u)
@@ -119,7 +126,7 @@ def _thread_events(data: "RankData") -> tuple[np.ndarray, np.ndarray, np.ndarray
         act = ("F" if m.group(1) == "Forward" else "B") if m.group(1) else m.group(4)
         stage, mb = (-1, int(m.group(2))) if m.group(1) else (int(m.group(3)), int(m.group(5)))
         spans += [(int(t), act, stage, mb) for t in ts[idx == i].tolist()]
-    return ts, end, comm, sorted(spans)
+    return ts, end, comm, sorted(spans), optim
 
 
 def blocked(own_ts: np.ndarray, own_end: np.ndarray, issue: np.ndarray, ret: np.ndarray
@@ -178,7 +185,7 @@ def _messages(op: np.ndarray, peer: np.ndarray, issue: np.ndarray, own_ts: np.nd
 
 def _steps(data: "RankData", calls: dict[str, np.ndarray]) -> list[StepWaits]:
     st = data.table("steps")
-    ts, end, comm, spans = _thread_events(data)
+    ts, end, comm, spans, optim = _thread_events(data)
     cand = ~comm
     s, e = blocked(ts[cand], end[cand], calls["issue"], calls["ret"])
     rets = np.sort(calls["ret"])
@@ -190,6 +197,7 @@ def _steps(data: "RankData", calls: dict[str, np.ndarray]) -> list[StepWaits]:
         bounds = [(-1, int(min(calls["issue"].min(), ts.min() if len(ts) else 0)), int(calls["ret"].max()))]
     us, ue = union(calls["issue"], calls["ret"])
     cs, ce = union(calls["other_issue"], calls["other_ret"])
+    os_, oe = union(ts[optim], end[optim])
     out = []
     for step, t0, t1 in bounds:
         sw = StepWaits(int(step), int(t0), int(t1))
@@ -200,6 +208,7 @@ def _steps(data: "RankData", calls: dict[str, np.ndarray]) -> list[StepWaits]:
         sel = (calls["issue"] >= t0) & (calls["issue"] < t1)
         sw.p2p_ns = int(np.clip(np.minimum(ue, t1) - np.maximum(us, t0), 0, None).sum())
         sw.coll_ns = int(np.clip(np.minimum(ce, t1) - np.maximum(cs, t0), 0, None).sum())
+        sw.optim_ns = int(np.clip(np.minimum(oe, t1) - np.maximum(os_, t0), 0, None).sum())
         sw.messages = _messages(calls["op"][sel], calls["peer"][sel], calls["issue"][sel], own_ts, own_end)
         sw.spans = [(a, stg, mb) for t, a, stg, mb in spans if t0 <= t < t1]
         out.append(sw)
