@@ -50,3 +50,72 @@ def test_small_messages_and_memory():
     m = memory_rule(peaks, {0: 100, 1: 100})
     assert m is not None and m.ranks == (0,)
     assert memory_rule(peaks, {}) is None
+
+
+def _steps(per_rank: dict[int, list[float]], wall: float = 45.0) -> pl.DataFrame:
+    rows = [{"rank": r, "step": i, "wall": wall, "computing": c, "communication": 8.0, "overlapped": 7.0,
+             "comm_exposed": 1.0, "data_wait": 0.0, "free": wall - c - 1.0, "complete": True}
+            for r, comps in per_rank.items() for i, c in enumerate(comps)]
+    return pl.DataFrame(rows)
+
+
+def test_a_compute_imbalance_must_hold_by_the_mean_too():
+    """bench/workloads.py seed 2791 run 63 (a healthy 4-rank LM on 2 CPUs), shaped: rank 1's median step computes
+    1.2x the others' while its mean is the others'. A run-queue burst in a few steps of the others swings their
+    medians; the rule said "Balance the work"."""
+    swing = _steps({0: [22.0] * 5 + [32.0] * 3, 1: [27.0] * 8, 2: [22.0] * 5 + [32.0] * 3, 3: [22.0] * 5 + [32.0] * 3})
+    assert "advice.dp_imbalance" not in {f.kind for f in breakdown_rules(swing)}
+    steady = _steps({0: [22.0] * 8, 1: [27.0] * 8, 2: [22.0] * 8, 3: [22.0] * 8})
+    f = {f.kind: f for f in breakdown_rules(steady)}["advice.dp_imbalance"]
+    assert f.ranks == (1,) and f.evidence["ratio"] == f.evidence["mean_ratio"] == round(27 / 22, 3)
+
+
+def test_a_compute_imbalance_below_two_percent_of_the_step_is_not_advice():
+    """Seed 2791 run 38 (a healthy decode job): 2.2 ms of compute in a 203 ms step, one rank 1.17x: 0.3 ms."""
+    tiny = _steps({0: [2.5] * 8, 1: [2.15] * 8, 2: [2.2] * 8, 3: [2.1] * 8}, wall=203.0)
+    assert "advice.dp_imbalance" not in {f.kind for f in breakdown_rules(tiny)}
+    assert "advice.dp_imbalance" in {f.kind for f in breakdown_rules(_steps({0: [25.0] * 8, 1: [21.5] * 8,
+                                                                            2: [22.0] * 8, 3: [21.0] * 8}))}
+
+
+def test_a_compute_imbalance_that_was_waiting_for_a_cpu_is_information():
+    """bench/workloads.py seed 2791 run 15: a healthy 4-rank LM on 2 CPUs, no straggler, and "rank 1 computes 1.30x
+    the other ranks' median per step. Balance the work". Its training thread's CPU time per step was the others'
+    (+0.04 ms by the mean); its extra compute time (+4.8 ms) was run-queue wait (+4.4 ms). Per step and rank 0-3,
+    ms, from its trace and rankscope.profile's /proc/thread-self/schedstat samples. The same compute with the CPU
+    time rank 1 would need for it (its wait at the others') stays a warning."""
+    from rankscope.analysis.base import Severity
+    from rankscope.analysis.diagnosis.advice import host_waited
+
+    comp = {2: (33.2, 32.6, 23.3, 21.0), 3: (19.1, 16.9, 15.8, 18.3), 4: (45.8, 35.3, 36.6, 25.1),
+            5: (22.5, 36.0, 34.1, 26.3), 6: (23.4, 35.5, 34.5, 25.4), 7: (16.0, 37.5, 16.1, 18.8),
+            8: (36.5, 23.2, 30.3, 25.4), 9: (31.3, 34.6, 22.8, 24.7)}
+    cpu = {2: (18.9, 17.5, 15.7, 16.7), 3: (18.1, 18.4, 16.9, 18.0), 4: (22.3, 17.5, 23.1, 18.6),
+           5: (15.8, 19.2, 17.0, 20.1), 6: (14.5, 17.5, 19.6, 18.9), 7: (16.5, 16.3, 15.0, 18.7),
+           8: (19.1, 18.7, 15.0, 16.4), 9: (17.0, 17.4, 16.9, 16.7)}
+    runq = {2: (18.5, 17.3, 10.2, 6.5), 3: (2.8, 19.1, 0.7, 2.2), 4: (30.0, 23.8, 17.8, 8.3),
+            5: (8.5, 18.7, 19.0, 8.4), 6: (20.1, 22.7, 26.7, 10.2), 7: (1.1, 23.1, 18.5, 6.6),
+            8: (19.1, 7.7, 18.2, 10.7), 9: (16.1, 19.0, 15.5, 21.7)}
+    ms = 1e6
+
+    def frames(cpu1: float, runq1: float | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+        bd = pl.DataFrame([{"rank": r, "step": s, "wall": 50 * ms, "computing": comp[s][r] * ms, "communication": 0.0,
+                            "overlapped": 0.0, "comm_exposed": 0.0, "data_wait": 0.0, "free": 0.0, "complete": True,
+                            "source": "host"} for s in comp for r in range(4)])
+        sched = pl.DataFrame([{"rank": r, "step": s, "cpu_ns": int((cpu[s][r] + (cpu1 if r == 1 else 0)) * ms),
+                               "runq_wait_ns": int((runq[s][r] if r != 1 or runq1 is None else runq1) * ms)}
+                              for s in comp for r in range(4)])
+        return bd, sched
+
+    bd, sched = frames(0.0, None)
+    f = {f.kind: f for f in breakdown_rules(bd)}["advice.dp_imbalance"]
+    assert f.ranks == (1,) and f.severity == Severity.WARNING
+    got = host_waited(sched, bd, f)
+    assert got.severity == Severity.INFO and got.evidence["host_contended"] is True
+    assert got.evidence["compute_wait"]["share_of_excess"] > 0.5
+    # the extra compute on its own CPU time: 4.8 ms more CPU per step, its wait the others' median
+    bd, sched = frames(4.8, 17.8)
+    assert host_waited(sched, bd, f) == f
+    # compute read from a device's kernels: the host thread's run queue says nothing of it
+    bd, sched = frames(0.0, None)
+    assert host_waited(sched, bd.with_columns(source=pl.lit("device")), f) == f

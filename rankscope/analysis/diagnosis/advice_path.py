@@ -103,27 +103,33 @@ def _no_cost(results: dict[str, Result], st: Result, found: list[Finding]) -> li
     cp = results.get("critical_path")
     host = st.summary.get("host_contended_rank")
     if host is not None:
-        return [_host_wait(f) if f.kind == "advice.dp_imbalance" and f.ranks == (host,) else f for f in found]
+        return [host_wait(f) if f.kind == "advice.dp_imbalance" and f.ranks == (host,) else f for f in found]
     if cp is None or cp.skipped or st.summary.get("bounding") is not None:
         return found
     out = []
     for f in found:
-        if f.kind == "advice.dp_imbalance":
+        if f.kind == "advice.dp_imbalance" and not f.evidence.get("host_contended"):
             f = replace(f, severity=Severity.INFO, title=f.title + " On the critical path it costs no time: no rank "
                                                                    "bounds the steps.")
         out.append(f)
     return out
 
 
-def _host_wait(f: Finding) -> Finding:
-    """The compute-imbalance rule on a rank whose extra time the straggler verdict read as host contention."""
+def host_wait(f: Finding, waited: dict[str, Any] | None = None) -> Finding:
+    """The compute-imbalance rule on a rank whose extra time was waiting for a CPU: the straggler verdict read its
+    extra time on the path as host contention (``waited`` None), or its own extra compute was mostly run-queue wait
+    (``waited``: ``cpu.compute_wait``)."""
+    if f.evidence.get("host_contended"):
+        return f
     r, ratio = f.ranks[0], float(f.evidence.get("ratio") or 0.0)
+    src = ("straggler (critical path across ranks and the training thread's run-queue wait)" if waited is None else
+           "the training thread's run-queue wait and CPU time per step (/proc/thread-self/schedstat)")
     return replace(f, severity=Severity.INFO,
                    title=f"compute differs across ranks: rank {r} computes {ratio:.2f}x the other ranks' median per "
                          "step, but that extra time was waiting for a CPU (host contention), not more work: nothing "
                          "to balance.",
-                   evidence={**f.evidence, "host_contended": True, "source": "straggler (critical path across ranks "
-                             "and the training thread's run-queue wait)"})
+                   evidence={**f.evidence, "host_contended": True, "source": src,
+                             **({"compute_wait": waited} if waited is not None else {})})
 
 
 def _ranks(ranks: tuple[int, ...]) -> str:

@@ -121,3 +121,15 @@ def wait_share(sched: pl.DataFrame, bd: pl.DataFrame) -> pl.DataFrame:
     return (q.group_by("rank").agg(runq_wait_ns=pl.col("runq_wait_ns").median().cast(pl.Float64))
             .join(walls, on="rank").with_columns(share=pl.col("runq_wait_ns") / pl.col("wall"))
             .select("rank", "runq_wait_ns", "share").sort("rank"))
+
+
+def compute_wait(sched: pl.DataFrame, bd: pl.DataFrame, rank: int) -> dict[str, Any] | None:
+    """``wait_excess`` of ``rank``'s compute time (the breakdown's ``computing``) instead of its own time: how much
+    of its extra compute per step was its training thread waiting for a CPU. Only where compute is read from the
+    host thread (``source`` "host"): a device's kernels do not slow down while the thread that launched them waits
+    for a CPU. None without scheduler samples (``wait_excess``) or host-side compute."""
+    done = bd.filter(pl.col("complete")) if bd.filter(pl.col("complete")).height else bd
+    host = done.filter(pl.col("source") == "host") if "source" in done.columns else done.clear()
+    if host.filter(pl.col("rank") == rank).height == 0:
+        return None
+    return wait_excess(sched, rank, host.select("rank", "step", own=pl.col("computing")))
