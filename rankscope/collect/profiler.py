@@ -320,7 +320,8 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         if sched:
             # per captured step of this thread: CPU time and time runnable but waiting for a CPU
             extra["sched"] = {"source": self._sched.source, "step": [s[0] for s in sched],
-                              "cpu_ns": [s[1] for s in sched], "runq_wait_ns": [s[2] for s in sched]}
+                              "cpu_ns": [s[1] for s in sched], "runq_wait_ns": [s[2] for s in sched],
+                              "intra_op_threads": _intra_op_threads()}
         trig = [p.id for p in self._plans if steps and p.action(steps[-1]) == "save"]
         if trig:
             extra["trigger"] = trig[0]
@@ -482,3 +483,14 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         if self._prof is None:
             raise RuntimeError("rankscope.profile: no profiler on this rank (not started, or ranks= excludes it)")
         return self._prof
+
+
+def _intra_op_threads() -> int | None:
+    """torch's intra-op threads (``torch.get_num_threads``): with one, an operator on the CPU runs on the thread
+    that called it, so that thread's CPU time is the operators' work."""
+    try:
+        import torch
+
+        return int(torch.get_num_threads())
+    except Exception:  # noqa: BLE001 - a field for the analysis; never the job's problem
+        return None

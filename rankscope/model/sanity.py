@@ -198,7 +198,7 @@ WINDOW = Obj({
     "index": Int(0, I64), "steps": ListOf(STEP), "file": str, "collectives_file": str, "closed_by": str,
     "start_wall_ns": WALL_NS, "end_wall_ns": WALL_NS,
     "sched": Obj({"source": str, "step": ListOf(STEP, whole=True), "cpu_ns": ListOf(Opt(NS), whole=True),
-                  "runq_wait_ns": ListOf(Opt(NS), whole=True)}),
+                  "runq_wait_ns": ListOf(Opt(NS), whole=True), "intra_op_threads": Int(1, 1 << 20)}),
 })
 # ``rank`` is left to discovery (it picks the rank and says so); docs/contract.md lists the rest.
 META = Obj({

@@ -71,6 +71,7 @@ def test_demo_records_cpu_time_and_wait_per_captured_step(healthy):
         assert all(c > 0 for c in sched["cpu_ns"])  # each step ran operators on this thread
         if sched["source"] == "schedstat":
             assert all(w >= 0 for w in sched["runq_wait_ns"])
+        assert sched["intra_op_threads"] == 1  # the demo sets torch.set_num_threads(1)
 
 
 def test_demo_breakdown_sums_to_step_time(healthy):

@@ -119,3 +119,53 @@ def test_a_compute_imbalance_that_was_waiting_for_a_cpu_is_information():
     # compute read from a device's kernels: the host thread's run queue says nothing of it
     bd, sched = frames(0.0, None)
     assert host_waited(sched, bd.with_columns(source=pl.lit("device")), f) == f
+
+
+def test_with_one_intra_op_thread_extra_compute_without_cpu_time_is_not_work():
+    """bench/workloads.py seed 2791 run 69 (a healthy 4-rank LM on 2 CPUs): "rank 1 computes 1.14x the other ranks'
+    median per step. Balance the work". Its extra compute (+5.6 ms per step by the mean) was +0.7 ms of CPU time,
+    +0.8 ms of run-queue wait and +4.1 ms blocked: not contention (the run-queue share is small), and not work when
+    torch runs one intra-op thread (an operator's work is then its calling thread's CPU time). With more threads,
+    or where the count is unknown (traces from before the field), the warning stays."""
+    from rankscope.analysis.base import Severity
+    from rankscope.analysis.diagnosis.advice import host_waited
+
+    comp = {2: (31.6, 27.9, 28.9, 27.7), 3: (18.0, 32.5, 24.5, 18.7), 4: (23.4, 41.2, 35.7, 33.7),
+            5: (29.0, 31.5, 29.1, 14.6), 6: (22.2, 32.1, 22.2, 17.8), 7: (22.0, 30.8, 25.4, 34.2),
+            8: (18.4, 20.1, 33.8, 29.8), 9: (25.5, 33.0, 31.3, 28.1)}
+    cpu = {2: (17.2, 19.7, 18.9, 14.8), 3: (16.3, 18.0, 16.1, 17.8), 4: (17.4, 17.6, 19.0, 17.4),
+           5: (17.0, 16.9, 15.0, 16.1), 6: (17.2, 15.5, 19.1, 19.5), 7: (17.6, 19.7, 16.9, 19.7),
+           8: (16.0, 15.9, 18.5, 15.1), 9: (18.8, 19.7, 15.8, 16.8)}
+    runq = {2: (27.4, 15.7, 11.9, 32.6), 3: (19.4, 17.7, 10.4, 5.8), 4: (10.7, 25.2, 20.9, 47.1),
+            5: (17.9, 18.1, 25.0, 14.9), 6: (11.7, 18.3, 9.7, 0.2), 7: (8.3, 12.8, 10.4, 16.4),
+            8: (4.1, 8.4, 17.1, 24.7), 9: (18.5, 14.9, 19.5, 13.2)}
+    ms = 1e6
+    bd = pl.DataFrame([{"rank": r, "step": s, "wall": 50 * ms, "computing": comp[s][r] * ms, "communication": 0.0,
+                        "overlapped": 0.0, "comm_exposed": 0.0, "data_wait": 0.0, "free": 0.0, "complete": True,
+                        "source": "host"} for s in comp for r in range(4)])
+    sched = pl.DataFrame([{"rank": r, "step": s, "cpu_ns": int(cpu[s][r] * ms), "runq_wait_ns": int(runq[s][r] * ms)}
+                          for s in comp for r in range(4)])
+    f = {f.kind: f for f in breakdown_rules(bd)}["advice.dp_imbalance"]
+    assert f.ranks == (1,) and f.severity == Severity.WARNING
+    assert host_waited(sched, bd, f) == f  # the thread count unknown
+    got = host_waited(sched, bd, f, one_thread=True)
+    assert got.severity == Severity.INFO and got.evidence["not_work"] is True
+    w = got.evidence["compute_wait"]
+    assert w["cpu_excess_ns"] < 0.25 * w["own_excess_ns"] and w["share_of_excess"] < 0.5  # not contention
+    # the same compute with its CPU time: 4.8 ms more per step is work, one thread or not
+    more = sched.with_columns(cpu_ns=pl.when(pl.col("rank") == 1).then(pl.col("cpu_ns") + int(4.8 * ms))
+                              .otherwise(pl.col("cpu_ns")))
+    assert host_waited(more, bd, f, one_thread=True) == f
+
+
+def test_one_intra_op_thread_only_where_every_window_says_so():
+    from types import SimpleNamespace
+
+    from rankscope.analysis.diagnosis.cpu import one_intra_op_thread
+
+    def run(*threads):
+        return SimpleNamespace(ranks={r: SimpleNamespace(meta={"windows": [{"sched": {"intra_op_threads": t}}]})
+                                      for r, t in enumerate(threads)})
+    assert one_intra_op_thread(run(1, 1))
+    assert not one_intra_op_thread(run(1, 4)) and not one_intra_op_thread(run(1, None))
+    assert not one_intra_op_thread(SimpleNamespace(ranks={0: SimpleNamespace(meta={})}))

@@ -38,6 +38,14 @@ def sched_frame(run: Run) -> pl.DataFrame:
     return frame.unique(["rank", "step"], keep="last")
 
 
+def one_intra_op_thread(run: Run) -> bool:
+    """Every rank's every window with scheduler samples says torch ran one intra-op thread (``intra_op_threads``,
+    written by ``rankscope.profile`` since 2026-11-29); False where any says more, or none says."""
+    seen = [s.get("intra_op_threads") for info in run.ranks.values() for w in info.meta.get("windows") or []
+            if isinstance(w, dict) and isinstance(s := w.get("sched"), dict)]
+    return bool(seen) and all(t == 1 for t in seen)
+
+
 def _mean_excess(j: pl.DataFrame, rank: int, col: str) -> tuple[float, float, float, int] | None:
     """Mean per step of ``col`` on ``rank`` minus the median of the other ranks' means: (excess,
     rank's mean, others' median mean, steps of ``rank``). Means, not medians: own time is the sum
