@@ -78,6 +78,23 @@ def test_a_compute_imbalance_below_two_percent_of_the_step_is_not_advice():
                                                                             2: [22.0] * 8, 3: [21.0] * 8}))}
 
 
+MS = 1e6
+Table = dict[int, tuple[float, ...]]
+
+
+def _measured(comp: Table, cpu: Table, runq: Table, cpu1: float = 0.0, runq1: float | None = None
+              ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A run's breakdown (compute read on the host thread) and scheduler samples from its per-step numbers (ms,
+    ranks 0-3 per step); ``cpu1`` added to rank 1's CPU time, ``runq1`` its run-queue wait in every step."""
+    bd = pl.DataFrame([{"rank": r, "step": s, "wall": 50 * MS, "computing": comp[s][r] * MS, "communication": 0.0,
+                        "overlapped": 0.0, "comm_exposed": 0.0, "data_wait": 0.0, "free": 0.0, "complete": True,
+                        "source": "host"} for s in comp for r in range(4)])
+    sched = pl.DataFrame([{"rank": r, "step": s, "cpu_ns": int((cpu[s][r] + (cpu1 if r == 1 else 0)) * MS),
+                           "runq_wait_ns": int((runq[s][r] if r != 1 or runq1 is None else runq1) * MS)}
+                          for s in comp for r in range(4)])
+    return bd, sched
+
+
 def test_a_compute_imbalance_that_was_waiting_for_a_cpu_is_information():
     """bench/workloads.py seed 2791 run 15: a healthy 4-rank LM on 2 CPUs, no straggler, and "rank 1 computes 1.30x
     the other ranks' median per step. Balance the work". Its training thread's CPU time per step was the others'
@@ -96,28 +113,17 @@ def test_a_compute_imbalance_that_was_waiting_for_a_cpu_is_information():
     runq = {2: (18.5, 17.3, 10.2, 6.5), 3: (2.8, 19.1, 0.7, 2.2), 4: (30.0, 23.8, 17.8, 8.3),
             5: (8.5, 18.7, 19.0, 8.4), 6: (20.1, 22.7, 26.7, 10.2), 7: (1.1, 23.1, 18.5, 6.6),
             8: (19.1, 7.7, 18.2, 10.7), 9: (16.1, 19.0, 15.5, 21.7)}
-    ms = 1e6
-
-    def frames(cpu1: float, runq1: float | None) -> tuple[pl.DataFrame, pl.DataFrame]:
-        bd = pl.DataFrame([{"rank": r, "step": s, "wall": 50 * ms, "computing": comp[s][r] * ms, "communication": 0.0,
-                            "overlapped": 0.0, "comm_exposed": 0.0, "data_wait": 0.0, "free": 0.0, "complete": True,
-                            "source": "host"} for s in comp for r in range(4)])
-        sched = pl.DataFrame([{"rank": r, "step": s, "cpu_ns": int((cpu[s][r] + (cpu1 if r == 1 else 0)) * ms),
-                               "runq_wait_ns": int((runq[s][r] if r != 1 or runq1 is None else runq1) * ms)}
-                              for s in comp for r in range(4)])
-        return bd, sched
-
-    bd, sched = frames(0.0, None)
+    bd, sched = _measured(comp, cpu, runq)
     f = {f.kind: f for f in breakdown_rules(bd)}["advice.dp_imbalance"]
     assert f.ranks == (1,) and f.severity == Severity.WARNING
     got = host_waited(sched, bd, f)
     assert got.severity == Severity.INFO and got.evidence["host_contended"] is True
     assert got.evidence["compute_wait"]["share_of_excess"] > 0.5
     # the extra compute on its own CPU time: 4.8 ms more CPU per step, its wait the others' median
-    bd, sched = frames(4.8, 17.8)
+    bd, sched = _measured(comp, cpu, runq, 4.8, 17.8)
     assert host_waited(sched, bd, f) == f
     # compute read from a device's kernels: the host thread's run queue says nothing of it
-    bd, sched = frames(0.0, None)
+    bd, sched = _measured(comp, cpu, runq)
     assert host_waited(sched, bd.with_columns(source=pl.lit("device")), f) == f
 
 
@@ -139,12 +145,7 @@ def test_with_one_intra_op_thread_extra_compute_without_cpu_time_is_not_work():
     runq = {2: (27.4, 15.7, 11.9, 32.6), 3: (19.4, 17.7, 10.4, 5.8), 4: (10.7, 25.2, 20.9, 47.1),
             5: (17.9, 18.1, 25.0, 14.9), 6: (11.7, 18.3, 9.7, 0.2), 7: (8.3, 12.8, 10.4, 16.4),
             8: (4.1, 8.4, 17.1, 24.7), 9: (18.5, 14.9, 19.5, 13.2)}
-    ms = 1e6
-    bd = pl.DataFrame([{"rank": r, "step": s, "wall": 50 * ms, "computing": comp[s][r] * ms, "communication": 0.0,
-                        "overlapped": 0.0, "comm_exposed": 0.0, "data_wait": 0.0, "free": 0.0, "complete": True,
-                        "source": "host"} for s in comp for r in range(4)])
-    sched = pl.DataFrame([{"rank": r, "step": s, "cpu_ns": int(cpu[s][r] * ms), "runq_wait_ns": int(runq[s][r] * ms)}
-                          for s in comp for r in range(4)])
+    bd, sched = _measured(comp, cpu, runq)
     f = {f.kind: f for f in breakdown_rules(bd)}["advice.dp_imbalance"]
     assert f.ranks == (1,) and f.severity == Severity.WARNING
     assert host_waited(sched, bd, f) == f  # the thread count unknown
@@ -153,8 +154,7 @@ def test_with_one_intra_op_thread_extra_compute_without_cpu_time_is_not_work():
     w = got.evidence["compute_wait"]
     assert w["cpu_excess_ns"] < 0.25 * w["own_excess_ns"] and w["share_of_excess"] < 0.5  # not contention
     # the same compute with its CPU time: 4.8 ms more per step is work, one thread or not
-    more = sched.with_columns(cpu_ns=pl.when(pl.col("rank") == 1).then(pl.col("cpu_ns") + int(4.8 * ms))
-                              .otherwise(pl.col("cpu_ns")))
+    bd, more = _measured(comp, cpu, runq, 4.8)
     assert host_waited(more, bd, f, one_thread=True) == f
 
 
