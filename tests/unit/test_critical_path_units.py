@@ -202,3 +202,22 @@ def test_banded_anchor_matrix_equals_the_full_one_within_its_band(monkeypatch):
                 assert banded[r, c] == full[r, c], (r, c)
             else:
                 assert banded[r, c] in (full[r, c], local.NEG)
+
+
+def test_a_rank_whose_what_if_saves_nothing_bounds_the_step_by_nothing():
+    """bench/workloads.py seed 2821 run 14 (GPipe, 4 stages): rank 1 bounded 1 of 6 steps, and its median what-if
+    saving over the steps was -4.0 ms (its calls ran faster than rank 2's, the only other rank with the same calls).
+    The summary said it bounds the step by -4.0 ms, with a step "if median" longer than the step."""
+    import polars as pl
+
+    from rankscope.analysis.deps.report import _run_bounding
+
+    per_step = [{"bounding_rank": 1 if i == 0 else 0, "cost_ms": 1.0, "step_ms": 146.0, "step": i, "chain": [],
+                 "description": f"step {i}"} for i in range(6)]
+    per_step[1]["bounding_rank"] = 1
+    wi = pl.DataFrame({"rank": [1] * 6 + [0] * 6, "saving_ns": [-4e6] * 6 + [2e6] * 6})
+    b = _run_bounding(per_step, wi)
+    assert b is not None and b["rank"] == 0 and b["cost_ms"] == 2.0  # the rank that bounds most steps
+    per_step = [{**s, "bounding_rank": 1} for s in per_step]
+    b = _run_bounding(per_step, wi)
+    assert b is not None and b["rank"] == 1 and b["cost_ms"] == 0.0 and b["step_ms_if_median"] == b["step_ms"]
