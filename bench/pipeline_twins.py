@@ -37,14 +37,21 @@ def step_ms(run: Path) -> float:
     return float(statistics.median(truth["summary"]["median_ms"]["step_ms"].values()))
 
 
-def analyze(run: Path) -> dict[str, Any]:
+def analyses(run: Path) -> dict[str, Any] | str:
+    """``rankscope analyze RUN --json``'s analyses, with this tree's code; its stderr's tail where it failed."""
     cli = Path(sys.executable).with_name("rankscope")  # a machine without the console script runs the module
     head = [str(cli)] if cli.exists() else [sys.executable, "-c", "import sys; from rankscope.cli import main; sys.exit(main())"]
     proc = subprocess.run([*head, "analyze", str(run), "--json", "--jobs", "2"], capture_output=True, text=True,
                           timeout=900, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
     if proc.returncode != 0:
-        return {"error": proc.stderr.strip()[-300:]}
-    an = json.loads(proc.stdout)["analyses"]
+        return proc.stderr.strip()[-300:]
+    return dict(json.loads(proc.stdout)["analyses"])
+
+
+def analyze(run: Path) -> dict[str, Any]:
+    an = analyses(run)
+    if isinstance(an, str):
+        return {"error": an}
     pipe = an.get("pipeline", {})
     s = pipe.get("summary") or {}
     keep = ("stages", "stages_from", "schedule", "schedule_from", "microbatches", "bottleneck_stage", "cost_ms",

@@ -25,7 +25,6 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from pipeline_twins import step_ms  # noqa: E402  (the job's own step time)
+from pipeline_twins import analyses, step_ms  # noqa: E402  (the same analyze call, the job's own step time)
 from workloads import FAMILIES, command, job  # noqa: E402  (bench/workloads.py: the same jobs)
 
 TWINS = {"lm-imbalance": "lm-healthy", "decode-slow": "decode-healthy", "fsdp-data": "fsdp-healthy",
@@ -42,15 +41,9 @@ TWINS = {"lm-imbalance": "lm-healthy", "decode-slow": "decode-healthy", "fsdp-da
 
 
 def analyze(run: Path, slow: int) -> dict[str, Any]:
-    cli = Path(sys.executable).with_name("rankscope")
-    head = [str(cli)] if cli.exists() else [sys.executable, "-c",
-                                            "import sys; from rankscope.cli import main; sys.exit(main())"]
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    proc = subprocess.run([*head, "analyze", str(run), "--json", "--jobs", "2"], capture_output=True, text=True,
-                          timeout=900, env={**os.environ, "PYTHONPATH": path})
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip()[-300:]}
-    an = json.loads(proc.stdout)["analyses"]
+    an = analyses(run)
+    if isinstance(an, str):
+        return {"error": an}
     wi = {int(w["rank"]): w for w in (an.get("critical_path", {}).get("summary") or {}).get("what_if") or []}
     mine = wi.get(slow) or {}
     st = an.get("straggler", {})

@@ -14,6 +14,7 @@ import polars as pl
 
 from rankscope.analysis.base import Analysis, Finding, Result, Severity
 from rankscope.analysis.view import View
+from rankscope.analysis.diagnosis.rules import complete_steps
 from rankscope.analysis.stats import as_float
 from rankscope.intlist import format_int_list
 from rankscope.model.run import Run
@@ -31,7 +32,7 @@ RULES: dict[str, dict[str, float]] = {
 
 
 def _medians(bd: pl.DataFrame) -> pl.DataFrame:
-    done = bd.filter(pl.col("complete")) if bd.filter(pl.col("complete")).height else bd
+    done = complete_steps(bd)
     cols = ["wall", "computing", "communication", "overlapped", "comm_exposed", "data_wait", "free"]
     return done.group_by("rank").agg(pl.col(c).median() for c in cols).sort("rank")
 
@@ -95,7 +96,7 @@ def _imbalance(bd: pl.DataFrame, m: pl.DataFrame) -> Finding | None:
     # against the *other* ranks: on 2 ranks a median that includes the rank itself halves the gap
     med = as_float(comp.filter(m["rank"] != r).median(), 0.0)
     ratio = as_float(comp.max()) / med if med > 0 else 0.0
-    done = bd.filter(pl.col("complete")) if bd.filter(pl.col("complete")).height else bd
+    done = complete_steps(bd)
     means = done.group_by("rank").agg(pl.col("computing").mean())
     mine, others = means.filter(pl.col("rank") == r)["computing"], means.filter(pl.col("rank") != r)["computing"]
     ref = as_float(others.median(), 0.0)

@@ -11,6 +11,7 @@ from typing import Any
 
 import polars as pl
 
+from rankscope.analysis.diagnosis.rules import complete_steps
 from rankscope.analysis.stats import as_float
 from rankscope.model.run import Run
 
@@ -136,7 +137,7 @@ def compute_wait(sched: pl.DataFrame, bd: pl.DataFrame, rank: int) -> dict[str, 
     of its extra compute per step was its training thread waiting for a CPU. Only where compute is read from the
     host thread (``source`` "host"): a device's kernels do not slow down while the thread that launched them waits
     for a CPU. None without scheduler samples (``wait_excess``) or host-side compute."""
-    done = bd.filter(pl.col("complete")) if bd.filter(pl.col("complete")).height else bd
+    done = complete_steps(bd)
     host = done.filter(pl.col("source") == "host") if "source" in done.columns else done.clear()
     if host.filter(pl.col("rank") == rank).height == 0:
         return None
