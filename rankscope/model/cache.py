@@ -13,7 +13,7 @@ from typing import Any
 
 from rankscope.model.info import RankInfo
 
-CACHE_VERSION = "8"  # 8: whole members of groups over 30 ranks, tids true / 1.0, problem records (issue 23). 7: events bytes / bandwidth / counters (issue 26). 6: collectives peer / issue time / all_to_all splits, is_comm of functional and FSDP spans (issue 25). 5: Ascend summary tables (issue 13). 4: RankInfo.damage, bounded fields (issue 11): older entries are re-read
+CACHE_VERSION = "9"  # 9: the peers of sends / receives through a pipeline group the trace does not name (issue 25). 8: whole members of groups over 30 ranks, tids true / 1.0, problem records (issue 23). 7: events bytes / bandwidth / counters (issue 26). 6: collectives peer / issue time / all_to_all splits, is_comm of functional and FSDP spans (issue 25). 5: Ascend summary tables (issue 13). 4: RankInfo.damage, bounded fields (issue 11): older entries are re-read
 TABLE_NAMES = ("events", "collectives", "memory", "steps", "comm_ops", "comm_links", "step_times")
 ROW_GROUP = 1 << 17  # rows per Parquet row group: bounds the writer's buffers on very large ranks
 

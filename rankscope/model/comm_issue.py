@@ -233,3 +233,38 @@ def global_peer(local: int | None, pg_ranks: str) -> int:
 
 def as_text(xs: list[int]) -> str:
     return ",".join(map(str, xs))
+
+
+# A group's description that names a pipeline: DeviceMesh's "mesh_pp", Megatron's "PIPELINE_MODEL_PARALLEL_GROUP".
+_PIPE_DESC = re.compile(r"(^|[^a-z])(pp|pipe\w*)([^a-z]|$)")
+
+
+def p2p_group(cfg: list[dict[str, Any]], layout: Any, rank: int | None) -> list[int] | None:
+    """The members of the group this rank's sends and receives go through, where the trace does not say (gloo
+    without the recorder names only the peer's rank in the group). Among this rank's proper sub-groups
+    (``cfg``: pg_config), the one whose description names a pipeline (``pp``, ``pipeline``) when exactly one does;
+    else the layout's pipeline group, when ``cfg`` lists it: with ``layout["pp"]`` = P over a world of W ranks, pp
+    outermost (torch's DeviceMesh ("pp", "dp"), Megatron), stage s holds ranks s * W / P .. (s + 1) * W / P - 1,
+    and rank r's pipeline is {s * W / P + r mod W / P}. None: the world, or unknown."""
+    if rank is None or not cfg:
+        return None
+    world = max(len(g["ranks"]) for g in cfg)
+    mine = [g for g in cfg if rank in g["ranks"] and 1 < len(g["ranks"]) < world]
+    named = [g for g in mine if _PIPE_DESC.search(str(g.get("pg_desc") or g.get("desc") or "").lower())]
+    if len(named) == 1:
+        return list(named[0]["ranks"])
+    try:
+        pp = int((layout or {}).get("pp") or 0)
+    except (TypeError, ValueError, AttributeError):
+        return None
+    if pp < 2 or world % pp or world == pp:
+        return None
+    per = world // pp
+    want = [s * per + rank % per for s in range(pp)]
+    return want if any(sorted(g["ranks"]) == want for g in mine) else None
+
+
+def list_groups(groups: list[list[int]], limit: int = 4) -> str:
+    """"[0, 1, 2, 3], [0, 2], [0, 1]" (the first ``limit``)."""
+    shown = "; ".join(str(g if len(g) <= 8 else g[:8] + ["..."]) for g in groups[:limit])
+    return shown + (f"; {len(groups) - limit} more" if len(groups) > limit else "")

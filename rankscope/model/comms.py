@@ -290,9 +290,10 @@ def _device_spans(events: pa.Table, ts: np.ndarray, end: np.ndarray) -> tuple[np
 
 
 def collectives(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace,
-                problems: list[str] | None = None) -> pa.Table:
+                problems: list[str] | None = None, layout: Any = None) -> pa.Table:
     """The ``collectives`` table of one rank; ``xs``: event row -> args of the communication events. Calls whose
-    group the trace lists only in part (and names nowhere else) are said in ``problems``, counted."""
+    group the trace lists only in part (and names nowhere else) are said in ``problems``, counted. ``layout``:
+    meta.json's, for the group of the sends and receives (``comm_issue.p2p_group``)."""
     if events.num_rows == 0:
         return schema.empty("collectives")
     cand = pc.fill_null(events.column("is_comm"), False)
@@ -322,7 +323,15 @@ def collectives(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace,
             table, matched = comm_seq.assign(table, doc)
             known |= matched
     groups = _my_groups(raw)
-    return _unknown_groups(_global_peers(_even_splits(table), known, groups), known, groups).sort_by("ts")
+    pipe = comm_issue.p2p_group(_pg_config(raw), layout, _my_rank(raw))
+    table, lost = _global_peers(_even_splits(table), known, groups, pipe)
+    if lost and problems is not None:
+        problems.append(Problem(
+            f"{lost} sends / receives name their peer by its rank in a group the trace does not name, and this rank "
+            f"is in {len(groups)} groups ({comm_issue.list_groups(groups)}): their peers are unknown and they are "
+            "not paired. Name the pipeline's group (group_desc with \"pp\", as DeviceMesh does) or pass "
+            "rankscope.profile(layout={\"pp\": P, \"dp\": D})", Kind.GROUP_CUT, count=lost))
+    return _unknown_groups(table, known, groups).sort_by("ts")
 
 
 def _even_splits(table: pa.Table) -> pa.Table:
@@ -343,18 +352,27 @@ def _even_splits(table: pa.Table) -> pa.Table:
     return table
 
 
-def _my_groups(raw: RawTrace) -> list[list[int]]:
-    """Member lists of the groups this rank's trace lists (``distributedInfo.pg_config``)."""
+def _pg_config(raw: RawTrace) -> list[dict[str, Any]]:
+    """The groups this rank's trace lists (``distributedInfo.pg_config``) whose member lists are whole."""
     from rankscope.model.readers.kineto import dist_info
 
     info = dist_info(raw.trace)
     cfg = info.pg_config if info is not None and isinstance(info.pg_config, list) else []
-    out = []
-    for g in cfg:
-        r = g.get("ranks") if isinstance(g, dict) else None
-        if isinstance(r, list) and all(type(x) is int for x in r) and len(r) <= 1 << 20:
-            out.append(r)
-    return out
+    return [g for g in cfg if isinstance(g, dict) and isinstance(r := g.get("ranks"), list)
+            and all(type(x) is int for x in r) and len(r) <= 1 << 20]
+
+
+def _my_rank(raw: RawTrace) -> int | None:
+    from rankscope.model.readers.kineto import dist_info
+
+    info = dist_info(raw.trace)
+    r = getattr(info, "rank", None) if info is not None else None
+    return r if type(r) is int else None
+
+
+def _my_groups(raw: RawTrace) -> list[list[int]]:
+    """Member lists of the groups this rank's trace lists (``distributedInfo.pg_config``)."""
+    return [g["ranks"] for g in _pg_config(raw)]
 
 
 def _unknown_groups(table: pa.Table, known: np.ndarray, groups: list[list[int]]) -> pa.Table:
@@ -375,20 +393,27 @@ def _unknown_groups(table: pa.Table, known: np.ndarray, groups: list[list[int]])
     return table
 
 
-def _global_peers(table: pa.Table, known: np.ndarray, groups: list[list[int]]) -> pa.Table:
-    """Peers of send / recv as global ranks. A call whose group is known maps through its member list;
-    otherwise (gloo without the recorder) through every group this rank is in, and only when they all
-    give the same rank (a peer "1" in a pipeline group [0, 2] is rank 2, in the world rank 1: unknown)."""
+def _global_peers(table: pa.Table, known: np.ndarray, groups: list[list[int]],
+                  pipe: list[int] | None = None) -> tuple[pa.Table, int]:
+    """Peers of send / recv as global ranks, and how many stay unknown. A call whose group is known maps
+    through its member list; otherwise (gloo without the recorder) through the pipeline's group ``pipe``
+    where one is known (``comm_issue.p2p_group``), else through every group this rank is in, and only when
+    they all give the same rank (a peer "1" in a pipeline group [0, 2] is rank 2, in the world rank 1)."""
     peer = table.column("peer").to_numpy().copy()
     todo = np.flatnonzero(peer >= 0)
     if not len(todo):
-        return table
+        return table, 0
     ranks = table.column("pg_ranks").to_pylist()
+    lost = 0
     for i in todo.tolist():
         local = int(peer[i])
         if known[i]:
             peer[i] = comm_issue.global_peer(local, ranks[i])
             continue
+        if pipe is not None and local < len(pipe):
+            peer[i] = pipe[local]
+            continue
         cands = {g[local] for g in groups if local < len(g)} or {local}
         peer[i] = cands.pop() if len(cands) == 1 else -1
-    return table.set_column(table.schema.get_field_index("peer"), "peer", pa.array(peer, pa.int64()))
+        lost += int(peer[i] < 0)
+    return table.set_column(table.schema.get_field_index("peer"), "peer", pa.array(peer, pa.int64())), lost

@@ -111,7 +111,7 @@ def _read_kineto(task: RankTask) -> tuple[RankInfo, list[dict[str, Any]]] | Trac
     expected = {name: (size, sha) for name, size, sha in task.expected}
     for f in task.files:
         try:
-            raw, tabs, problems = _read_one(f)
+            raw, tabs, problems = _read_one(f, info.meta.get("layout"))
         except TraceError as err:
             if len(task.files) == 1:
                 return err
@@ -158,20 +158,21 @@ def _damage(f: str, raw: Any, want: tuple[int, str] | None) -> list[str]:
     return out
 
 
-def _read_one(f: str) -> tuple[Any, dict[str, Any], list[str]]:
-    """Stream a large file (bounded memory); read small or unusual ones whole (salvages damage)."""
+def _read_one(f: str, layout: Any = None) -> tuple[Any, dict[str, Any], list[str]]:
+    """Stream a large file (bounded memory); read small or unusual ones whole (salvages damage). ``layout``:
+    meta.json's (the pipeline's group, where the trace does not name the group of a send / receive)."""
     from rankscope.model import stream, tables
     from rankscope.model.readers import kineto
 
     if stream.inflated_size(f) >= stream.stream_threshold():
         raw: Any = stream.StreamTrace(f)
         try:
-            tabs, problems = tables.build(raw)
+            tabs, problems = tables.build(raw, layout)
             return raw, tabs, problems
         except stream.StreamFallback as why:
             log.debug("%s: not streamed (%s); reading it whole", f, why)
     raw = kineto.decode(f)
-    tabs, problems = tables.build(raw)
+    tabs, problems = tables.build(raw, layout)
     return raw, tabs, problems
 
 

@@ -155,8 +155,9 @@ class _Problems:
         return out
 
 
-def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
-    """All per-rank tables of one decoded trace, plus problems found on the way.
+def build(raw: RawTrace, layout: Any = None) -> tuple[dict[str, pa.Table], list[str]]:
+    """All per-rank tables of one decoded trace, plus problems found on the way. ``layout``: the rank's meta.json
+    layout (``{"pp": 4, "dp": 2}``), for the group of a send / receive the trace does not name.
 
     Events become structs and then columns one chunk at a time; only the few communication
     events are kept as structs (their args feed the ``collectives`` table)."""
@@ -201,7 +202,7 @@ def build(raw: RawTrace) -> tuple[dict[str, pa.Table], list[str]]:
         events = _with_counters(events, raw)
     tables = {"events": events, "memory": memory}
     said: list[str] = []
-    tables["collectives"] = _collectives(events, comm_args, raw, said)
+    tables["collectives"] = _collectives(events, comm_args, raw, said, layout)
     tables["steps"] = _steps(events)
     probs.count("ProfilerStep spans with a number too long to be a step (over 15 digits) were not read as steps",
                 unread_steps(events), Kind.BAD_STEP)

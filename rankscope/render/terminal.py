@@ -65,8 +65,11 @@ def pipeline_lines(results: dict[str, Any], limit: int = 8) -> list[str]:
     waits = ", ".join(f"stage {p['stage']} {_ms(p['bubble_ns'])} ms ({p['bubble_share']:.0%})" for p in per[:limit])
     more = f", … {len(per) - limit} more" if len(per) > limit else ""
     exp = s.get("expected_bubble_share")
-    natural = f"; natural bubble (p-1)/(m+p-1) = {exp:.0%}" if exp is not None else ""
-    lines = [f"pipeline: {s['shape']} (ranks {s['stage_order']}), {s['schedule']}, {s['microbatches']} "
+    v = int(s.get("stages_per_rank") or 1)
+    formula = "(p-1)/(m+p-1)" if v <= 1 else f"(p-1)/({v}m+p-1)"
+    natural = f"; natural bubble {formula} = {exp:.0%}" if exp is not None else ""
+    held = f" ({v} stages per rank)" if v > 1 else ""
+    lines = [f"pipeline: {s['shape']} (ranks {s['stage_order']}), {s['schedule']}{held}, {s['microbatches']} "
              f"microbatches; waiting for neighbours per step: {waits}{more}{natural}"]
     if s.get("bottleneck_stage") is not None and not s.get("balanced", True):
         lines.append(f"  bottleneck: stage {s['bottleneck_stage']} holds {s['bottleneck_work_share']:.0%} of the work; "

@@ -27,7 +27,7 @@ def main(run: str, kind: str) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(rank)
     mod = torch.nn.Sequential(torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, HIDDEN))
-    sched = make_schedule(mod, rank, world, kind, MICRO, lambda out, tgt: ((out - tgt) ** 2).mean())
+    sched = make_schedule([mod], rank, world, kind, MICRO, lambda out, tgt: ((out - tgt) ** 2).mean())
     x, y = torch.randn(MICRO * ROWS, HIDDEN), torch.randn(MICRO * ROWS, HIDDEN)
     prof_sched = torch.profiler.schedule(wait=1, warmup=1, active=2)
     with rankscope.profile(run=run, schedule=prof_sched, layout={"pp": world}) as prof:

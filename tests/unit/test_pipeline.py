@@ -207,9 +207,12 @@ def test_exposed_comm_advice_only_for_collectives_beside_the_pipeline(coll_ms, k
                                    "coll_ns": int(coll_ms * ms)} for k in (1, 2, 3)])
     results = {"breakdown": Result("breakdown", tables={"breakdown": bd}),
                "pipeline": Result("pipeline", tables={"ranks": ranks}, summary={"stages": 2, "stage_ranks": [[0], [1]]})}
-    f = Finding("advice.exposed_comm", "exposed communication ...", Severity.CRITICAL, (0,), {})
-    out = shape_advice(results, [f], RULES)
-    assert (f in out) is kept
+    f = Finding("advice.exposed_comm", "exposed communication ...", Severity.CRITICAL, (0,), {"share": {"0": 0.3}})
+    out = [g for g in shape_advice(results, [f], RULES) if g.kind == f.kind]
+    assert bool(out) is kept
+    if kept:  # restated on what is left: min(exposed 30 - bubble 10, collectives in flight 30) = 20 ms of 100
+        assert out[0].evidence["share"] == {"0": 0.2} and out[0].evidence["with_pipeline_waits_share"] == {"0": 0.3}
+        assert out[0].severity == Severity.WARNING and out[0].ranks == (0,)  # 20 %: under 3x the rule's 10 %
 
 
 def test_json_names_the_bubble_per_stage_and_step(tmp_path):
@@ -230,3 +233,31 @@ def test_json_names_the_bubble_per_stage_and_step(tmp_path):
     assert all(r["bubble_ms"] == pytest.approx(natural_ms, abs=0.05) for r in rows), rows
     assert all(r["bubble_ms"] == pytest.approx(r["fwd_wait_ms"] + r["bwd_wait_ms"] + r["send_wait_ms"], abs=0.01)
                for r in rows)
+
+
+def test_the_group_of_a_send_the_trace_does_not_name():
+    """gloo's trace names a send's peer by its rank in the group ("Concrete Inputs" [.., "1", "0"]) and not the
+    group. Rank 0 of a 2 x 2 (pp, dp) job is in the world, [0, 2] (its pipeline) and [0, 1] (its stage's replicas):
+    peer "1" is rank 2 through its pipeline, rank 1 through the others. The pipeline's group comes from a
+    description that names it (DeviceMesh's "mesh_pp", Megatron's "PIPELINE_MODEL_PARALLEL_GROUP"), else from the
+    layout (pp outermost), and only when the trace lists that group; else it stays unknown."""
+    from rankscope.model.comm_issue import p2p_group
+
+    def cfg(*groups: tuple[str, list[int]]) -> list[dict]:
+        return [{"pg_name": str(i), "pg_desc": d, "ranks": r} for i, (d, r) in enumerate(groups)]
+
+    plain = cfg(("default_pg", [0, 1, 2, 3]), ("undefined", [0, 2]), ("undefined", [0, 1]))
+    assert p2p_group(plain, {"pp": 2, "dp": 2}, 0) == [0, 2]
+    assert p2p_group(plain, {"pp": 2}, 0) == [0, 2]  # the other dimensions follow from the world
+    assert p2p_group(plain, None, 0) is None and p2p_group(plain, {"dp": 4}, 0) is None
+    assert p2p_group(plain, {"pp": 4}, 0) is None  # one stage per rank: the world is the pipeline
+    assert p2p_group(plain, {"pp": 2, "dp": 2}, None) is None
+    # the layout's group must be one the trace lists: with dp outermost the pipeline of rank 0 is [0, 1]
+    assert p2p_group(cfg(("default_pg", [0, 1, 2, 3]), ("undefined", [0, 1]), ("undefined", [0, 2])),
+                     {"pp": 2}, 1) is None
+    mesh = cfg(("default_pg", [0, 1, 2, 3]), ("mesh_dp", [0, 1]), ("mesh_pp", [0, 2]))
+    assert p2p_group(mesh, None, 0) == [0, 2]
+    megatron = cfg(("default_pg", list(range(8))), ("PIPELINE_MODEL_PARALLEL_GROUP", [0, 4]),
+                   ("DATA_PARALLEL_GROUP", [0, 2]), ("TENSOR_MODEL_PARALLEL_GROUP", [0, 1]))
+    assert p2p_group(megatron, None, 0) == [0, 4]
+    assert p2p_group(cfg(("default_pg", [0, 1, 2, 3]), ("app", [0, 2])), None, 0) is None  # "app": not "pp"

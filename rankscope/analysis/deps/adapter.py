@@ -66,7 +66,10 @@ def _from_collectives(table: "pa.Table", rank: int) -> pl.DataFrame:
         .when(pl.col("p2p") | pl.col("unmatched")).then(pl.lit(None, pl.String))
         .otherwise(pl.format("{}|{}#{}", pl.col("pg"), pl.col("pg_ranks"), coll_seq)),
         end=pl.col("ts") + pl.col("dur"),
-        dev_end=pl.when(dev).then(pl.col("dev_ts") + pl.col("dev_dur")).otherwise(-1))
+        dev_end=pl.when(dev).then(pl.col("dev_ts") + pl.col("dev_dur")).otherwise(-1),
+        # a send / receive's "group" is its pair (the trace may not name its process group): "1->3"
+        pg=pl.when(pl.col("p2p") & (pl.col("peer") >= 0)).then(pl.format("{}->{}", sender, receiver))
+        .otherwise(pl.col("pg")))
     return out.select(CALL_COLUMNS)
 
 

@@ -66,7 +66,10 @@ def describe(rank: int, chain: list[dict[str, Any]]) -> str:
     both = s["context"] and s["name"] and s["context"] != s["name"]
     what = f"{s['context']} ({s['name']})" if both else (s["name"] or s["context"] or s["kind"])
     nxt = next((c for c in chain[i + 1:] if c["kind"] in COMM), None)
-    tail = f" then {nxt['name']} #{nxt['seq']} of group {nxt['group']}" if nxt else ""
+    pair = nxt is not None and nxt["kind"] == "p2p" and "->" in str(nxt["group"])
+    tail = "" if nxt is None else (
+        f" then {nxt['name']} #{nxt['seq']} of ranks {str(nxt['group']).replace('->', ' → ')}" if pair
+        else f" then {nxt['name']} #{nxt['seq']} of group {nxt['group']}")
     return f"rank {rank}'s {what}{tail}"
 
 

@@ -11,7 +11,7 @@ import polars as pl
 from rankscope.analysis.diagnosis.bound import BAR, Bound, host_bounded, without_what_if
 from rankscope.analysis.diagnosis.cpu import OWN_CPU_SHARE, is_contention, wait_excess
 from rankscope.analysis.diagnosis.likely import TWIN_SPREAD
-from rankscope.analysis.diagnosis.stage_verdict import alone_in_stage, bottleneck_ranks, stage_candidate
+from rankscope.analysis.diagnosis.stage_verdict import bottleneck_ranks, stage_candidate, staged
 from rankscope.analysis.diagnosis.verdict_ctx import Ctx, counted
 from rankscope.analysis.stats import as_float
 
@@ -29,7 +29,7 @@ def choose(ctx: Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, float
     # where the pipeline analysis names its stage the bottleneck (bench/workloads.py seed 2616, pp-gpipe at 4
     # ranks: stage 0 with 2x the layers, +82 % own time, its cost by the stage model 43.5 ms per step against
     # 43.1 ms injected; the path's what-if covered ranks 1 and 2 only and named rank 1 at 1.6 ms)
-    unseen = (without_what_if(ctx.results) | alone_in_stage(ctx.results)) & bottleneck_ranks(ctx.results)
+    unseen = (without_what_if(ctx.results) | staged(ctx.results)) & bottleneck_ranks(ctx.results)
     if b is None:  # no rank has a what-if at all (1F1B at 4 stages: every stage's calls differ): the stage model
         return found or stage_candidate(ctx, unseen), ""
     hungry = starved(ctx, b)

@@ -57,7 +57,8 @@ def combine(run: "Run", parts: list[tuple[int, RankWaits]], results: dict[str, R
     problems = [p.problem for _, p in parts if p.problem]
     m = shape.microbatches(parts, st)
     sched, how = shape.schedule(parts, st, m)
-    expected = shape.expected_bubble(st.count, m, sched)
+    virtual = shape.stages_per_rank(parts)
+    expected = shape.expected_bubble(st.count, m, sched, virtual)
     ranks = _rank_rows(parts, st)
     if ranks.height == 0:
         return Result("pipeline", skipped=f"{st.count} stages (from the {st.source}) but no send / receive calls "
@@ -65,7 +66,8 @@ def combine(run: "Run", parts: list[tuple[int, RankWaits]], results: dict[str, R
     per_step = _stage_steps(_with_cpu(run, ranks), expected)
     stages_t = _stage_table(per_step, st, _path_shares(results, st))
     what = _what_if(per_step, m, "" if st.looped else sched, hop_latency(results))
-    summary = {**_shape(st, m, sched, how), "expected_bubble_share": expected, "problems": problems,
+    summary = {**_shape(st, m, sched, how), "stages_per_rank": virtual, "expected_bubble_share": expected,
+               "problems": problems,
                "bubble": [{"stage": r["stage"], "step": r["step"], "bubble_ms": round(r["bubble_ns"] / MS, 3),
                            **{k.replace("_ns", "_ms"): round(r[k] / MS, 3) for k in WAITS}}
                           for r in per_step.iter_rows(named=True)],
@@ -289,7 +291,8 @@ def findings(s: dict[str, Any]) -> list[Finding]:
         least = min(per, key=lambda r: r["bubble_share"])
         natural = exp is not None and least["bubble_share"] <= exp + BUBBLE_SLACK
         what = (f"the natural bubble of {s['stages']} stages and {s['microbatches']} microbatches is "
-                f"(p-1)/(m+p-1) = {exp:.0%}" if exp is not None else "the natural bubble is unknown")
+                f"{shape.bubble_formula(int(s.get('stages_per_rank') or 1))} = {exp:.0%}" if exp is not None
+                else "the natural bubble is unknown")
         out.append(Finding(
             kind="pipeline_bubble", severity=Severity.INFO, ranks=(),
             title=f"pipeline bubble: the stages wait for their neighbours "

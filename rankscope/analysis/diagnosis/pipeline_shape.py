@@ -152,12 +152,21 @@ def direction(st: Stages, rank: int, op: str, peer: int) -> str:
     return "forward" if (op == "recv") == up else "backward"
 
 
+def stages_per_rank(parts: list[tuple[int, "RankWaits"]]) -> int:
+    """The stages one rank holds (the runtime schedules' spans "PP:<stage>F<mb>" name them; interleaved: 2 or
+    more), the most seen in a step; 1 without such spans."""
+    held = [len({stage for a, stage, _ in sw.spans if a == "F" and stage >= 0}) for _, p in parts for sw in p.steps]
+    return max(held, default=0) or 1
+
+
 def microbatches(parts: list[tuple[int, "RankWaits"]], st: Stages) -> int | None:
-    """Microbatches per step: distinct forward spans, else forward messages (median over ranks and steps)."""
+    """Microbatches per step: distinct forward spans' microbatch numbers (a rank holding two stages under
+    interleaved 1F1B runs "PP:0F3" and "PP:4F3" for microbatch 3), else forward messages (median over ranks and
+    steps)."""
     per: list[int] = []
     for rank, p in parts:
         for sw in p.steps:
-            fwd = {(stage, mb) for a, stage, mb in sw.spans if a == "F"}
+            fwd = {mb for a, _, mb in sw.spans if a == "F"}
             if fwd:
                 per.append(len(fwd))
                 continue
@@ -223,6 +232,11 @@ def expected_bubble(p: int, m: int | None, schedule_name: str, virtual: int = 1)
     if not m or p < 2 or schedule_name == "zero bubble":
         return None
     return (p - 1) / (virtual * m + p - 1)
+
+
+def bubble_formula(virtual: int) -> str:
+    """"(p-1)/(m+p-1)", or "(p-1)/(2m+p-1)" with 2 stages per rank."""
+    return "(p-1)/(m+p-1)" if virtual <= 1 else f"(p-1)/({virtual}m+p-1)"
 
 
 def wait_kinds(st: Stages, rank: int, sw: "StepWaits") -> dict[str, int]:

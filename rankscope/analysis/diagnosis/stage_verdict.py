@@ -39,9 +39,11 @@ def stage_candidate(ctx: Ctx, unseen: set[int]) -> list[tuple[int, float, str, f
     steps, of = int(sm.get("bottleneck_steps") or 0), int(sm.get("of_steps") or 0)
     if float(sm.get("cost_share") or 0.0) < bar or of == 0 or steps < BAR["steps"] * of:
         return []
-    r = min(r for r in unseen)
-    if r not in ranks:
+    mine = [r for r in sorted(unseen) if r in ranks]
+    if not mine:
         return []
+    own = ctx.pr["own"].to_list()
+    r = max(mine, key=lambda x: float(own[ranks.index(x)]))  # of a stage's replicas, the slowest
     i = ranks.index(r)
     rest = as_float(ctx.pr.filter(pl.col("rank") != r)["own"].median(), 0.0)
     return [(i, float(ctx.pr["own"][i]) / rest - 1 if rest > 0 else 0.0, "pipeline stages", steps / of)]
@@ -56,18 +58,22 @@ def bottleneck_ranks(results: dict[str, Result]) -> set[int]:
     return {int(r) for r in ranks[stage]} if isinstance(stage, int) and 0 <= stage < len(ranks) else set()
 
 
-def alone_in_stage(results: dict[str, Result]) -> set[int]:
-    """Ranks that are the only rank of their pipeline stage. The path's what-if compares a rank with the other
-    ranks' median of the calls they share; across stages those are other layers, so it neither confirms nor
-    denies that such a rank bounds the steps: the stage model does (as for ``bound.without_what_if``'s ranks).
+def staged(results: dict[str, Result]) -> set[int]:
+    """Every rank of a pipeline's stages (2 or more). The path's what-if compares a rank with the other ranks' median
+    of the calls they share, and neither kind of peer sees a stage holding more layers: across stages those are
+    other layers, and within a stage (data-parallel replicas) the same layers, as heavy. So the stage model, not
+    the path, confirms or denies that a stage's rank bounds the steps (as for ``bound.without_what_if``'s ranks).
     Measured (bench/workloads.py seed 2712, pp-gpipe at 4 ranks, stage 1 with 2x the layers, +29 ms of CPU per
     step by the job's timers): the stage model named stage 1 in 6 of 6 steps at 30.7 ms (22.6 %); the path
-    matched its calls with stage 2's and gave it -2.8 to -6.1 ms, and vetoed it: "no straggler" in 3 of 3."""
+    matched its calls with stage 2's and gave it -2.8 to -6.1 ms, and vetoed it: "no straggler" in 3 of 3.
+    rankscope.demo.workloads.pipeline --dp 2 (1F1B, 2 stages x 2 replicas, stage 1 with 2x the layers): the stage
+    model named stage 1 (ranks 2, 3) at 18.7 ms (11.6 %); the path compared rank 2 with rank 3 and saved 0.2 ms,
+    and vetoed it: "no straggler"."""
     pp = results.get("pipeline")
     if pp is None or pp.skipped:
         return set()
     stages = pp.summary.get("stage_ranks") or []
-    return {int(rs[0]) for rs in stages if len(rs) == 1} if len(stages) >= 2 else set()
+    return {int(r) for rs in stages for r in rs} if len(stages) >= 2 else set()
 
 
 def stage_cost(results: dict[str, Result]) -> dict[str, Any]:
@@ -81,9 +87,22 @@ def stage_cost(results: dict[str, Result]) -> dict[str, Any]:
             "method": "pipeline stages: the step if the stages' work were balanced"}
 
 
+def stage_note(results: dict[str, Result]) -> str:
+    """" (stage 1 of 2, ranks 2, 3: 63 % of the work)", for a bottleneck stage's rank: its work against the other
+    stages' (its replicas, if any, hold the same layers: the work note against them says nothing)."""
+    sm = results["pipeline"].summary
+    stage, ranks = sm.get("bottleneck_stage"), sm.get("stage_ranks") or []
+    if not isinstance(stage, int) or not 0 <= stage < len(ranks):
+        return ""
+    share = sm.get("bottleneck_work_share")
+    held = f": {float(share):.0%} of the work" if isinstance(share, (int, float)) else ""
+    who = "rank" if len(ranks[stage]) == 1 else "ranks"
+    return f" (stage {stage} of {len(ranks)}, {who} {', '.join(map(str, ranks[stage]))}{held})"
+
+
 def takes_stage_cost(results: dict[str, Result], rank: int, on_path: bool) -> bool:
     """A named rank of the pipeline's bottleneck stage takes the stage model's cost (``stage_cost``) where the path
     has no what-if for it (``on_path`` False), or compares it with other stages' layers (a rank alone in its
     stage). Measured (bench/workloads.py seed 2713, pp-gpipe at 4 ranks, a middle stage with 2x the layers, +28-34
     ms of extra CPU per step by the job's timers): the path's what-if 1.2-8.6 ms, the stage model's 27.8-32.8 ms."""
-    return rank in bottleneck_ranks(results) and (not on_path or rank in alone_in_stage(results))
+    return rank in bottleneck_ranks(results) and (not on_path or rank in staged(results))

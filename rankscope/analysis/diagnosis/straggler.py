@@ -32,7 +32,7 @@ from rankscope.analysis.diagnosis.cause import cause, cpu_time_explains, from_pa
 from rankscope.analysis.diagnosis.cpu import is_contention, wait_excess
 from rankscope.analysis.diagnosis.path_choice import choose, rescued
 from rankscope.analysis.diagnosis.rules import PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, per_rank, per_step
-from rankscope.analysis.diagnosis.stage_verdict import stage_cost, takes_stage_cost
+from rankscope.analysis.diagnosis.stage_verdict import stage_cost, stage_note, takes_stage_cost
 from rankscope.analysis.diagnosis.verdict_ctx import Ctx
 from rankscope.analysis.diagnosis.work import (calls_ratio, extra_calls_ns, imbalance_note, is_input_imbalance,
                                                work_note)
@@ -118,6 +118,10 @@ def _cost(ctx: Ctx, rank: int, row: dict[str, Any], mine: Bound | None, b: Bound
                                                 "own time and the path's what-if cannot separate it)"})
     if takes_stage_cost(ctx.results, rank, mine is not None):
         evidence["time_lost"].update(stage_cost(ctx.results))
+        if mine is not None and (mine.steps == 0 or mine.cost_ns <= 0):
+            # the path compared the stage with other layers or its replicas and saw nothing: "bounds 0 of 6 steps;
+            # the step would take 101.7 ms instead of 101.7 ms" (interleaved 1F1B at 2 ranks) says nothing
+            path = ""
     return path
 
 
@@ -173,6 +177,8 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
             kind, note = "imbalance", imbalance_note(imb)
         else:
             note = work_note(imb, excess["compute"])
+    if test == "pipeline stages" and kind == "compute":
+        note = stage_note(ctx.results)  # the stage's layers against the other stages', not against its replicas
     path = _cost(ctx, rank, row, mine, b, cpu_excess if by_cpu else None, evidence)
     floor = PAIR_MIN if test.startswith("signed-rank") else PAIR_THRESHOLD if test.startswith("ratio") else REL_THRESHOLD
     strength = (min(1.0, mine.share / 0.4 if mine else 0.0) if test == "critical path" else

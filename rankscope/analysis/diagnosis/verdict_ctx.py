@@ -26,7 +26,7 @@ class Ctx:
         self.own_steps = complete_steps(self.steps).select("rank", "step", "own")
         ranks = pr["rank"].to_list()
         self.work_of: Callable[[int], Work | None] = functools.cache(
-            lambda rank: imbalance(run, rank, [r for r in ranks if r != rank]))
+            lambda rank: imbalance(run, rank, work_peers(results, ranks, rank)))
         self.last_of: Callable[[int], float] = functools.cache(lambda rank: last_share(run, results, rank))
         self._rules: list[tuple[int, float, str, float]] | None = None
         self.host_contended: int | None = None  # the path's bounding rank, not named: it waited for a CPU
@@ -57,6 +57,21 @@ class Ctx:
                 or self.steady(cpu_available_outliers(self.steps, pr)) or self.steady(paired(self.steps, pr, self.sched))
                 or self.steady(more_work(pr, self.work_of)) or self.steady(more_input(pr, self.work_of, self.last_of, self.cpu()))
                 or self.steady(agreeing(self.run, self.results, self.bd, pr)))
+
+
+def work_peers(results: dict[str, Result], ranks: list[int], rank: int) -> list[int]:
+    """The ranks whose work ``rank``'s is compared with: the other ranks of its pipeline stage where it has some (its
+    data-parallel replicas hold the same layers; the other stages hold other layers and the stage model compares
+    the stages), else every other rank. Measured (rankscope.demo.workloads.pipeline --dp 2, 1F1B, 2 stages x 2
+    replicas, stage 1 with 2x the layers): against ranks 0, 1 and 3, rank 2 had "+498 % input work" (stage 0's
+    embedding against stage 1's head) and was named an input imbalance; against rank 3, its replica, none."""
+    others = [r for r in ranks if r != rank]
+    pp = results.get("pipeline")
+    if pp is None or pp.skipped:
+        return others
+    mine = next((list(map(int, rs)) for rs in pp.summary.get("stage_ranks") or [] if rank in rs), [])
+    same = [r for r in mine if r != rank and r in ranks]
+    return same or others
 
 
 def counted(ctx: Ctx, rank: int, test: str) -> bool:

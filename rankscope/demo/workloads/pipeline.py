@@ -1,7 +1,14 @@
-"""A transformer LM in pipeline stages (``torch.distributed.pipelining``, GPipe or 1F1B), gloo, one stage per rank.
+"""A transformer LM in pipeline stages (``torch.distributed.pipelining``: GPipe, 1F1B or interleaved 1F1B), gloo.
 
 Stage 0 holds the embedding, the last stage the head and the loss; activations go 0 -> 1 -> ... and
 gradients back as send / recv pairs. ``MICRO`` (8) microbatches per step.
+
+- ``--schedule interleaved``: ``ScheduleInterleaved1F1B`` with two stages per rank (looped: rank r holds stages
+  r and r + P, and the last rank sends to the first between its two stages); a rank's layers are split
+  between its stages.
+- ``--dp D``: D data-parallel replicas of the pipeline (world = P x D, pp outermost as in torch's DeviceMesh
+  ("pp", "dp"): rank = stage * D + replica); each replica reads its own batches, and after the schedule each
+  stage's gradients are averaged over its replicas in one flat all_reduce (one DDP bucket).
 
 - ``--straggler stage``: stage ``--slow-rank`` holds ``--amount`` (default 2) times the layers of each other
   stage (4), as the issue's 20-layer LM held 8 on stage 2 and 4 on the others. Truth: that rank is the
@@ -16,7 +23,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 from rankscope.demo.workloads.common import (Timed, Timers, finish, healthy_step_ms, parser, run_profiled, setup,
                                              write_truth)
@@ -24,22 +31,60 @@ from rankscope.demo.workloads.common import (Timed, Timers, finish, healthy_step
 VOCAB, D, SEQ, ROWS, MICRO, BASE = 128, 64, 16, 2, 8, 4
 
 
-def make_schedule(module: nn.Module, rank: int, world: int, kind: str, micro: int,
-                  loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Any:
-    """Stage ``rank`` of ``world`` (one stage per rank) under GPipe (``kind`` "gpipe") or 1F1B."""
-    stage = PipelineStage(module, rank, world, torch.device("cpu"))
+def make_schedule(modules: list[nn.Module], pp_rank: int, pp: int, kind: str, micro: int,
+                  loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], group: Any = None) -> Any:
+    """The schedule of pipeline rank ``pp_rank`` of ``pp``: one stage (``modules[0]``, stage ``pp_rank``) under
+    GPipe (``kind`` "gpipe") or 1F1B; under "interleaved", stage ``pp_rank + v * pp`` for each ``modules[v]``.
+    ``group``: the pipeline's process group (None: the world)."""
+    cpu = torch.device("cpu")
+    if kind == "interleaved":
+        n = len(modules) * pp
+        stages: list[Any] = [PipelineStage(m, pp_rank + v * pp, n, cpu, group=group) for v, m in enumerate(modules)]
+        return ScheduleInterleaved1F1B(stages, n_microbatches=micro, loss_fn=loss_fn)
     cls = ScheduleGPipe if kind == "gpipe" else Schedule1F1B
-    return cls(stage, n_microbatches=micro, loss_fn=loss_fn)
+    return cls(PipelineStage(modules[0], pp_rank, pp, cpu, group=group), n_microbatches=micro, loss_fn=loss_fn)
 
 
-def run_step(sched: Any, rank: int, world: int, x: torch.Tensor, y: torch.Tensor) -> None:
-    """One step of the schedule: the first stage feeds ``x``, the last one takes the targets ``y``."""
-    if rank == 0:
+def run_step(sched: Any, pp_rank: int, pp: int, x: torch.Tensor, y: torch.Tensor) -> None:
+    """One step of the schedule: the first stage feeds ``x``, the last one takes the targets ``y`` (under the
+    looped interleaved schedule, too: the first stage is on pipeline rank 0, the last on rank ``pp - 1``)."""
+    if pp_rank == 0:
         sched.step(x)
-    elif rank == world - 1:
+    elif pp_rank == pp - 1:
         sched.step(target=y, losses=[])
     else:
         sched.step()
+
+
+def split(n: int, parts: int) -> list[int]:
+    """``n`` layers over ``parts`` stages of one rank, the first ones one more."""
+    return [n // parts + (v < n % parts) for v in range(parts)]
+
+
+def groups(world: int, dp: int) -> tuple[Any, Any, int, int]:
+    """(pipeline group, data-parallel group, pipeline rank, replica) of this rank; rank = stage * dp + replica.
+    Every rank creates every group, in one order (``dist.new_group``'s rule)."""
+    rank, pp = dist.get_rank(), world // dp
+    mine_pp = mine_dp = None
+    for d in range(dp):
+        g = dist.new_group([s * dp + d for s in range(pp)])
+        mine_pp = g if rank % dp == d else mine_pp
+    for s in range(pp):
+        g = dist.new_group([s * dp + d for d in range(dp)])
+        mine_dp = g if rank // dp == s else mine_dp
+    return mine_pp, mine_dp, rank // dp, rank % dp
+
+
+def average(params: list[nn.Parameter], group: Any, dp: int) -> None:
+    """Each gradient averaged over the stage's replicas in one flat all_reduce (one bucket)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    flat = torch.cat([g.flatten() for g in grads])
+    dist.all_reduce(flat, group=group)
+    flat /= dp
+    off = 0
+    for g in grads:
+        g.copy_(flat[off:off + g.numel()].view_as(g))
+        off += g.numel()
 
 
 def layers_per_stage(world: int, heavy: int, factor: float) -> list[int]:
@@ -78,39 +123,54 @@ def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__, ["stage"], "stage: the slow stage holds this many times the layers of each other stage")
-    p.add_argument("--schedule", choices=["gpipe", "1f1b"], default="gpipe")
+    p.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved"], default="gpipe")
+    p.add_argument("--dp", type=int, default=1, help="data-parallel replicas of the pipeline (world = stages x dp)")
     args = p.parse_args(argv)
     if args.amount is None:
         args.amount = 2.0
     rank, world = setup(args)
-    heavy = args.slow_rank if args.straggler == "stage" else -1
-    layers = layers_per_stage(world, heavy, args.amount)
-    torch.manual_seed(args.seed * 1000 + rank)
-    stage = Stage(rank == 0, rank == world - 1, layers[rank])
-    sched = make_schedule(stage, rank, world, args.schedule, MICRO, loss_fn)
-    opt = torch.optim.AdamW(stage.parameters(), lr=1e-3)
-    data = torch.Generator().manual_seed(args.seed)  # the same stream on every rank: x on the first, y on the last
+    if args.dp < 1 or world % args.dp or world // args.dp < 2:
+        raise SystemExit(f"--dp {args.dp}: the world ({world}) must be at least 2 stages x dp")
+    pp_group, dp_group, pp_rank, replica = groups(world, args.dp) if args.dp > 1 else (None, None, rank, 0)
+    pp = world // args.dp
+    heavy = args.slow_rank // args.dp if args.straggler == "stage" else -1  # the slow rank's stage
+    layers = layers_per_stage(pp, heavy, args.amount)
+    torch.manual_seed(args.seed * 1000 + pp_rank)  # the replicas of a stage start alike
+    per_rank = 2 if args.schedule == "interleaved" else 1
+    parts = [Stage(pp_rank == 0 and v == 0, pp_rank == pp - 1 and v == per_rank - 1, n)
+             for v, n in enumerate(split(layers[pp_rank], per_rank))]
+    sched = make_schedule(list(parts), pp_rank, pp, args.schedule, MICRO, loss_fn, pp_group)
+    params = [q for m in parts for q in m.parameters()]
+    opt = torch.optim.AdamW(params, lr=1e-3)
+    data = torch.Generator().manual_seed(args.seed * 100 + replica)  # per replica: x on its first, y on its last
 
     def step(i: int, t: Timers) -> None:
         with t.time("data"):
             tokens = torch.randint(0, VOCAB, (MICRO * ROWS, SEQ + 1), generator=data)
         with t.time("schedule"):
-            run_step(sched, rank, world, tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())  # torch 2.11 checks strides
+            x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()  # torch 2.11 checks strides
+            run_step(sched, pp_rank, pp, x, y)
+        if dp_group is not None:
+            with t.time("grads"):
+                average(params, dp_group, args.dp)
         with t.time("opt"):
             opt.step()
             opt.zero_grad(set_to_none=True)
-        stage.body.take(t)
+        for m in parts:
+            m.body.take(t)
 
     step_ms = healthy_step_ms(step, args.calib)
     kind = "stage" if heavy >= 0 else None
-    pipe = {"schedule": args.schedule, "stages": world, "microbatches": MICRO, "layers": layers,
-            "bottleneck_stage": heavy if kind else None}
-    timers = run_profiled(args, rank, step, layout={"pp": world},
+    pipe = {"schedule": args.schedule, "stages": pp, "dp": args.dp, "stages_per_rank": per_rank,
+            "microbatches": MICRO, "layers": layers, "bottleneck_stage": heavy if kind else None,
+            "stage_ranks": [[s * args.dp + d for d in range(args.dp)] for s in range(pp)]}
+    layout = {"pp": pp, "dp": args.dp} if args.dp > 1 else {"pp": pp}
+    timers = run_profiled(args, rank, step, layout=layout,
                           metadata={"job": "pipeline", "straggler": args.straggler, "slow_rank": args.slow_rank,
                                     **pipe})
     write_truth(args, rank, world, timers, {
-        "job": "pipeline", "straggler": kind, "slow_rank": heavy if kind else None, "amount": args.amount,
-        "healthy_step_ms": round(step_ms, 3), "layout": {"pp": world}, "pipeline": pipe})
+        "job": "pipeline", "straggler": kind, "slow_rank": args.slow_rank if kind else None, "amount": args.amount,
+        "healthy_step_ms": round(step_ms, 3), "layout": layout, "pipeline": pipe})
     finish()
 
 
