@@ -21,6 +21,7 @@ Other parallelisms (rankscope.demo.workloads; group names fsdp, moe, tpfsdp, pp;
   the slow rank's stage holds 2x the layers ("compute"; truth also names the bottleneck stage); twin: balanced.
 Pipeline shapes (group ``ppx``; not in ``new``, whose runs in bench/RESULTS.md predate them):
 - ``pp-interleaved`` / ``pp-interleaved-healthy``: interleaved 1F1B, 2 stages per rank;
+- ``pp-zbv`` / ``pp-zbv-healthy``: zero bubble (ZB-V: 2 stages per rank in a V, input and weight backward apart);
 - ``ppdp-1f1b`` / ``ppdp-1f1b-healthy``: 2 data-parallel replicas of a 1F1B pipeline (4 ranks: 2 stages x 2;
   run at 4 ranks only), the slow rank's stage (on both replicas) with 2x the layers.
 Right: straggler families, exactly one rank named with the truth's rank and cause (with replicas: a rank of the
@@ -79,6 +80,8 @@ FAMILIES = {
     "pp-1f1b-healthy": Family("pipeline", None, None, None, ("--schedule", "1f1b"), "pp"),
     "pp-interleaved": Family("pipeline", "stage", "compute", (2.0, 2.0), ("--schedule", "interleaved"), "ppx"),
     "pp-interleaved-healthy": Family("pipeline", None, None, None, ("--schedule", "interleaved"), "ppx"),
+    "pp-zbv": Family("pipeline", "stage", "compute", (2.0, 2.0), ("--schedule", "zbv"), "ppx"),
+    "pp-zbv-healthy": Family("pipeline", None, None, None, ("--schedule", "zbv"), "ppx"),
     "ppdp-1f1b": Family("pipeline", "stage", "compute", (2.0, 2.0), ("--schedule", "1f1b", "--dp", "2"), "ppx", 4),
     "ppdp-1f1b-healthy": Family("pipeline", None, None, None, ("--schedule", "1f1b", "--dp", "2"), "ppx", 4),
 }

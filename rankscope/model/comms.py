@@ -323,8 +323,13 @@ def collectives(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace,
             table, matched = comm_seq.assign(table, doc)
             known |= matched
     groups = _my_groups(raw)
-    pipe = comm_issue.p2p_group(_pg_config(raw), layout, _my_rank(raw))
-    table, lost = _global_peers(_even_splits(table), known, groups, pipe)
+    cfg = _pg_config(raw)
+    pipe = comm_issue.p2p_group(cfg, layout, _my_rank(raw))
+    table, lost, through = _global_peers(_even_splits(table), known, groups, pipe)
+    if pipe is not None and len(through):  # those calls are the pipeline group's: named as the trace lists it
+        name = next((str(g.get("pg_name", "")) for g in cfg if sorted(g["ranks"]) == sorted(pipe)), "")
+        table = _in_group(table, through, name, pipe)
+        known[through] = True
     if lost and problems is not None:
         problems.append(Problem(
             f"{lost} sends / receives name their peer by its rank in a group the trace does not name, and this rank "
@@ -394,17 +399,18 @@ def _unknown_groups(table: pa.Table, known: np.ndarray, groups: list[list[int]])
 
 
 def _global_peers(table: pa.Table, known: np.ndarray, groups: list[list[int]],
-                  pipe: list[int] | None = None) -> tuple[pa.Table, int]:
+                  pipe: list[int] | None = None) -> tuple[pa.Table, int, np.ndarray]:
     """Peers of send / recv as global ranks, and how many stay unknown. A call whose group is known maps
     through its member list; otherwise (gloo without the recorder) through the pipeline's group ``pipe``
     where one is known (``comm_issue.p2p_group``), else through every group this rank is in, and only when
-    they all give the same rank (a peer "1" in a pipeline group [0, 2] is rank 2, in the world rank 1)."""
+    they all give the same rank (a peer "1" in a pipeline group [0, 2] is rank 2, in the world rank 1). Also
+    returns the rows mapped through ``pipe``."""
     peer = table.column("peer").to_numpy().copy()
     todo = np.flatnonzero(peer >= 0)
     if not len(todo):
-        return table, 0
+        return table, 0, todo
     ranks = table.column("pg_ranks").to_pylist()
-    lost = 0
+    lost, through = 0, []
     for i in todo.tolist():
         local = int(peer[i])
         if known[i]:
@@ -412,8 +418,21 @@ def _global_peers(table: pa.Table, known: np.ndarray, groups: list[list[int]],
             continue
         if pipe is not None and local < len(pipe):
             peer[i] = pipe[local]
+            through.append(i)
             continue
         cands = {g[local] for g in groups if local < len(g)} or {local}
         peer[i] = cands.pop() if len(cands) == 1 else -1
         lost += int(peer[i] < 0)
-    return table.set_column(table.schema.get_field_index("peer"), "peer", pa.array(peer, pa.int64())), lost
+    table = table.set_column(table.schema.get_field_index("peer"), "peer", pa.array(peer, pa.int64()))
+    return table, lost, np.asarray(through, dtype=np.int64)
+
+
+def _in_group(table: pa.Table, rows: np.ndarray, name: str, members: list[int]) -> pa.Table:
+    """``rows`` put in the group ``name`` with ``members`` (pg_name, pg_ranks, group_size)."""
+    cols: dict[str, Any] = {c: table.column(c).to_pylist() for c in ("pg_name", "pg_ranks", "group_size")}
+    for i in rows.tolist():
+        cols["pg_name"][i], cols["pg_ranks"][i], cols["group_size"][i] = name, ",".join(map(str, members)), len(members)
+    for c, v in cols.items():
+        arr = pa.array(v, pa.int32()) if c == "group_size" else pa.array(v).dictionary_encode()
+        table = table.set_column(table.schema.get_field_index(c), table.schema.field(c), arr)
+    return table

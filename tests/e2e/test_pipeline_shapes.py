@@ -8,6 +8,8 @@
 - interleaved 1F1B: 2 ranks, 2 stages each (looped: stages 0 and 2 on rank 0), rank 1's stages heavy. Before:
   "16 microbatches" (a rank's two stages counted apart), the bubble of one stage per rank, and a path clause
   "bounds 0 of 6 steps; the step would take 101.7 ms instead of 101.7 ms" in the verdict.
+- zero bubble (ZB-V): 2 ranks, stages 0 and 3 on rank 0, 1 and 2 on rank 1 (heavy); the backward split into
+  input ("I") and weight ("W") passes.
 """
 from __future__ import annotations
 
@@ -42,19 +44,20 @@ def jobs(tmp_path_factory):
     base = tmp_path_factory.mktemp("shapes")
     out = {}
     for name, ranks, slow, extra in (("ppdp", 4, 2, ("--schedule", "1f1b", "--dp", "2")),
-                                     ("interleaved", 2, 1, ("--schedule", "interleaved"))):
+                                     ("interleaved", 2, 1, ("--schedule", "interleaved")),
+                                     ("zbv", 2, 1, ("--schedule", "zbv"))):
         path, truth = _job(base / name, ranks, slow, *extra)
         run = load_run(path, jobs=1)
         out[name] = (run, truth, run_all(run))
     return out
 
 
-def _p2p(run) -> list[tuple[int, str, int]]:
-    """(rank, op, peer) of every send and receive the traces hold."""
+def _p2p(run) -> list[tuple[int, str, int, str]]:
+    """(rank, op, peer, group members) of every send and receive the traces hold."""
     rows = []
     for r in run.rank_ids:
         t = run.table(r, "collectives").to_pylist()
-        rows += [(r, c["op"], c["peer"]) for c in t if c["op"] in ("send", "recv")]
+        rows += [(r, c["op"], c["peer"], c["pg_ranks"]) for c in t if c["op"] in ("send", "recv")]
     return rows
 
 
@@ -63,10 +66,11 @@ def test_sends_and_receives_through_a_pipeline_group_get_their_global_peers(jobs
     its peer, the replica of the other stage, and each (sender, receiver) pair counts as many sends as receives."""
     run, truth, res = jobs["ppdp"]
     rows = _p2p(run)
-    assert rows and all(p >= 0 for _, _, p in rows), Counter((r, op, p) for r, op, p in rows if p < 0)
-    assert {(r, p) for r, _, p in rows} == {(0, 2), (2, 0), (1, 3), (3, 1)}
-    sends = Counter((r, p) for r, op, p in rows if op == "send")
-    recvs = Counter((p, r) for r, op, p in rows if op == "recv")
+    assert rows and all(p >= 0 for _, _, p, _ in rows), Counter((r, op, p) for r, op, p, _ in rows if p < 0)
+    assert {(r, p) for r, _, p, _ in rows} == {(0, 2), (2, 0), (1, 3), (3, 1)}
+    assert {(r, g) for r, _, _, g in rows} == {(0, "0,2"), (2, "0,2"), (1, "1,3"), (3, "1,3")}  # their group, named
+    sends = Counter((r, p) for r, op, p, _ in rows if op == "send")
+    recvs = Counter((p, r) for r, op, p, _ in rows if op == "recv")
     assert sends == recvs and sum(sends.values()) > 0
     assert res["critical_path"].summary["unmatched_p2p"] == 0
     assert not [p for p in run.problems if "not paired" in str(p)]
@@ -104,3 +108,13 @@ def test_interleaved_1f1b_counts_microbatches_not_stage_passes(jobs):
     named = [f for f in res["straggler"].findings if f.kind == "straggler"]
     assert [f.ranks for f in named] == [(1,)], [f.title for f in named]
     assert "bounds 0 of" not in named[0].title
+
+
+def test_zero_bubble_is_told_from_its_input_and_weight_passes(jobs):
+    run, truth, res = jobs["zbv"]
+    s = res["pipeline"].summary
+    assert s["schedule"] == "zero bubble" and s["schedule_from"] == "spans" and s["stages_per_rank"] == 2
+    assert s["microbatches"] == 8 and s["expected_bubble_share"] is None  # not (p-1)/(m+p-1): the schedule fills it
+    assert s["bottleneck_stage"] == 1 and not s["balanced"]
+    named = [f for f in res["straggler"].findings if f.kind == "straggler"]
+    assert [(f.ranks, f.evidence["cause"]) for f in named] == [((1,), "compute")], [f.title for f in named]

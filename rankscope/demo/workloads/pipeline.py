@@ -6,6 +6,8 @@ gradients back as send / recv pairs. ``MICRO`` (8) microbatches per step.
 - ``--schedule interleaved``: ``ScheduleInterleaved1F1B`` with two stages per rank (looped: rank r holds stages
   r and r + P, and the last rank sends to the first between its two stages); a rank's layers are split
   between its stages.
+- ``--schedule zbv``: ``ScheduleZBVZeroBubble`` (backward split into input and weight passes), two stages per
+  rank in a V: rank r holds stages r and 2P - 1 - r, so rank 0 holds the first and the last stage.
 - ``--dp D``: D data-parallel replicas of the pipeline (world = P x D, pp outermost as in torch's DeviceMesh
   ("pp", "dp"): rank = stage * D + replica); each replica reads its own batches, and after the schedule each
   stage's gradients are averaged over its replicas in one flat all_reduce (one DDP bucket).
@@ -23,7 +25,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
+                                         ScheduleZBVZeroBubble)
 
 from rankscope.demo.workloads.common import (Timed, Timers, finish, healthy_step_ms, parser, run_profiled, setup,
                                              write_truth)
@@ -37,20 +40,32 @@ def make_schedule(modules: list[nn.Module], pp_rank: int, pp: int, kind: str, mi
     GPipe (``kind`` "gpipe") or 1F1B; under "interleaved", stage ``pp_rank + v * pp`` for each ``modules[v]``.
     ``group``: the pipeline's process group (None: the world)."""
     cpu = torch.device("cpu")
-    if kind == "interleaved":
+    if kind in ("interleaved", "zbv"):
         n = len(modules) * pp
-        stages: list[Any] = [PipelineStage(m, pp_rank + v * pp, n, cpu, group=group) for v, m in enumerate(modules)]
-        return ScheduleInterleaved1F1B(stages, n_microbatches=micro, loss_fn=loss_fn)
+        index = stage_indices(kind, pp_rank, pp, len(modules))
+        stages: list[Any] = [PipelineStage(m, i, n, cpu, group=group) for i, m in zip(index, modules)]
+        cls_multi = ScheduleInterleaved1F1B if kind == "interleaved" else ScheduleZBVZeroBubble
+        return cls_multi(stages, n_microbatches=micro, loss_fn=loss_fn)
     cls = ScheduleGPipe if kind == "gpipe" else Schedule1F1B
     return cls(PipelineStage(modules[0], pp_rank, pp, cpu, group=group), n_microbatches=micro, loss_fn=loss_fn)
 
 
-def run_step(sched: Any, pp_rank: int, pp: int, x: torch.Tensor, y: torch.Tensor) -> None:
-    """One step of the schedule: the first stage feeds ``x``, the last one takes the targets ``y`` (under the
-    looped interleaved schedule, too: the first stage is on pipeline rank 0, the last on rank ``pp - 1``)."""
-    if pp_rank == 0:
+def stage_indices(kind: str, pp_rank: int, pp: int, per_rank: int) -> list[int]:
+    """The stages pipeline rank ``pp_rank`` holds: itself; looped (interleaved) r, r + P, ...; a V (zbv) r, 2P-1-r."""
+    if kind == "zbv":
+        return [pp_rank, 2 * pp - 1 - pp_rank]
+    return [pp_rank + v * pp for v in range(per_rank)]
+
+
+def run_step(sched: Any, pp_rank: int, pp: int, x: torch.Tensor, y: torch.Tensor, kind: str = "1f1b") -> None:
+    """One step of the schedule: the rank of the first stage feeds ``x``, the rank of the last one takes the
+    targets ``y`` (pipeline rank 0 and ``pp - 1``; under zbv, both rank 0)."""
+    first, last = pp_rank == 0, pp_rank == (0 if kind == "zbv" else pp - 1)
+    if first and last:
+        sched.step(x, target=y, losses=[])
+    elif first:
         sched.step(x)
-    elif pp_rank == pp - 1:
+    elif last:
         sched.step(target=y, losses=[])
     else:
         sched.step()
@@ -106,15 +121,21 @@ class Block(nn.Module):
 
 
 class Stage(nn.Module):
-    def __init__(self, first: bool, last: bool, layers: int) -> None:
+    """``own_output``: a stage without the head returns a tensor of its own, not the timer's view of the last layer's
+    output (zbv's input-backward pass detaches the stage's outputs in place, which a view refuses)."""
+
+    def __init__(self, first: bool, last: bool, layers: int, own_output: bool = False) -> None:
         super().__init__()
         self.emb = nn.Embedding(VOCAB, D) if first else None
         self.body = Timed(nn.Sequential(*[Block() for _ in range(layers)]))
         self.head = nn.Linear(D, VOCAB) if last else None
+        self.own_output = own_output
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.body(self.emb(x) if self.emb is not None else x)
-        return self.head(h) if self.head is not None else h
+        if self.head is not None:
+            return self.head(h)
+        return h.clone() if self.own_output else h
 
 
 def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -123,7 +144,7 @@ def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 def main(argv: list[str] | None = None) -> None:
     p = parser(__doc__, ["stage"], "stage: the slow stage holds this many times the layers of each other stage")
-    p.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved"], default="gpipe")
+    p.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved", "zbv"], default="gpipe")
     p.add_argument("--dp", type=int, default=1, help="data-parallel replicas of the pipeline (world = stages x dp)")
     args = p.parse_args(argv)
     if args.amount is None:
@@ -136,9 +157,10 @@ def main(argv: list[str] | None = None) -> None:
     heavy = args.slow_rank // args.dp if args.straggler == "stage" else -1  # the slow rank's stage
     layers = layers_per_stage(pp, heavy, args.amount)
     torch.manual_seed(args.seed * 1000 + pp_rank)  # the replicas of a stage start alike
-    per_rank = 2 if args.schedule == "interleaved" else 1
-    parts = [Stage(pp_rank == 0 and v == 0, pp_rank == pp - 1 and v == per_rank - 1, n)
-             for v, n in enumerate(split(layers[pp_rank], per_rank))]
+    per_rank = 2 if args.schedule in ("interleaved", "zbv") else 1
+    index = stage_indices(args.schedule, pp_rank, pp, per_rank)
+    parts = [Stage(i == 0, i == per_rank * pp - 1, n, own_output=args.schedule == "zbv")
+             for i, n in zip(index, split(layers[pp_rank], per_rank))]
     sched = make_schedule(list(parts), pp_rank, pp, args.schedule, MICRO, loss_fn, pp_group)
     params = [q for m in parts for q in m.parameters()]
     opt = torch.optim.AdamW(params, lr=1e-3)
@@ -149,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
             tokens = torch.randint(0, VOCAB, (MICRO * ROWS, SEQ + 1), generator=data)
         with t.time("schedule"):
             x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()  # torch 2.11 checks strides
-            run_step(sched, pp_rank, pp, x, y)
+            run_step(sched, pp_rank, pp, x, y, args.schedule)
         if dp_group is not None:
             with t.time("grads"):
                 average(params, dp_group, args.dp)
