@@ -1315,7 +1315,7 @@ def test_the_rules_candidate_is_rescued_only_where_the_steps_left_out_were_anoth
             sched=pl.DataFrame([{"rank": r, "step": s, "cpu_ns": c * ms, "runq_wait_ns": q * ms}
                                 for r, s, _, c, q in rows]),
             own_steps=pl.DataFrame([{"rank": r, "step": s, "own": o * ms} for r, s, o, _, _ in rows]),
-            rule_candidates=lambda: [(cand_rank, rel, "ratio", 1.0)])
+            rule_candidates=lambda: [(cand_rank, rel, "ratio", 1.0)], results={})
 
     b = Bound(rank=0, cost_ns=9.0 * ms, noise_ns=0.0, step_ns=120.0 * ms, steps=3, of_steps=6,
               savings={0: 9.0 * ms, 1: 8.0 * ms})
@@ -1376,3 +1376,32 @@ def test_an_input_imbalance_on_more_ranks_than_cpus_is_named_with_its_extra_cpu_
     straggler_note(f)  # "..., CPU time +23% vs the other ranks' median, costs 4.8 ms per step (8%)"
     lost = f.evidence["time_lost"]["lost_per_step_ns"] / 1e6
     assert 0.7 < lost / truth["summary"]["extra_ms_per_step"] < 1.3, (lost, truth["summary"]["extra_ms_per_step"])
+
+
+def test_a_pipeline_s_balanced_stages_deny_an_own_time_candidate():
+    """bench/workloads.py seed 2843, pp-zbv-healthy at 4 ranks (ZB-V: rank 0 holds the first and the last stage): "rank
+    0 is slow: compute, own time excluding CPU wait +29 %", where the stage model found the stages' thread CPU work
+    within 1.05x of their mean: rank 0's extra own time was its waits inside the schedule's spans. A candidate on
+    own time is dropped there, with a note; one that stands on counts or on data loading stays; an unbalanced
+    pipeline, or no pipeline, leaves the candidates alone."""
+    from types import SimpleNamespace
+
+    from rankscope.analysis.base import Result
+    from rankscope.analysis.diagnosis.path_choice import balanced_stages
+
+    ms = 1_000_000
+
+    def ctx(balanced: bool, data0: float = 1.0) -> SimpleNamespace:
+        pipe = Result("pipeline", summary={"balanced": balanced, "stage_ranks": [[0], [1], [2], [3]], "imbalance": 1.05})
+        return SimpleNamespace(results={"pipeline": pipe}, work_of=lambda r: None,
+                               pr=pl.DataFrame({"rank": [0, 1, 2, 3], "own": [180.0 * ms, 140.0 * ms, 139.0 * ms,
+                                                                               141.0 * ms],
+                                                "data_wait": [data0 * ms, 1.0 * ms, 1.0 * ms, 1.0 * ms]}))
+
+    found = [(0, 0.29, "ratio (cpu-available)", 1.0)]
+    keep, note = balanced_stages(ctx(True), found)
+    assert keep == [] and "rank 0" in note
+    assert balanced_stages(ctx(False), found) == (found, "")  # the stage model names a heavy stage itself
+    assert balanced_stages(SimpleNamespace(results={}, work_of=lambda r: None, pr=ctx(True).pr), found) == (found, "")
+    assert balanced_stages(ctx(True), [(0, 0.29, "more calls", 1.0)])[0] == [(0, 0.29, "more calls", 1.0)]
+    assert balanced_stages(ctx(True, data0=35.0), found) == (found, "")  # 34 ms of its 40 ms excess: data loading

@@ -127,20 +127,22 @@ def below_bar_note(ev: dict[str, Any] | None) -> str:
 
 
 def input_imbalance(run: Run, pr: pl.DataFrame, excluded: list[int], b: "Bound | None" = None,
-                    saved: dict[int, float] | None = None, no_path: str = "") -> str:
+                    saved: dict[int, float] | None = None, no_path: str = "",
+                    results: dict[str, Result] | None = None) -> str:
     """More input work on a rank, said beside "no straggler" with what it cost: among the 3 ranks with the most
     compute per step, one with >= IMBALANCE_WORK more input elements per step than the others (a count from the
     shapes, no noise). "An input imbalance that cost no time" only where the critical path shows it: the rank
     does not bound most steps (``bound.Bound``); where it does, its what-if saving is the cost; without a path
     the cost is not told. Measured (bench/workloads.py run 9, 4 ranks on 2 cores): a rank with 1.28x the input
     work, compute +6 %, own time -1 %; the MoE job of issue 25: a rank with 2.5x the expert tokens called
-    "cost no time" while the others waited for it inside the all_to_all (booked as compute then)."""
-    from rankscope.analysis.diagnosis.work import IMBALANCE_WORK, imbalance, imbalance_note
+    "cost no time" while the others waited for it inside the all_to_all (booked as compute then). A pipeline
+    stage's rank is compared with its replicas only (``work.work_peers``: the other stages hold other layers)."""
+    from rankscope.analysis.diagnosis.work import IMBALANCE_WORK, imbalance, imbalance_note, work_peers
 
     rows = pr.filter(~pl.col("rank").is_in(excluded)).sort("computing", descending=True)
     ranks = rows["rank"].to_list()
     for rank in ranks[:3]:
-        work = imbalance(run, rank, [r for r in ranks if r != rank])
+        work = imbalance(run, rank, work_peers(results or {}, ranks, rank))
         if not work or not work.get("shapes_recorded") or work.get("work_ratio", 1.0) - 1 < IMBALANCE_WORK:
             continue
         what = f"rank {rank} has{imbalance_note(work)[1:]}"

@@ -255,7 +255,7 @@ def below_bar(run: Run, results: dict[str, Result], steps: pl.DataFrame, pr: pl.
     seen = evidence(run, results, steps, pr, excluded)
     if b is None or (seen and seen["rank"] == b.rank):
         out.append(below_bar_note(seen))
-    out.append(input_imbalance(run, pr, excluded, b, savings(results, excluded), no_path))
+    out.append(input_imbalance(run, pr, excluded, b, savings(results, excluded), no_path, results))
     return out
 
 

@@ -11,7 +11,7 @@ from rankscope.analysis.base import Result
 from rankscope.analysis.diagnosis.candidates import agreeing, last_share, more_input, more_work, steady_candidates
 from rankscope.analysis.diagnosis.cpu import sched_frame
 from rankscope.analysis.diagnosis.rules import complete_steps, cpu_available_outliers, outliers, paired, with_sched
-from rankscope.analysis.diagnosis.work import Work, imbalance
+from rankscope.analysis.diagnosis.work import Work, imbalance, work_peers
 from rankscope.model.run import Run
 
 
@@ -57,21 +57,6 @@ class Ctx:
                 or self.steady(cpu_available_outliers(self.steps, pr)) or self.steady(paired(self.steps, pr, self.sched))
                 or self.steady(more_work(pr, self.work_of)) or self.steady(more_input(pr, self.work_of, self.last_of, self.cpu()))
                 or self.steady(agreeing(self.run, self.results, self.bd, pr)))
-
-
-def work_peers(results: dict[str, Result], ranks: list[int], rank: int) -> list[int]:
-    """The ranks whose work ``rank``'s is compared with: the other ranks of its pipeline stage where it has some (its
-    data-parallel replicas hold the same layers; the other stages hold other layers and the stage model compares
-    the stages), else every other rank. Measured (rankscope.demo.workloads.pipeline --dp 2, 1F1B, 2 stages x 2
-    replicas, stage 1 with 2x the layers): against ranks 0, 1 and 3, rank 2 had "+498 % input work" (stage 0's
-    embedding against stage 1's head) and was named an input imbalance; against rank 3, its replica, none."""
-    others = [r for r in ranks if r != rank]
-    pp = results.get("pipeline")
-    if pp is None or pp.skipped:
-        return others
-    mine = next((list(map(int, rs)) for rs in pp.summary.get("stage_ranks") or [] if rank in rs), [])
-    same = [r for r in mine if r != rank and r in ranks]
-    return same or others
 
 
 def counted(ctx: Ctx, rank: int, test: str) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 
 import polars as pl
 
-from rankscope.analysis.base import frame
+from rankscope.analysis.base import Result, frame
 from rankscope.model.run import Run
 
 # Input imbalance: the rank's input elements per step exceed the others' median by at least this ...
@@ -202,3 +202,18 @@ def extra_calls_ns(work: Work | None) -> float:
     """Time per step in the operators called more often than on the other ranks; the largest, not the
     sum: operator times are inclusive (aten::matmul holds aten::mm)."""
     return max((m["extra_ns_per_step"] for m in work.get("more_calls", [])), default=0.0) if work else 0.0
+
+
+def work_peers(results: dict[str, Result], ranks: list[int], rank: int) -> list[int]:
+    """The ranks whose work ``rank``'s is compared with: the other ranks of its pipeline stage where it has some (its
+    data-parallel replicas hold the same layers; the other stages hold other layers and the stage model compares
+    the stages), else every other rank. Measured (rankscope.demo.workloads.pipeline --dp 2, 1F1B, 2 stages x 2
+    replicas, stage 1 with 2x the layers): against ranks 0, 1 and 3, rank 2 had "+498 % input work" (stage 0's
+    embedding against stage 1's head) and was named an input imbalance; against rank 3, its replica, none."""
+    others = [r for r in ranks if r != rank]
+    pp = results.get("pipeline")
+    if pp is None or pp.skipped:
+        return others
+    mine = next((list(map(int, rs)) for rs in pp.summary.get("stage_ranks") or [] if rank in rs), [])
+    same = [r for r in mine if r != rank and r in ranks]
+    return same or others
