@@ -34,8 +34,8 @@ from rankscope.analysis.diagnosis.path_choice import choose, rescued
 from rankscope.analysis.diagnosis.rules import PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, per_rank, per_step
 from rankscope.analysis.diagnosis.stage_verdict import stage_cost, stage_note, takes_stage_cost
 from rankscope.analysis.diagnosis.verdict_ctx import Ctx
-from rankscope.analysis.diagnosis.work import (calls_ratio, extra_calls_ns, imbalance_note, is_input_imbalance,
-                                               work_note)
+from rankscope.analysis.diagnosis.work import (calls_ratio, extra_calls_ns, imbalance, imbalance_note,
+                                               is_input_imbalance, work_note, work_peers)
 from rankscope.analysis.stats import as_float
 from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.model.run import Run
@@ -118,9 +118,10 @@ def _cost(ctx: Ctx, rank: int, row: dict[str, Any], mine: Bound | None, b: Bound
                                                 "own time and the path's what-if cannot separate it)"})
     if takes_stage_cost(ctx.results, rank, mine is not None):
         evidence["time_lost"].update(stage_cost(ctx.results))
-        if mine is not None and (mine.steps == 0 or mine.cost_ns <= 0):
-            # the path compared the stage with other layers or its replicas and saw nothing: "bounds 0 of 6 steps;
-            # the step would take 101.7 ms instead of 101.7 ms" (interleaved 1F1B at 2 ranks) says nothing
+        if mine is not None and (mine.steps == 0 or mine.cost_ns < 0.5 * evidence["time_lost"]["lost_per_step_ns"]):
+            # the path compared the stage with other layers or its replicas and saw little of it: "bounds 0 of 6
+            # steps; the step would take 101.7 ms instead of 101.7 ms" (interleaved 1F1B at 2 ranks), or 164.4
+            # instead of 164.6 beside the stage model's 20.9 ms (2 stages x 2 replicas) is not the stage's cost
             path = ""
     return path
 
@@ -131,17 +132,27 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
     rank = int(pr["rank"][i])
     row = pr.row(i, named=True)
     others = pr.filter(pl.col("rank") != rank)
+    if test == "pipeline stages":  # the stage's cause is against the other stages, not its replicas (as heavy)
+        mates = set(work_peers(ctx.results, pr["rank"].to_list(), rank))
+        if others.filter(~pl.col("rank").is_in(list(mates))).height:
+            others = others.filter(~pl.col("rank").is_in(list(mates)))
     waited = wait_excess(ctx.sched, rank, ctx.own_steps)
     imb = ctx.work_of(rank)
     cpu_excess = float(waited["cpu_excess_ns"]) if waited and waited.get("cpu_excess_ns") is not None else None
     mine = b if b is not None and b.rank == rank else None
+    # a stage's cause is the stage model's (its layers' thread CPU work), not the path's segments: those compare it
+    # with its replicas (bench/workloads.py seed 2844, ppdp-1f1b: "host (idle between operators)" off the path)
+    path_cause = mine if test != "pipeline stages" else None
     usual = {k: as_float(others[c].median(), 0.0) for c, k in (("computing", "compute"), ("data_wait", "data"),
                                                                 ("free", "host"))}
-    eligible = {k for k, c in _CLASS.items() if holds(mine, c, float(row[{"compute": "computing", "data": "data_wait",
-                                                                          "host": "free"}[k]]) - usual[k])}
-    kind, excess = cause(row, others, waited["blocked_excess_ns"] if waited else None, extra_calls_ns(imb),
-                         eligible if mine is not None else None, calls_ratio(imb))
-    on_path = from_path(mine.path, mine.cost_ns, excess) if mine is not None else None
+    eligible = {k for k, c in _CLASS.items() if holds(path_cause, c, float(row[{"compute": "computing",
+                                                                                "data": "data_wait", "host": "free"}[k]])
+                                                       - usual[k])}
+    # the calls the stage makes more often than the other stages (its extra layers), where a stage is named
+    calls = imbalance(run, rank, others["rank"].to_list()) if test == "pipeline stages" else imb
+    kind, excess = cause(row, others, waited["blocked_excess_ns"] if waited else None, extra_calls_ns(calls),
+                         eligible if path_cause is not None else None, calls_ratio(calls))
+    on_path = from_path(path_cause.path, path_cause.cost_ns, excess) if path_cause is not None else None
     if on_path is not None:
         kind = on_path
 
