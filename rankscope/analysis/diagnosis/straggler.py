@@ -126,16 +126,23 @@ def _cost(ctx: Ctx, rank: int, row: dict[str, Any], mine: Bound | None, b: Bound
     return path
 
 
+def _compared_with(ctx: Ctx, rank: int, test: str) -> pl.DataFrame:
+    """The other ranks' rows a candidate's components are read against: all of them, or for a pipeline's stage the
+    other stages' ranks (its replicas hold the same layers, as heavy)."""
+    others = ctx.pr.filter(pl.col("rank") != rank)
+    if test != "pipeline stages":
+        return others
+    mates = work_peers(ctx.results, ctx.pr["rank"].to_list(), rank)
+    rest = others.filter(~pl.col("rank").is_in(mates))
+    return rest if rest.height else others
+
+
 def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None) -> Finding:
     """The finding for one candidate: cause, evidence, cost."""
     pr, run = ctx.pr, ctx.run
     rank = int(pr["rank"][i])
     row = pr.row(i, named=True)
-    others = pr.filter(pl.col("rank") != rank)
-    if test == "pipeline stages":  # the stage's cause is against the other stages, not its replicas (as heavy)
-        mates = set(work_peers(ctx.results, pr["rank"].to_list(), rank))
-        if others.filter(~pl.col("rank").is_in(list(mates))).height:
-            others = others.filter(~pl.col("rank").is_in(list(mates)))
+    others = _compared_with(ctx, rank, test)
     waited = wait_excess(ctx.sched, rank, ctx.own_steps)
     imb = ctx.work_of(rank)
     cpu_excess = float(waited["cpu_excess_ns"]) if waited and waited.get("cpu_excess_ns") is not None else None
