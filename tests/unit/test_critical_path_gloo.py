@@ -60,8 +60,12 @@ def test_slow_rank_bounds_the_step_by_about_its_sleep(result):
 
 
 def test_the_fast_rank_waits_in_the_collectives(result):
+    """Per rank, its longest wait in each step, the median over steps: rank 0 waits for the sleep in every step.
+    Not the longest wait of all: in a fresh-clone suite run (2 cores, the other pytest worker's jobs) rank 1 once
+    waited 255 ms in one step for a descheduled rank 0, whose longest wait was 175 ms."""
     waits = pl.from_arrow(result.tables["waits"])
-    per_rank = waits.group_by("rank").agg(pl.col("wait_ns").max()).sort("rank")
+    per_rank = (waits.group_by("rank", "step").agg(pl.col("wait_ns").max())
+                .group_by("rank").agg(pl.col("wait_ns").median()).sort("rank"))
     w = dict(zip(per_rank["rank"].to_list(), per_rank["wait_ns"].to_list()))
     assert w[0] >= 0.5 * SLEEP_MS * 1e6 and w[0] > w[1]
     assert (waits.filter(pl.col("rank") == 0)["last_rank"] == 1).any()

@@ -60,9 +60,9 @@ def test_second_load_reads_only_the_cache(tmp_path, monkeypatch):
     calls = {"n": 0}
     real = tables.build
 
-    def counting(raw):  # type: ignore[no-untyped-def]
+    def counting(raw, *rest):  # type: ignore[no-untyped-def]
         calls["n"] += 1  # every decode (whole or streamed) goes through tables.build
-        return real(raw)
+        return real(raw, *rest)
 
     monkeypatch.setattr(tables, "build", counting)
     again = load_run(tmp_path, jobs=1)

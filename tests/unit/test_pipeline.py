@@ -210,6 +210,10 @@ def test_exposed_comm_advice_only_for_collectives_beside_the_pipeline(coll_ms, k
     f = Finding("advice.exposed_comm", "exposed communication ...", Severity.CRITICAL, (0,), {"share": {"0": 0.3}})
     out = [g for g in shape_advice(results, [f], RULES) if g.kind == f.kind]
     assert bool(out) is kept
+    # "barely overlaps": its 80 ms of communication were all sends and receives in flight, the pipeline's own
+    late = Finding("advice.missing_overlap", "communication barely overlaps ...", Severity.WARNING, (0,),
+                   {"comm_share": {"0": 0.8}, "overlap": {"0": 0.0}})
+    assert not [g for g in shape_advice(results, [late], RULES) if g.kind == late.kind]
     if kept:  # restated on what is left: min(exposed 30 - bubble 10, collectives in flight 30) = 20 ms of 100
         assert out[0].evidence["share"] == {"0": 0.2} and out[0].evidence["with_pipeline_waits_share"] == {"0": 0.3}
         assert out[0].severity == Severity.WARNING and out[0].ranks == (0,)  # 20 %: under 3x the rule's 10 %

@@ -88,7 +88,8 @@ def _only_beyond_bubble(f: Finding, rest: dict[int, dict[str, float]], rules: di
               "of each stage's replicas during its last backward (DDP buckets, FSDP prefetch), or reduce its volume",
         # "share": what is left (what later rules quote: advice_path's "the wait for rank 3" on the same ranks)
         evidence={**f.evidence, "share": {str(r): round(left[r], 4) for r in keep},
-                  "with_pipeline_waits_share": f.evidence.get("share")})
+                  # the rule's own shares: exposed communication's "share", missing overlap's "comm_share"
+                  "with_pipeline_waits_share": f.evidence.get("share") or f.evidence.get("comm_share")})
 
 
 def _within_one_stage(f: Finding, results: dict[str, Result], s: dict[str, Any],
