@@ -322,8 +322,8 @@ def collectives(events: pa.Table, xs: Mapping[int, Args | None], raw: RawTrace,
         if doc is not None:
             table, matched = comm_seq.assign(table, doc)
             known |= matched
-    groups = _my_groups(raw)
     cfg = _pg_config(raw)
+    groups = [g["ranks"] for g in cfg]
     pipe = comm_issue.p2p_group(cfg, layout, _my_rank(raw))
     table, lost, through = _global_peers(_even_splits(table), known, groups, pipe)
     if pipe is not None and len(through):  # those calls are the pipeline group's: named as the trace lists it
@@ -373,11 +373,6 @@ def _my_rank(raw: RawTrace) -> int | None:
     info = dist_info(raw.trace)
     r = getattr(info, "rank", None) if info is not None else None
     return r if type(r) is int else None
-
-
-def _my_groups(raw: RawTrace) -> list[list[int]]:
-    """Member lists of the groups this rank's trace lists (``distributedInfo.pg_config``)."""
-    return [g["ranks"] for g in _pg_config(raw)]
 
 
 def _unknown_groups(table: pa.Table, known: np.ndarray, groups: list[list[int]]) -> pa.Table:
