@@ -10,6 +10,9 @@ unbalanced run: the step time it would save if its stages were balanced. Per con
 the differences and the median of the predictions, and how far apart they are.
 
     PYTHONPATH=. .venv/bin/python bench/pipeline_twins.py --schedules gpipe,1f1b --stages 2,4 --repeats 5
+
+``--schedules`` also takes a family of bench/workloads.py by name, such as ``ppdp-1f1b`` (2 replicas of each stage);
+``--stages`` is then the number of ranks, and the table's stages are ranks / replicas.
 """
 from __future__ import annotations
 
@@ -64,7 +67,9 @@ def analyze(run: Path) -> dict[str, Any]:
 
 def one_pair(sched: str, n: int, i: int, rng: random.Random, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     slow, seed = rng.randrange(n), rng.randrange(10**6)
-    heavy, twin = FAMILIES[f"pp-{sched}"], FAMILIES[f"pp-{sched}-healthy"]
+    name = f"pp-{sched}" if f"pp-{sched}" in FAMILIES else sched  # "ppdp-1f1b": the family's own name
+    heavy, twin = FAMILIES[name], FAMILIES[f"{name}-healthy"]
+    dp = int(heavy.args[heavy.args.index("--dp") + 1]) if heavy.args and "--dp" in heavy.args else 1
     runs = {"heavy": out / f"{sched}-{n}-{i}-heavy", "twin": out / f"{sched}-{n}-{i}-twin"}
     order = ["heavy", "twin"] if i % 2 == 0 else ["twin", "heavy"]
     loads, secs = {}, {}
@@ -78,7 +83,8 @@ def one_pair(sched: str, n: int, i: int, rng: random.Random, args: argparse.Name
         loads[which] = round(os.getloadavg()[0], 1)
     got = {w: analyze(d) for w, d in runs.items()}
     meas = step_ms(runs["heavy"]) - step_ms(runs["twin"])
-    row = {"schedule": sched, "stages": n, "i": i, "slow": slow, "seed": seed, "measured_ms": round(meas, 2),
+    row = {"schedule": sched, "stages": n // dp, "ranks": n, "i": i, "slow": slow, "slow_stage": slow // dp, "seed": seed,
+           "measured_ms": round(meas, 2),
            "heavy_step_ms": step_ms(runs["heavy"]), "twin_step_ms": step_ms(runs["twin"]),
            "predicted_ms": got["heavy"].get("cost_ms"), "heavy": got["heavy"], "twin": got["twin"], "load": loads,
            "job_s": {k: round(v, 1) for k, v in secs.items()}}
@@ -105,7 +111,7 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
                 continue
             meas = statistics.median(r["measured_ms"] for r in rs)
             pred = statistics.median(r["predicted_ms"] or 0.0 for r in rs)
-            named = sum(r["heavy"].get("bottleneck_stage") == r["slow"] for r in rs)
+            named = sum(r["heavy"].get("bottleneck_stage") == r.get("slow_stage", r["slow"]) for r in rs)
             clean = sum("pipeline_bottleneck" not in r["twin"].get("severity", {}) for r in rs)
             off = f"{(pred - meas) / meas:+.0%}" if meas else "n/a"
             own = [r for r in rs if r["twin"].get("model_step_ms")]
@@ -121,7 +127,7 @@ def reanalyze(src: Path, out: Path, dest: str | None) -> None:
     """The predictions of a kept run's pairs again (the jobs' own step times stay as measured)."""
     rows = json.loads(src.read_text())["rows"]
     for r in rows:
-        base = out / f"{r['schedule']}-{r['stages']}-{r['i']}"
+        base = out / f"{r['schedule']}-{r.get('ranks', r['stages'])}-{r['i']}"
         r["heavy"], r["twin"] = analyze(Path(f"{base}-heavy")), analyze(Path(f"{base}-twin"))
         r["predicted_ms"] = r["heavy"].get("cost_ms")
         print(f"{r['schedule']}@{r['stages']} #{r['i']} slow={r['slow']}: measured {r['measured_ms']:+.1f} ms, "

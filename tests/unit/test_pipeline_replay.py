@@ -136,3 +136,77 @@ def test_a_slow_last_stage_s_optimizer_overlaps_the_first_stage_s_turn():
     measured = 155.9
     assert spread is not None and spread > 1.05 * measured
     assert steady is not None and abs(steady / measured - 1) < 0.02
+
+
+# torch's runtime schedules (interleaved 1F1B, ZB-V): each rank's actions in torch's own order, from the schedule
+# classes' ``_calculate_single_rank_operations`` (read from the installed torch; the attributes it reads are the
+# ones each class's __init__ sets).
+KINDS = {"FORWARD": "F", "FULL_BACKWARD": "B", "BACKWARD_INPUT": "I", "BACKWARD_WEIGHT": "W"}
+
+
+def _runtime_order(name: str, p: int, m: int) -> list[list[tuple[str, int, int]]]:
+    cls = getattr(torch_schedules, name)
+    rounds = max(1, m // p)
+    ns = SimpleNamespace(n_local_stages=2, pp_group_size=p, _n_microbatches=m, number_of_rounds=rounds,
+                         microbatches_per_round=m // rounds, num_stages=2 * p)
+    return [[(KINDS[a.computation_type.name], a.stage_index, a.microbatch_index)
+             for a in cls._calculate_single_rank_operations(ns, r) if a is not None and a.computation_type.name in KINDS]
+            for r in range(p)]
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (2, 8), (3, 6), (4, 8), (4, 16)])
+def test_interleaved_1f1b_in_torch_s_order_has_the_published_bubble(p, m):
+    """Interleaved 1F1B with v stages per rank, each virtual stage's forward t_f / v and backward t_b / v: the step is
+    m·(t_f + t_b) plus the bubble (p - 1)·(t_f + t_b) / v (Narayanan et al. 2021, Efficient Large-Scale Language
+    Model Training on GPU Clusters Using Megatron-LM, section 2.2.2)."""
+    order = _runtime_order("ScheduleInterleaved1F1B", p, m)
+    durs = {(s, a): (1.0 if a == "F" else 2.0) for s in range(2 * p) for a in "FB"}  # t_f = 2, t_b = 4, v = 2
+    assert pr.replay(pr.runtime_programs(order, durs) or []) == pytest.approx(m * 6.0 + (p - 1) * 6.0 / 2)
+
+
+def _longest_path(order: list[list[tuple[str, int, int]]], durs: dict[tuple[int, str], float], lat: float) -> float:
+    """The oracle: the longest path through the actions (networkx), each weighted by its time, with an edge from
+    each action to the next on its rank and from the action whose output it takes (weighted by a message's latency
+    where the two run on different ranks)."""
+    import networkx as nx
+
+    where = {stg: r for r, o in enumerate(order) for _, stg, _ in o}
+    last = max(where)
+    g = nx.DiGraph()
+    done_by = {}  # (stage, F|G, microbatch) -> the action that sends it: an activation F, a gradient G
+    for r, o in enumerate(order):
+        for i, (a, s, mb) in enumerate(o):
+            node = (a, s, mb)
+            g.add_node(node)
+            if i:
+                g.add_edge(o[i - 1], node, w=durs[(o[i - 1][1], o[i - 1][0])])
+            if a in ("F", "B", "I"):
+                done_by[("F" if a == "F" else "G", s, mb)] = (node, r)
+    for r, o in enumerate(order):
+        for a, s, mb in o:
+            src = ("F", s - 1, mb) if a == "F" and s > 0 else ("G", s + 1, mb) if a in ("B", "I") and s < last else None
+            if src is not None:
+                u, ru = done_by[src]
+                g.add_edge(u, (a, s, mb), w=durs[(u[1], u[0])] + (lat if ru != r else 0.0))
+    g.add_node("end")
+    for a, s, mb in g.nodes - {"end"}:
+        g.add_edge((a, s, mb), "end", w=durs[(s, a)])
+    return float(nx.dag_longest_path_length(g, weight="w"))
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.sampled_from(["ScheduleInterleaved1F1B", "ScheduleZBVZeroBubble"]), st.integers(2, 4), st.integers(1, 3),
+       st.lists(st.floats(0.1, 10.0), min_size=32, max_size=32), st.floats(0.0, 1.0))
+def test_a_runtime_schedule_s_replay_is_the_longest_path_of_its_dependencies(name, p, rounds, times, lat):
+    """The replay of torch's own order for any stage times equals the longest path through the same dependencies
+    (a different algorithm: networkx on the graph), and never deadlocks."""
+    m = p * rounds if name == "ScheduleInterleaved1F1B" else max(2 * p - 1, p * rounds)
+    order = _runtime_order(name, p, m)
+    durs = {(s, a): times[(4 * s + "FBIW".index(a)) % 32] for s in range(2 * p) for a in "FBIW"}
+    got = pr.replay(pr.runtime_programs(order, durs) or [], lat)
+    assert got is not None
+    assert got == pytest.approx(_longest_path(order, durs, lat))
+
+
+def test_a_runtime_schedule_whose_stage_has_no_time_is_not_replayed():
+    assert pr.runtime_programs([[("F", 0, 0)], [("F", 1, 0)]], {(0, "F"): 1.0}) is None

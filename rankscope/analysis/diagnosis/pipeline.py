@@ -65,7 +65,8 @@ def combine(run: "Run", parts: list[tuple[int, RankWaits]], results: dict[str, R
                                           "in the captured steps: the waits are unknown", summary=_shape(st, m, sched, how))
     per_step = _stage_steps(_with_cpu(run, ranks), expected)
     stages_t = _stage_table(per_step, st, _path_shares(results, st))
-    what = _what_if(per_step, m, "" if st.looped else sched, hop_latency(results))
+    runtime = _runtime(parts, st)
+    what = _what_if(per_step, m, "" if st.looped else sched, hop_latency(results, 0.1 if runtime else 0.5), runtime)
     summary = {**_shape(st, m, sched, how), "stages_per_rank": virtual, "expected_bubble_share": expected,
                "problems": problems,
                "bubble": [{"stage": r["stage"], "step": r["step"], "bubble_ms": round(r["bubble_ns"] / MS, 3),
@@ -114,9 +115,16 @@ def _rank_rows(parts: list[tuple[int, RankWaits]], st: "Stages") -> pl.DataFrame
 
 
 def _stage_steps(ranks: pl.DataFrame, expected: float | None) -> pl.DataFrame:
-    """Per stage and step: medians over the stage's ranks; the bubble's share of the step."""
-    cols = ["step_ns", "bubble_ns", "work_ns", "cpu_ns", *WAITS, "optim_ns"]
-    out = ranks.group_by("stage", "step").agg(pl.col(c).median().round().cast(pl.Int64) for c in cols)
+    """Per stage and step: medians over the stage's ranks; the bubble's share of the step. A stage's own work is
+    the lower median over its replicas (with 2, the faster one): a replica's own extra work (its data loading,
+    a slow host) is that rank's, not its stage's layers, and a plain median of 2 replicas would give the stage
+    half of it (measured: one of 2 replicas loading data 17.5 ms longer per step made its stage "the
+    bottleneck, 61 % of the work")."""
+    cols = ["step_ns", "bubble_ns", *WAITS]
+    own = ["work_ns", "cpu_ns", "optim_ns"]
+    out = ranks.group_by("stage", "step").agg(
+        *(pl.col(c).median().round().cast(pl.Int64) for c in cols),
+        *(pl.col(c).quantile(0.5, interpolation="lower").round().cast(pl.Int64) for c in own))
     out = out.with_columns(bubble_share=pl.col("bubble_ns") / pl.col("step_ns"),
                            expected_share=pl.lit(expected, pl.Float64))
     out = out.with_columns(work_share=pl.col("work_ns") / pl.col("work_ns").sum().over("step"))
@@ -146,13 +154,16 @@ def _with_cpu(run: "Run", ranks: pl.DataFrame) -> pl.DataFrame:
     return ranks.join(sf, on=["rank", "step"], how="left")
 
 
-def _what_if(per_step: pl.DataFrame, m: int | None, sched: str = "", latency: float = 0.0) -> dict[str, Any]:
+def _what_if(per_step: pl.DataFrame, m: int | None, sched: str = "", latency: float = 0.0,
+             runtime: "Runtime | None" = None) -> dict[str, Any]:
     """The bottleneck stage and its cost per step: the step with the stages' own work as measured minus
     the step with every stage at the mean. For torch's GPipe and 1F1B, both steps come from replaying
     the schedule's program (``pipeline_replay``: a backward is taken as twice its forward, and each message
     takes the run's own median latency, ``hop_latency``; each stage's optimizer, torch.optim's spans, runs between
     steps, and the step is the steady state's of steps back to back: a slow last stage's optimizer overlaps the
-    first stage's last backward and next forward); otherwise
+    first stage's last backward and next forward). torch's runtime schedules (interleaved 1F1B, zero bubble) name
+    each action in a span ("PP:2F3"): their replay runs each rank's actions in the order the trace holds, each
+    (stage, action) at its own time (``_runtime``); otherwise
     from Σ_s w_s + (m - 1)·max_s w_s, so the cost is (m - 1)·(max_s w_s - mean_s w_s). The replay
     differs where the schedule hides a stage: in 1F1B a fast stage after the slow one waits for nothing.
 
@@ -179,7 +190,7 @@ def _what_if(per_step: pl.DataFrame, m: int | None, sched: str = "", latency: fl
         return {}
     wins = per_step.sort(col, descending=True).group_by("step", maintain_order=True).first()
     step_ms = as_float(per_step.group_by("step").agg(pl.col("step_ns").median())["step_ns"].median(), 0.0) / MS
-    model = _model_steps(w, m, sched, latency, tail)
+    model = _model_steps(w, m, sched, latency, tail, runtime)
     cost_ms = (model[0] - model[1]) / MS
     return {"bottleneck_stage": top, "bottleneck_steps": int((wins["stage"] == top).sum()), "of_steps": wins.height,
             "bottleneck_work_share": round(w[top] / sum(w.values()), 4),
@@ -191,7 +202,7 @@ def _what_if(per_step: pl.DataFrame, m: int | None, sched: str = "", latency: fl
 
 
 def _model_steps(w: dict[int, float], m: int, sched: str, latency: float = 0.0,
-                 tail: dict[int, float] | None = None) -> tuple[float, float, str]:
+                 tail: dict[int, float] | None = None, runtime: "Runtime | None" = None) -> tuple[float, float, str]:
     """(step as measured, step balanced, how) of the stages' own work per microbatch ``w``, of which ``tail``
     per step (the optimizer) runs between steps, not in the microbatches; balanced, both at their means."""
     from rankscope.analysis.diagnosis.pipeline_replay import step
@@ -208,12 +219,76 @@ def _model_steps(w: dict[int, float], m: int, sched: str, latency: float = 0.0,
                      "latency": latency, "tail": [t_mean] * len(t)}, m)
         if as_is is not None and even is not None:
             return as_is, even, f"replay of torch's {sched} schedule"
+    got = _runtime_steps(runtime, {s: x * m for s, x in zip(sorted(w), mb)}, t, m, latency) if len(w) > 1 else None
+    if got is not None:
+        return got
     return sum(work) + (m - 1) * max(work), len(work) * mean + (m - 1) * mean, "Σ w + (m - 1)·max w"
 
 
-def hop_latency(results: dict[str, Result]) -> float:
-    """The run's median latency of a point-to-point message (ns): a receive's return after both its side
-    and its send were posted (``collectives``' p2p pairs, on aligned clocks); 0 when unknown."""
+# A runtime schedule's own order: per stage (a position in the pipeline) the actions (F|B|I|W, stage the
+# schedule names, microbatch) of one of its ranks in one step, and each (named stage, action)'s own time per
+# microbatch (ns, the median over ranks, steps and microbatches: ``pipeline_waits``' span_own).
+Runtime = tuple[dict[int, list[tuple[str, int, int]]], dict[tuple[int, str], float]]
+
+
+def _runtime(parts: list[tuple[int, RankWaits]], st: "Stages") -> "Runtime | None":
+    """The order and the actions' own times of torch's runtime schedules, whose spans name their stage; None for
+    the single-stage schedules (GPipe, 1F1B: "Forward 3") or where a stage has no full step."""
+    import statistics
+
+    by = dict(parts)
+    orders: dict[int, list[tuple[str, int, int]]] = {}
+    for s, ranks in enumerate(st.ranks_of):
+        full = [sw.spans for r in ranks if r in by for sw in by[r].steps if sw.spans]
+        if not full or any(stg < 0 for x in full for _, stg, _ in x):
+            return None
+        orders[s] = max(full, key=len)  # a cut first or last step holds fewer actions
+    own: dict[tuple[int, str], list[int]] = {}
+    for _, p in parts:
+        for sw in p.steps:
+            for (act, stg, _), ns in zip(sw.spans, sw.span_own):
+                own.setdefault((stg, act), []).append(ns)
+    return orders, {k: float(statistics.median(v)) for k, v in own.items()}
+
+
+def _runtime_steps(runtime: "Runtime | None", work: dict[int, float], tail: list[float], m: int,
+                   latency: float) -> tuple[float, float, str] | None:
+    """(step as measured, step balanced, how) of a runtime schedule's replay in its own order (``_runtime``). Each
+    stage's actions are scaled so that they sum to its own work per step less its optimizer (``work``: the
+    measure the stages are compared by); balanced, every stage's actions are scaled again to the stages' mean
+    work. A stage keeps its own mix of actions: the first named stage computes no gradient of its input (zero
+    bubble's I), the last one the loss. Taking each action at the mean of its kind over the named stages
+    instead gave a balanced step 9 % below the balanced twins' (bench/pipeline_twins.py seed 2902, ZB-V)."""
+    from rankscope.analysis.diagnosis.pipeline_replay import runtime_programs, steady
+
+    if runtime is None or set(runtime[0]) != set(work):
+        return None
+    orders, own = runtime
+    scaled: dict[tuple[int, str], float] = {}
+    even: dict[tuple[int, str], float] = {}
+    mean = sum(work.values()) / len(work)
+    for s, order in orders.items():
+        raw = sum(own.get((stg, a), 0.0) for a, stg, _ in order)
+        for a, stg, _ in order:
+            scaled[(stg, a)] = own.get((stg, a), 0.0) * (work[s] / raw if raw > 0 else 0.0)
+            even[(stg, a)] = own.get((stg, a), 0.0) * (mean / raw if raw > 0 else 0.0)
+    lists = [orders[s] for s in sorted(orders)]
+    progs, progs_even = runtime_programs(lists, scaled), runtime_programs(lists, even)
+    if progs is None or progs_even is None:
+        return None
+    as_is = steady(progs, tail, m, latency)
+    balanced = steady(progs_even, [sum(tail) / len(tail)] * len(tail), m, latency)
+    if as_is is None or balanced is None:
+        return None
+    return as_is, balanced, "replay of the schedule's own order in the trace"
+
+
+def hop_latency(results: dict[str, Result], q: float = 0.5) -> float:
+    """The run's latency of a point-to-point message (ns), the quantile ``q`` over messages (the median by default):
+    a receive's return after both its side and its send were posted (``collectives``' p2p pairs, on aligned
+    clocks); 0 when unknown. torch's runtime schedules post a receive ahead of the action that waits for it, so
+    there the return also holds the receiver's own work before it waited, and only the messages that found their
+    receiver waiting, the low tail (``q`` 0.1), measure the latency itself."""
     col = results.get("collectives")
     if col is None or col.skipped or "p2p" not in col.tables:
         return 0.0
@@ -222,7 +297,7 @@ def hop_latency(results: dict[str, Result]) -> float:
         return 0.0
     lat = p2p.filter(pl.col("paired")).select(pl.col("recv_end") - pl.max_horizontal("send_start", "recv_start"))
     got = lat.to_series().filter(lat.to_series() >= 0)
-    return as_float(got.median(), 0.0) if got.len() else 0.0
+    return as_float(got.quantile(q), 0.0) if got.len() else 0.0
 
 
 def _path_shares(results: dict[str, Result], st: "Stages") -> dict[int, float]:

@@ -108,7 +108,7 @@ def replay(progs: list[list[Op]], latency: float = 0.0) -> float | None:
         for s, prog in enumerate(progs):
             while pc[s] < len(prog):
                 what, arg = prog[pc[s]]
-                if what in ("F", "B", "T"):
+                if what in ("F", "B", "I", "W", "T"):
                     clock[s] += arg[1]
                 elif what in ("send", "recv"):
                     posted[(what, arg)] = clock[s]
@@ -132,6 +132,47 @@ def programs(schedule: str, fwd: list[float], bwd: list[float], m: int) -> list[
     return [build(s, len(fwd), m, fwd[s], bwd[s]) for s in range(len(fwd))]
 
 
+def runtime_programs(orders: list[list[tuple[str, int, int]]], durs: dict[tuple[int, str], float]
+                     ) -> list[list[Op]] | None:
+    """Each rank's program under torch's runtime schedules (``ScheduleInterleaved1F1B``, ``ScheduleZBVZeroBubble``,
+    ``_PipelineScheduleRuntime._step_microbatches``), from its actions in the order it ran them: ``orders[p]``
+    lists (action F|B|I|W, stage, microbatch) of the ranks' p-th, ``durs`` each (stage, action)'s own time.
+
+    The runtime posts a stage's receives ahead of the action that needs them and waits for a receive only in
+    that action (its sends are waited at the step's end), so a receive is posted at the step's start here. An
+    action waits for the one before it on another rank: a forward for the previous stage's forward of its
+    microbatch, a backward (full, B, or of the input, I) for the next stage's; a neighbour on the same rank is
+    ordered by the rank's own order (the V schedule's turn). None when a stage's place is unknown.
+
+    >>> progs = runtime_programs([[("F", 0, 0), ("B", 0, 0)], [("F", 1, 0), ("B", 1, 0)]],
+    ...                          {(0, "F"): 1.0, (0, "B"): 2.0, (1, "F"): 1.0, (1, "B"): 2.0})
+    >>> replay(progs)  # F0, F1, B1, B0 one after another
+    6.0
+    """
+    where = {stg: p for p, order in enumerate(orders) for _, stg, _ in order}
+    last = max(where, default=-1)
+    if not where or min(where) < 0 or any(d not in durs for o in orders for d in ((s, a) for a, s, _ in o)):
+        return None
+    progs = []
+    for p, order in enumerate(orders):
+        recv: list[Op] = []
+        ops: list[Op] = []
+        sent: list[Msg] = []
+        for act, stg, mb in order:
+            src = stg - 1 if act == "F" else stg + 1 if act in ("B", "I") else -1
+            if 0 <= src <= last and act != "W" and where.get(src, p) != p:
+                msg = ("F" if act == "F" else "B", mb, stg)
+                recv.append(("recv", msg))
+                ops.append(("wait", [msg]))
+            ops.append((act, (mb, durs[(stg, act)])))
+            dst = stg + 1 if act == "F" else stg - 1 if act in ("B", "I") else -1
+            if 0 <= dst <= last and act != "W" and where.get(dst, p) != p:
+                sent.append(("F" if act == "F" else "B", mb, dst))
+                ops.append(("send", sent[-1]))
+        progs.append(recv + ops + [("wait", sent)])
+    return progs
+
+
 def _shift(ops: list[Op], by: int) -> list[Op]:
     """``ops`` with every microbatch number moved by ``by`` (the same program, a later step's messages)."""
     def msg(x: Msg) -> Msg:
@@ -151,6 +192,14 @@ def steps(progs: list[list[Op]], tail: list[float], m: int, k: int) -> list[list
     """``k`` steps of each stage's program back to back, each followed by the stage's work between steps."""
     return [[op for j in range(k) for op in _shift(prog, j * m) + [("T", (j, tail[s]))]]
             for s, prog in enumerate(progs)]
+
+
+def steady(progs: list[list[Op]], tail: list[float] | None, m: int, latency: float = 0.0) -> float | None:
+    """The step of ``progs``: without a tail, one replay; with one, the steady state's (``step``)."""
+    if not tail:
+        return replay(progs, latency)
+    ends = [replay(steps(progs, [float(t) for t in tail], m, k), latency) for k in (3, 4)]
+    return None if ends[0] is None or ends[1] is None else ends[1] - ends[0]
 
 
 def step(model: dict[str, Any], m: int) -> float | None:
@@ -173,8 +222,4 @@ def step(model: dict[str, Any], m: int) -> float | None:
     progs = programs(model["schedule"], model["fwd"], model["bwd"], m)
     if progs is None:
         return None
-    lat, tail = float(model.get("latency") or 0.0), model.get("tail")
-    if not tail:
-        return replay(progs, lat)
-    ends = [replay(steps(progs, [float(t) for t in tail], m, k), lat) for k in (3, 4)]
-    return None if ends[0] is None or ends[1] is None else ends[1] - ends[0]
+    return steady(progs, model.get("tail"), m, float(model.get("latency") or 0.0))

@@ -47,6 +47,7 @@ class StepWaits:
     coll_ns: int = 0  # time with another collective (all_reduce, ...: not a send / receive) in flight
     messages: list[tuple[str, int, int]] = field(default_factory=list)  # (op, peer, calls) in issue order
     spans: list[tuple[str, int, int]] = field(default_factory=list)  # (action F|B|I|W, stage or -1, microbatch)
+    span_own: list[int] = field(default_factory=list)  # per span: its duration less its waits (ns)
     optim_ns: int = 0  # the optimizer's step and zero_grad on the training thread (``OPTIM``)
 
 
@@ -96,10 +97,11 @@ def _p2p_calls(data: "RankData") -> dict[str, np.ndarray]:
             "other_issue": issue_all[~p2p], "other_ret": ret_all[~p2p]}
 
 
-def _thread_events(data: "RankData") -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, str, int, int]],
-                                               np.ndarray]:
+def _thread_events(data: "RankData") -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                               list[tuple[int, str, int, int, int]], np.ndarray]:
     """Host events of the training thread (the one holding ProfilerStep#N): ts, end, is-communication, the
-    schedule's spans (ts, action, stage, microbatch), sorted, and which events are the optimizer's (``OPTIM``)."""
+    schedule's spans (ts, action, stage, microbatch, end), sorted, and which events are the optimizer's
+    (``OPTIM``)."""
     from rankscope.analysis.classify import dict_test
     from rankscope.model.comm_issue import is_comm_name
 
@@ -125,7 +127,8 @@ def _thread_events(data: "RankData") -> tuple[np.ndarray, np.ndarray, np.ndarray
             continue
         act = ("F" if m.group(1) == "Forward" else "B") if m.group(1) else m.group(4)
         stage, mb = (-1, int(m.group(2))) if m.group(1) else (int(m.group(3)), int(m.group(5)))
-        spans += [(int(t), act, stage, mb) for t in ts[idx == i].tolist()]
+        sel = idx == i
+        spans += [(int(t), act, stage, mb, int(e)) for t, e in zip(ts[sel].tolist(), end[sel].tolist())]
     return ts, end, comm, sorted(spans), optim
 
 
@@ -171,6 +174,20 @@ def union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return s[idx], np.maximum.reduceat(e, idx)
 
 
+def covered(start: np.ndarray, end: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per point of ``x``: how much of the disjoint sorted intervals lies before it.
+
+    >>> covered(np.array([0, 20]), np.array([10, 30]), np.array([5, 15, 25, 40])).tolist()
+    [5, 10, 15, 20]
+    """
+    if len(start) == 0:
+        return np.zeros(len(x), np.int64)
+    cum = np.r_[0, np.cumsum(end - start)]
+    k = np.searchsorted(start, x, "right")  # intervals that start before each point
+    over = np.where(k > 0, np.maximum(end[np.maximum(k - 1, 0)] - x, 0), 0)  # the part of the last one after it
+    return cum[k] - over
+
+
 def _messages(op: np.ndarray, peer: np.ndarray, issue: np.ndarray, own_ts: np.ndarray, own_end: np.ndarray
               ) -> list[tuple[str, int, int]]:
     """Calls in issue order grouped into messages: same op and peer, posted with no own work between."""
@@ -198,6 +215,7 @@ def _steps(data: "RankData", calls: dict[str, np.ndarray]) -> list[StepWaits]:
     us, ue = union(calls["issue"], calls["ret"])
     cs, ce = union(calls["other_issue"], calls["other_ret"])
     os_, oe = union(ts[optim], end[optim])
+    ws, we = union(s, e)
     out = []
     for step, t0, t1 in bounds:
         sw = StepWaits(int(step), int(t0), int(t1))
@@ -210,7 +228,10 @@ def _steps(data: "RankData", calls: dict[str, np.ndarray]) -> list[StepWaits]:
         sw.coll_ns = int(np.clip(np.minimum(ce, t1) - np.maximum(cs, t0), 0, None).sum())
         sw.optim_ns = int(np.clip(np.minimum(oe, t1) - np.maximum(os_, t0), 0, None).sum())
         sw.messages = _messages(calls["op"][sel], calls["peer"][sel], calls["issue"][sel], own_ts, own_end)
-        sw.spans = [(a, stg, mb) for t, a, stg, mb in spans if t0 <= t < t1]
+        mine = [x for x in spans if t0 <= x[0] < t1]
+        sw.spans = [(a, stg, mb) for _, a, stg, mb, _ in mine]
+        ts_, te_ = np.array([x[0] for x in mine], np.int64), np.array([x[4] for x in mine], np.int64)
+        sw.span_own = (te_ - ts_ - (covered(ws, we, te_) - covered(ws, we, ts_))).tolist()
         out.append(sw)
     return out
 
