@@ -84,6 +84,8 @@ FAMILIES = {
     "pp-zbv-healthy": Family("pipeline", None, None, None, ("--schedule", "zbv"), "ppx"),
     "ppdp-1f1b": Family("pipeline", "stage", "compute", (2.0, 2.0), ("--schedule", "1f1b", "--dp", "2"), "ppx", 4),
     "ppdp-1f1b-healthy": Family("pipeline", None, None, None, ("--schedule", "1f1b", "--dp", "2"), "ppx", 4),
+    # one replica of one stage is slow (its data loading): the verdict names that rank, not its stage
+    "ppdp-data": Family("pipeline", "data", "data", (0.10, 0.20), ("--schedule", "1f1b", "--dp", "2"), "ppx", 4),
 }
 
 

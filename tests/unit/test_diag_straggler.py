@@ -1204,7 +1204,7 @@ def test_a_path_rank_whose_extra_own_time_was_waiting_for_a_cpu_is_contended_not
                 for r in range(4) for s in range(6)]
         sched = pl.DataFrame([{"rank": r, "step": s, "cpu_ns": c * ms, "runq_wait_ns": q * ms} for r, s, _, c, q in rows])
         own = pl.DataFrame([{"rank": r, "step": s, "own": o * ms} for r, s, o, _, _ in rows])
-        return SimpleNamespace(sched=sched, own_steps=own)
+        return SimpleNamespace(sched=sched, own_steps=own, peers=lambda r: None)
 
     b = Bound(rank=1, cost_ns=6.2 * ms, noise_ns=1.0 * ms, step_ns=48.0 * ms, steps=5, of_steps=8)
     assert contended(ctx(47.0, 20.5, 26.5), b)  # +7 ms own time, +0.5 ms CPU, +6.5 ms run-queue wait
@@ -1248,7 +1248,7 @@ def test_a_path_rank_that_waited_for_a_cpu_longer_than_it_saved_in_the_steps_it_
                               for s in own for r in range(4)])
         steps = pl.DataFrame([{"rank": r, "step": s, "own": own[s][r] * ms} for s in own for r in range(4)])
         wi = pa.Table.from_pylist([{"rank": r, "step": s, "saving_ns": save[s][r] * ms} for s in save for r in range(4)])
-        return SimpleNamespace(sched=sched, own_steps=steps, steps=sched, excluded=(),
+        return SimpleNamespace(sched=sched, own_steps=steps, steps=sched, excluded=(), peers=lambda r: None,
                                results={"critical_path": Result("critical_path", tables={"what_if": wi})})
 
     b = Bound(rank=2, cost_ns=4.66 * ms, noise_ns=0.3 * ms, step_ns=45.4 * ms, steps=5, of_steps=8,
@@ -1287,7 +1287,7 @@ def test_a_rules_candidate_whose_extra_time_was_waiting_for_a_cpu_is_not_kept_wh
                                "runq_wait_ns": runq[s][r] * ms} for s in own for r in range(4)])
         steps = pl.DataFrame([{"rank": r, "step": s, "own": (own[s][r] + (cpu2 if r == 2 else 0.0)) * ms}
                               for s in own for r in range(4)])
-        return SimpleNamespace(sched=sched, own_steps=steps)
+        return SimpleNamespace(sched=sched, own_steps=steps, peers=lambda r: None)
 
     assert waited_for_cpu(ctx(), 2)
     assert not waited_for_cpu(ctx(), 3)  # less own time than the others: nothing to split
@@ -1311,7 +1311,7 @@ def test_the_rules_candidate_is_rescued_only_where_the_steps_left_out_were_anoth
         rows = [(r, s, 73.2 if r == 1 else 40.0, 50.0 if r == 1 else 40.0, runq1 if r == 1 else 60.0)
                 for r in (0, 1) for s in range(6)]
         return SimpleNamespace(
-            pr=pl.DataFrame({"rank": [0, 1], "own": [40.0 * ms, 73.2 * ms]}),
+            peers=lambda r: None, pr=pl.DataFrame({"rank": [0, 1], "own": [40.0 * ms, 73.2 * ms]}),
             sched=pl.DataFrame([{"rank": r, "step": s, "cpu_ns": c * ms, "runq_wait_ns": q * ms}
                                 for r, s, _, c, q in rows]),
             own_steps=pl.DataFrame([{"rank": r, "step": s, "own": o * ms} for r, s, o, _, _ in rows]),

@@ -60,7 +60,8 @@ def _mean_excess(j: pl.DataFrame, rank: int, col: str) -> tuple[float, float, fl
     return m - ref, m, ref, int(mine["n"][0])
 
 
-def wait_excess(sched: pl.DataFrame, rank: int, own: pl.DataFrame) -> dict[str, Any] | None:
+def wait_excess(sched: pl.DataFrame, rank: int, own: pl.DataFrame, peers: list[int] | None = None
+                ) -> dict[str, Any] | None:
     """How much of ``rank``'s extra own time per step was spent waiting for a CPU.
 
     ``own``: rank, step, own (ns) of the steps the verdict looked at. Over the steps that have
@@ -76,7 +77,11 @@ def wait_excess(sched: pl.DataFrame, rank: int, own: pl.DataFrame) -> dict[str, 
     Why means: a contended rank waits in bursts (one step +25 ms, the next +1 ms); the median of the
     per-step differences explained 38-46 % of the excess in healthy runs beside a CPU hog where the
     mean split (CPU time within +1.3 ms of the peer's) put 62-96 % of it on the run queue.
+    ``peers``: the ranks it is compared with (default every other rank; a pipeline stage's rank: its replicas, as
+    ``work.work_peers``, since the other stages run other layers).
     Returns None without run-queue data for ``rank`` and at least one other rank."""
+    if peers is not None:
+        own = own.filter(pl.col("rank").is_in([rank, *peers]))
     q = sched.filter(pl.col("runq_wait_ns").is_not_null())
     j = own.select("rank", "step", pl.col("own").cast(pl.Float64)).join(q, on=["rank", "step"], how="inner")
     wait = _mean_excess(j, rank, "runq_wait_ns")

@@ -104,9 +104,15 @@ def stage_note(results: dict[str, Result]) -> str:
     return f" (stage {stage} of {len(ranks)}, {who} {', '.join(map(str, ranks[stage]))}{held})"
 
 
-def takes_stage_cost(results: dict[str, Result], rank: int, on_path: bool) -> bool:
+def takes_stage_cost(results: dict[str, Result], rank: int, on_path: bool, path_cost_ns: float = 0.0) -> bool:
     """A named rank of the pipeline's bottleneck stage takes the stage model's cost (``stage_cost``) where the path
     has no what-if for it (``on_path`` False), or compares it with other stages' layers (a rank alone in its
     stage). Measured (bench/workloads.py seed 2713, pp-gpipe at 4 ranks, a middle stage with 2x the layers, +28-34
-    ms of extra CPU per step by the job's timers): the path's what-if 1.2-8.6 ms, the stage model's 27.8-32.8 ms."""
-    return rank in bottleneck_ranks(results) and (not on_path or rank in staged(results))
+    ms of extra CPU per step by the job's timers): the path's what-if 1.2-8.6 ms, the stage model's 27.8-32.8 ms.
+    A rank with replicas is compared with them on the path, which sees its own extra work (and not its layers, the
+    replicas' too): the larger of the two costs is its own. Measured (rankscope.demo.workloads.pipeline --dp 2,
+    rank 1 loading data 17.5 ms longer per step): the path's what-if 20.4 ms, the stage model's 3.3 ms."""
+    if rank not in bottleneck_ranks(results) or (on_path and rank not in staged(results)):
+        return False
+    mates: list[int] = next((rs for rs in results["pipeline"].summary.get("stage_ranks") or [] if rank in rs), [])
+    return not (on_path and len(mates) >= 2 and path_cost_ns > float(stage_cost(results)["lost_per_step_ns"]))

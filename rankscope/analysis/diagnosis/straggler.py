@@ -116,7 +116,7 @@ def _cost(ctx: Ctx, rank: int, row: dict[str, Any], mine: Bound | None, b: Bound
                                       round(cpu_cost / wall, 4) if wall > 0 else 0.0,
                                       "method": "its training thread's extra CPU time per step (ranks share CPUs: "
                                                 "own time and the path's what-if cannot separate it)"})
-    if takes_stage_cost(ctx.results, rank, mine is not None):
+    if takes_stage_cost(ctx.results, rank, mine is not None, mine.cost_ns if mine is not None else 0.0):
         evidence["time_lost"].update(stage_cost(ctx.results))
         if mine is not None and (mine.steps == 0 or mine.cost_ns < 0.5 * evidence["time_lost"]["lost_per_step_ns"]):
             # the path compared the stage with other layers or its replicas and saw little of it: "bounds 0 of 6
@@ -143,7 +143,7 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
     rank = int(pr["rank"][i])
     row = pr.row(i, named=True)
     others = _compared_with(ctx, rank, test)
-    waited = wait_excess(ctx.sched, rank, ctx.own_steps)
+    waited = wait_excess(ctx.sched, rank, ctx.own_steps, ctx.peers(rank))
     imb = ctx.work_of(rank)
     cpu_excess = float(waited["cpu_excess_ns"]) if waited and waited.get("cpu_excess_ns") is not None else None
     mine = b if b is not None and b.rank == rank else None

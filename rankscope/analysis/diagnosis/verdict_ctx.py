@@ -25,8 +25,9 @@ class Ctx:
         self.steps = with_sched(bd, self.sched)
         self.own_steps = complete_steps(self.steps).select("rank", "step", "own")
         ranks = pr["rank"].to_list()
-        self.work_of: Callable[[int], Work | None] = functools.cache(
-            lambda rank: imbalance(run, rank, work_peers(results, ranks, rank)))
+        # the ranks a rank's work and waits are compared with (a pipeline stage's: its replicas)
+        self.peers: Callable[[int], list[int]] = functools.cache(lambda rank: work_peers(results, ranks, rank))
+        self.work_of: Callable[[int], Work | None] = functools.cache(lambda rank: imbalance(run, rank, self.peers(rank)))
         self.last_of: Callable[[int], float] = functools.cache(lambda rank: last_share(run, results, rank))
         self._rules: list[tuple[int, float, str, float]] | None = None
         self.host_contended: int | None = None  # the path's bounding rank, not named: it waited for a CPU

@@ -16,10 +16,15 @@ gradients back as send / recv pairs. ``MICRO`` (8) microbatches per step.
   stage (4), as the issue's 20-layer LM held 8 on stage 2 and 4 on the others. Truth: that rank is the
   bottleneck stage, cause ``compute`` (more operator calls); its extra time is its layers' forward + backward
   CPU time minus the other stages' median.
+- ``--straggler data``: rank ``--slow-rank`` (one replica of one stage under ``--dp``) reads its batches through a
+  dataset that tokenizes text in pure Python first (fsdp's ``PyTokenizer``), ``--amount`` (default 0.15) of the
+  healthy step. Truth: that rank, cause ``data``; its replicas wait for it in the gradients' all_reduce, and its
+  pipeline neighbours in their receives.
 - ``--straggler none``: the balanced twin, the same layers spread evenly (5 each at 4 stages, 6 at 2).
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import torch
@@ -28,8 +33,11 @@ from torch import nn
 from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
                                          ScheduleZBVZeroBubble)
 
+from torch.utils.data import DataLoader, Dataset
+
 from rankscope.demo.workloads.common import (Timed, Timers, finish, healthy_step_ms, parser, run_profiled, setup,
-                                             write_truth)
+                                             size_extra, write_truth)
+from rankscope.demo.workloads.fsdp import PyTokenizer
 
 VOCAB, D, SEQ, ROWS, MICRO, BASE = 128, 64, 16, 2, 8, 4
 
@@ -138,17 +146,35 @@ class Stage(nn.Module):
         return h.clone() if self.own_output else h
 
 
+class Batches(Dataset):
+    """Step i's tokens (MICRO x ROWS rows of SEQ + 1), the same for a replica's every rank; with ``chunks``, that
+    many chunks of text are tokenized in Python first (the data straggler: a dataset that tokenizes on the fly)."""
+
+    def __init__(self, seed: int, tok: PyTokenizer) -> None:
+        self.seed, self.tok, self.chunks = seed, tok, 0
+
+    def __len__(self) -> int:
+        return 1 << 20
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        for k in range(self.chunks):
+            self.tok.encode(self.tok.chunk(i * self.chunks + k))
+        return torch.randint(0, VOCAB, (MICRO * ROWS, SEQ + 1), generator=torch.Generator().manual_seed(self.seed + i))
+
+
 def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(out.flatten(0, 1), target.flatten())
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = parser(__doc__, ["stage"], "stage: the slow stage holds this many times the layers of each other stage")
+    p = parser(__doc__, ["stage", "data"], "stage: the slow stage holds this many times the layers of each other stage "
+                                           "(default 2); data: the slow rank's extra data loading, a share of the "
+                                           "healthy step (default 0.15)")
     p.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved", "zbv"], default="gpipe")
     p.add_argument("--dp", type=int, default=1, help="data-parallel replicas of the pipeline (world = stages x dp)")
     args = p.parse_args(argv)
     if args.amount is None:
-        args.amount = 2.0
+        args.amount = 0.15 if args.straggler == "data" else 2.0
     rank, world = setup(args)
     if args.dp < 1 or world % args.dp or world // args.dp < 2:
         raise SystemExit(f"--dp {args.dp}: the world ({world}) must be at least 2 stages x dp")
@@ -164,11 +190,16 @@ def main(argv: list[str] | None = None) -> None:
     sched = make_schedule(list(parts), pp_rank, pp, args.schedule, MICRO, loss_fn, pp_group)
     params = [q for m in parts for q in m.parameters()]
     opt = torch.optim.AdamW(params, lr=1e-3)
-    data = torch.Generator().manual_seed(args.seed * 100 + replica)  # per replica: x on its first, y on its last
+    data = Batches(args.seed * 100_000 + replica * 10_000, PyTokenizer(args.seed))  # per replica: x first, y last
+    batches = iter(DataLoader(data, batch_size=None, shuffle=False))
 
     def step(i: int, t: Timers) -> None:
         with t.time("data"):
-            tokens = torch.randint(0, VOCAB, (MICRO * ROWS, SEQ + 1), generator=data)
+            c0, w0 = time.thread_time(), time.perf_counter()
+            tokens = next(batches)
+            if data.chunks:
+                t.add("extra", (time.perf_counter() - w0) * 1e3)
+                t.add("extra_cpu", (time.thread_time() - c0) * 1e3)
         with t.time("schedule"):
             x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()  # torch 2.11 checks strides
             run_step(sched, pp_rank, pp, x, y, args.schedule)
@@ -182,7 +213,10 @@ def main(argv: list[str] | None = None) -> None:
             m.body.take(t)
 
     step_ms = healthy_step_ms(step, args.calib)
-    kind = "stage" if heavy >= 0 else None
+    if args.straggler == "data":
+        size_extra(step, args.tune, rank == args.slow_rank, lambda: data.tok.encode(data.tok.chunk(0)),
+                   lambda n: setattr(data, "chunks", n), args.amount * step_ms)
+    kind = "stage" if heavy >= 0 else "data" if args.straggler == "data" else None
     pipe = {"schedule": args.schedule, "stages": pp, "dp": args.dp, "stages_per_rank": per_rank,
             "microbatches": MICRO, "layers": layers, "bottleneck_stage": heavy if kind else None,
             "stage_ranks": [[s * args.dp + d for d in range(args.dp)] for s in range(pp)]}
