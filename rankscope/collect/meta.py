@@ -180,7 +180,7 @@ def meta_doc(ident: RankIdentity, run_id: str, anchors: list[dict[str, Any]], wi
            "versions": vers,
            "clock": {"anchors": anchors, "offset_to_rank0_ns": ident.offset_to_rank0_ns,
                      "offset_error_ns": ident.offset_error_ns},
-           "windows": windows, "metadata": metadata}
+           "windows": windows, "metadata": metadata, "host_cpus": os.cpu_count()}
     doc.update(extra or {})
     return doc
 

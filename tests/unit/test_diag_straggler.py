@@ -1405,3 +1405,45 @@ def test_a_pipeline_s_balanced_stages_deny_an_own_time_candidate():
     assert balanced_stages(SimpleNamespace(results={}, work_of=lambda r: None, pr=ctx(True).pr), found) == (found, "")
     assert balanced_stages(ctx(True), [(0, 0.29, "more calls", 1.0)])[0] == [(0, 0.29, "more calls", 1.0)]
     assert balanced_stages(ctx(True, data0=35.0), found) == (found, "")  # 34 ms of its 40 ms excess: data loading
+
+
+def test_a_path_rank_whose_own_extra_cpu_time_is_half_its_saving_is_not_starved():
+    """rankscope.demo.workloads.pipeline --dp 2 --straggler data (1F1B, 2 stages x 2 replicas, 4 ranks on 2 CPUs):
+    rank 1 loaded data 17.5 ms longer per step (its timers); per step it used 24.2 ms more CPU and waited 48.8 ms
+    more for one than the other ranks, and saved 20.4 ms on the path in 5 of 6 steps. Its unexplained wait (35.2 ms)
+    is over the saving, but its own extra CPU work alone is more than it: it is not starved. The same waits with no
+    CPU excess of its own are (tests/e2e/test_demo.py's case: a rank that only waited for a CPU)."""
+    from types import SimpleNamespace
+
+    from rankscope.analysis.diagnosis.bound import Bound
+    from rankscope.analysis.diagnosis.path_choice import starved
+
+    ms = 1e6
+
+    def ctx(cpu1: float) -> SimpleNamespace:
+        # own = CPU + run-queue wait + blocked; the others: 27.3 ms CPU, 15.4 ms run-queue wait
+        rows = [(r, s, cpu1 if r == 1 else 27.3, 64.2 if r == 1 else 15.4) for r in range(4) for s in range(6)]
+        sched = pl.DataFrame([{"rank": r, "step": s, "cpu_ns": c * ms, "runq_wait_ns": q * ms} for r, s, c, q in rows])
+        own = pl.DataFrame([{"rank": r, "step": s, "own": (c + q + 5.0) * ms} for r, s, c, q in rows])
+        return SimpleNamespace(sched=sched, own_steps=own, peers=lambda r: None)
+
+    b = Bound(rank=1, cost_ns=20.4 * ms, noise_ns=0.0, step_ns=99.9 * ms, steps=5, of_steps=6)
+    assert not starved(ctx(51.5), b)  # +24.2 ms of its own CPU work
+    assert starved(ctx(27.5), b)  # +0.2 ms: the saving was the run queue's
+
+
+def test_a_rank_s_cpu_waits_are_compared_with_its_replicas():
+    """``cpu.wait_excess`` with ``peers``: a pipeline stage's rank against its replicas only (the other stage runs
+    other layers: its CPU time says nothing of this rank's own extra work)."""
+    from rankscope.analysis.diagnosis.cpu import wait_excess
+
+    ms = 1e6
+    cpu = {0: 28.0, 1: 28.0, 2: 28.0, 3: 20.5}  # stage 0: ranks 0, 1 (heavier layers); stage 1: ranks 2, 3
+    rows = [(r, s) for r in range(4) for s in range(6)]
+    sched = pl.DataFrame([{"rank": r, "step": s, "cpu_ns": cpu[r] * ms, "runq_wait_ns": 5 * ms} for r, s in rows])
+    own = pl.DataFrame([{"rank": r, "step": s, "own": (cpu[r] + 5) * ms} for r, s in rows])
+    every = wait_excess(sched, 2, own)
+    mates = wait_excess(sched, 2, own, [3])
+    assert every is not None and mates is not None
+    assert every["cpu_excess_ns"] == 0  # against the median of ranks 0, 1, 3: 28 ms
+    assert mates["cpu_excess_ns"] == round(7.5 * ms)  # against its replica, rank 3

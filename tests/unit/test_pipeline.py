@@ -265,3 +265,52 @@ def test_the_group_of_a_send_the_trace_does_not_name():
                    ("DATA_PARALLEL_GROUP", [0, 2]), ("TENSOR_MODEL_PARALLEL_GROUP", [0, 1]))
     assert p2p_group(megatron, None, 0) == [0, 4]
     assert p2p_group(cfg(("default_pg", [0, 1, 2, 3]), ("app", [0, 2])), None, 0) is None  # "app": not "pp"
+
+
+def test_a_runtime_schedule_s_cost_is_a_replay_of_the_trace_s_own_order():
+    """Interleaved 1F1B at 2 ranks (torch's own order, as the trace's "PP:..." spans give it): with the ranks' work
+    as measured the replay is the runtime's own program; balanced it costs nothing. Rank 0 (the first) with twice
+    the work of each of its stages never waits, so the step is its own work; balanced, each rank at the mean, the
+    step is interleaved 1F1B's published one, m·(t_f + t_b) + (p - 1)·(t_f + t_b) / v (Narayanan et al. 2021)."""
+    from types import SimpleNamespace
+
+    import torch.distributed.pipelining.schedules as ts
+
+    from rankscope.analysis.diagnosis import pipeline_replay as pr
+    from rankscope.analysis.diagnosis.pipeline import _runtime_steps
+
+    p, m = 2, 4
+    ns = SimpleNamespace(n_local_stages=2, pp_group_size=p, _n_microbatches=m, number_of_rounds=2,
+                         microbatches_per_round=2)
+    kinds = {"FORWARD": "F", "FULL_BACKWARD": "B"}
+    orders = {r: [(kinds[a.computation_type.name], a.stage_index, a.microbatch_index)
+                  for a in ts.ScheduleInterleaved1F1B._calculate_single_rank_operations(ns, r) if a is not None]
+              for r in range(p)}
+
+    def work(own: dict[tuple[int, str], float]) -> dict[int, float]:
+        return {r: sum(own[(s, a)] for a, s, _ in o) for r, o in orders.items()}
+
+    even = {(s, a): (1.0 if a == "F" else 2.0) for s in range(4) for a in "FB"}
+    as_is, balanced, how = _runtime_steps((orders, even), work(even), [0.0, 0.0], m, 0.0) or (0, 0, "")
+    assert as_is == balanced == pr.replay(pr.runtime_programs([orders[0], orders[1]], even) or [])
+    assert how == "replay of the schedule's own order in the trace"
+    heavy = {(s, a): v * (2 if s % 2 == 0 else 1) for (s, a), v in even.items()}  # rank 0 holds stages 0 and 2
+    got = _runtime_steps((orders, heavy), work(heavy), [0.0, 0.0], m, 0.0)
+    assert got is not None
+    w = work(heavy)
+    t = (w[0] + w[1]) / 2 / m  # per microbatch, one rank's forwards and backwards at the mean
+    assert got[:2] == pytest.approx((w[0], m * t + (p - 1) * t / 2))
+
+
+def test_a_stage_s_own_work_is_its_faster_replica_s():
+    """Two replicas of stage 0, one loading data 20 ms longer: the stage's own work is the faster one's (the lower
+    median), while its step and waits stay the replicas' median."""
+    import polars as pl
+
+    from rankscope.analysis.diagnosis.pipeline import WAITS, _stage_steps
+
+    rows = [{"rank": r, "stage": r // 2, "step": 1, "step_ns": 100, "bubble_ns": b, "work_ns": w, "cpu_ns": w,
+             "optim_ns": 5, **{k: 0 for k in WAITS}} for r, w, b in ((0, 40, 60), (1, 60, 40), (2, 50, 50), (3, 52, 48))]
+    out = _stage_steps(pl.DataFrame(rows), None).sort("stage")
+    assert out["work_ns"].to_list() == [40, 50] and out["cpu_ns"].to_list() == [40, 50]
+    assert out["bubble_ns"].to_list() == [50, 49]

@@ -63,10 +63,12 @@ def combine(run: "Run", parts: list[tuple[int, RankWaits]], results: dict[str, R
     if ranks.height == 0:
         return Result("pipeline", skipped=f"{st.count} stages (from the {st.source}) but no send / receive calls "
                                           "in the captured steps: the waits are unknown", summary=_shape(st, m, sched, how))
-    per_step = _stage_steps(_with_cpu(run, ranks), expected)
+    per_ranks = _with_cpu(run, ranks)
+    per_step = _stage_steps(per_ranks, expected)
     stages_t = _stage_table(per_step, st, _path_shares(results, st))
     runtime = _runtime(parts, st)
-    what = _what_if(per_step, m, "" if st.looped else sched, hop_latency(results, 0.1 if runtime else 0.5), runtime)
+    what = _what_if(per_step, m, "" if st.looped else sched, hop_latency(results, 0.1 if runtime else 0.5), runtime,
+                    cpu_floor(run, per_ranks))
     summary = {**_shape(st, m, sched, how), "stages_per_rank": virtual, "expected_bubble_share": expected,
                "problems": problems,
                "bubble": [{"stage": r["stage"], "step": r["step"], "bubble_ms": round(r["bubble_ns"] / MS, 3),
@@ -142,6 +144,24 @@ def _stage_table(per_step: pl.DataFrame, st: "Stages", on_path: dict[int, float]
         path_share=pl.col("stage").replace_strict(on_path, default=None, return_dtype=pl.Float64)).sort("stage")
 
 
+def cpu_floor(run: "Run", ranks: pl.DataFrame) -> float:
+    """The step no schedule beats on a host with more ranks than CPUs (ns): per step, the ranks' training-thread
+    CPU time on the host over its CPUs (``host_cpus`` in meta.json), the median over steps, the largest host's;
+    0 where a host's CPUs are unknown, where none runs more ranks than it has CPUs, or without CPU times."""
+    if "cpu_ns" not in ranks.columns or ranks["cpu_ns"].null_count() == ranks.height:
+        return 0.0
+    host = {r: str(i.meta.get("host")) for r, i in run.ranks.items()}
+    cpus = {str(i.meta.get("host")): int(i.meta["host_cpus"]) for i in run.ranks.values()
+            if isinstance(i.meta.get("host_cpus"), int) and i.meta["host_cpus"] > 0}
+    per = ranks.with_columns(host=pl.col("rank").replace_strict(host, default=None, return_dtype=pl.Utf8))
+    best = 0.0
+    for (h,), g in per.drop_nulls(["host", "cpu_ns"]).group_by("host"):
+        n = cpus.get(str(h))
+        if n and g["rank"].n_unique() > n:
+            best = max(best, as_float(g.group_by("step").agg(pl.col("cpu_ns").sum())["cpu_ns"].median(), 0.0) / n)
+    return best
+
+
 def _with_cpu(run: "Run", ranks: pl.DataFrame) -> pl.DataFrame:
     """The training thread's CPU time per rank and step (``rankscope.profile``'s scheduler samples) on a
     CPU run; null elsewhere (a GPU stage's work is not its host thread's CPU time)."""
@@ -155,7 +175,7 @@ def _with_cpu(run: "Run", ranks: pl.DataFrame) -> pl.DataFrame:
 
 
 def _what_if(per_step: pl.DataFrame, m: int | None, sched: str = "", latency: float = 0.0,
-             runtime: "Runtime | None" = None) -> dict[str, Any]:
+             runtime: "Runtime | None" = None, floor: float = 0.0) -> dict[str, Any]:
     """The bottleneck stage and its cost per step: the step with the stages' own work as measured minus
     the step with every stage at the mean. For torch's GPipe and 1F1B, both steps come from replaying
     the schedule's program (``pipeline_replay``: a backward is taken as twice its forward, and each message
@@ -171,7 +191,13 @@ def _what_if(per_step: pl.DataFrame, m: int | None, sched: str = "", latency: fl
     stage has its thread's CPU time, the stages are compared by CPU time instead, scaled to wall time at
     the run's own wall / CPU ratio: on a host where ranks share cores, a stage's wall time also holds
     waits for a CPU that depend on what its neighbours run. Medians per stage first, then the maximum:
-    the maximum of noisy steps would call the noise a bottleneck."""
+    the maximum of noisy steps would call the noise a bottleneck.
+
+    ``floor`` (``cpu_floor``): on a host with more ranks than CPUs, no step is shorter than the ranks' CPU time
+    over the CPUs, balanced or not (balancing moves work between ranks, it does not remove it): both steps are
+    held at least at it. Measured (bench/pipeline_twins.py seed 2904, ZB-V at 4 ranks on 2 CPUs): the balanced
+    replay said 175 ms where the unbalanced run's threads used 418 ms of CPU per step, 209 ms on 2 CPUs; its twin
+    took 203 ms."""
     if not m or per_step.height == 0:
         return {}
     cpu = per_step["cpu_ns"]
@@ -191,6 +217,8 @@ def _what_if(per_step: pl.DataFrame, m: int | None, sched: str = "", latency: fl
     wins = per_step.sort(col, descending=True).group_by("step", maintain_order=True).first()
     step_ms = as_float(per_step.group_by("step").agg(pl.col("step_ns").median())["step_ns"].median(), 0.0) / MS
     model = _model_steps(w, m, sched, latency, tail, runtime)
+    if floor > min(model[0], model[1]):
+        model = (max(model[0], floor), max(model[1], floor), f"{model[2]}, at least the host's CPU time over its CPUs")
     cost_ms = (model[0] - model[1]) / MS
     return {"bottleneck_stage": top, "bottleneck_steps": int((wins["stage"] == top).sum()), "of_steps": wins.height,
             "bottleneck_work_share": round(w[top] / sum(w.values()), 4),
@@ -198,7 +226,8 @@ def _what_if(per_step: pl.DataFrame, m: int | None, sched: str = "", latency: fl
             "imbalance": round(w[top] / mean, 4), "balanced": w[top] / mean < IMBALANCE, "step_ms": round(step_ms, 3),
             "cost_ms": round(cost_ms, 3), "step_ms_if_balanced": round(step_ms - cost_ms, 3),
             "cost_share": round(cost_ms / step_ms, 4) if step_ms > 0 else 0.0,
-            "model_step_ms": round(model[0] / MS, 3), "model": model[2], "hop_latency_ms": round(latency / MS, 3)}
+            "model_step_ms": round(model[0] / MS, 3), "model": model[2], "hop_latency_ms": round(latency / MS, 3),
+            "cpu_floor_ms": round(floor / MS, 3)}
 
 
 def _model_steps(w: dict[int, float], m: int, sched: str, latency: float = 0.0,
