@@ -118,7 +118,7 @@ def test_interleaved_1f1b_counts_microbatches_not_stage_passes(jobs):
     assert [f.ranks for f in named] == [(1,)], [f.title for f in named]
     assert "bounds 0 of" not in named[0].title
     # the cost replays the runtime's own order of actions ("PP:2F3" spans), not a closed form for one stage per rank
-    assert s["model"] == "replay of the schedule's own order in the trace"
+    assert s["model"].startswith("replay of the schedule's own order in the trace")
     assert 0 < s["cost_ms"] < s["step_ms"] and s["model_step_ms"] > 0
 
 
@@ -130,7 +130,7 @@ def test_zero_bubble_is_told_from_its_input_and_weight_passes(jobs):
     assert s["bottleneck_stage"] == 1 and not s["balanced"]
     named = [f for f in res["straggler"].findings if f.kind == "straggler"]
     assert [(f.ranks, f.evidence["cause"]) for f in named] == [((1,), "compute")], [f.title for f in named]
-    assert s["model"] == "replay of the schedule's own order in the trace" and 0 < s["cost_ms"] < s["step_ms"]
+    assert s["model"].startswith("replay of the schedule's own order in the trace") and 0 < s["cost_ms"] < s["step_ms"]
 
 
 def test_one_slow_replica_is_named_itself_not_its_stage(jobs):

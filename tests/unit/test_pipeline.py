@@ -314,3 +314,23 @@ def test_a_stage_s_own_work_is_its_faster_replica_s():
     out = _stage_steps(pl.DataFrame(rows), None).sort("stage")
     assert out["work_ns"].to_list() == [40, 50] and out["cpu_ns"].to_list() == [40, 50]
     assert out["bubble_ns"].to_list() == [50, 49]
+
+
+def test_a_host_with_more_ranks_than_cpus_bounds_both_steps():
+    """bench/pipeline_twins.py seed 2904, ZB-V at 4 ranks on one host with 2 CPUs: the ranks' threads used 83, 92,
+    155 and 88 ms of CPU per step; no schedule runs that in less than 418 / 2 = 209 ms, balanced or not. A host with
+    as many CPUs as ranks, or whose CPUs are unknown (a trace from before meta.json had them), bounds nothing."""
+    from types import SimpleNamespace
+
+    import polars as pl
+
+    from rankscope.analysis.diagnosis.pipeline import cpu_floor
+
+    def run(cpus: object) -> SimpleNamespace:
+        return SimpleNamespace(ranks={r: SimpleNamespace(meta={"host": "node-0", "host_cpus": cpus}) for r in range(4)})
+
+    cpu = {0: 83.2, 1: 91.8, 2: 155.3, 3: 88.3}
+    ranks = pl.DataFrame([{"rank": r, "step": s, "cpu_ns": int((c + s) * 1e6)} for r, c in cpu.items() for s in range(3)])
+    assert cpu_floor(run(2), ranks) == pytest.approx((sum(cpu.values()) + 4) / 2 * 1e6)  # the median step: s = 1
+    assert cpu_floor(run(4), ranks) == 0.0 and cpu_floor(run(None), ranks) == 0.0
+    assert cpu_floor(run(2), ranks.with_columns(cpu_ns=pl.lit(None, pl.Int64))) == 0.0

@@ -77,6 +77,8 @@ def choose(ctx: Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, float
         keep = [(i, rel, "critical path", b.steps / max(b.of_steps, 1))]
     if not keep:  # the stage model's work is thread CPU time: a path that waited for a CPU does not veto it
         keep = stage_candidate(ctx, unseen)
+        if keep:  # named by the stage model: the path's reading of the same steps is not a note beside it
+            return keep, ""
     return keep, note or (pipe_note if not keep else "")
 
 

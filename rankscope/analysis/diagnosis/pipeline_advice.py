@@ -111,7 +111,8 @@ def _within_one_stage(f: Finding, results: dict[str, Result], s: dict[str, Any],
 def balance(s: dict[str, Any]) -> Finding | None:
     """Move layers off the bottleneck stage: its share of the work and what a balanced split saves."""
     stage = s.get("bottleneck_stage")
-    if stage is None or s.get("balanced", True) or s.get("cost_share", 0.0) < COST_SHARE:
+    bounds = float(s.get("cost_free_share", s.get("cost_share")) or 0.0)  # with a CPU per rank (pipeline._what_if)
+    if stage is None or s.get("balanced", True) or bounds < COST_SHARE:
         return None
     ranks = s["stage_ranks"][stage]
     even = 1 / s["stages"]

@@ -41,7 +41,9 @@ def stage_candidate(ctx: Ctx, unseen: set[int]) -> list[tuple[int, float, str, f
     bar = BAR["share"] if len(ranks) < 3 else (
         BAR["share_host"] if float(sm.get("imbalance") or 0.0) >= STAGE_IMBALANCE else BAR["share_many"])
     steps, of = int(sm.get("bottleneck_steps") or 0), int(sm.get("of_steps") or 0)
-    if float(sm.get("cost_share") or 0.0) < bar or of == 0 or steps < BAR["steps"] * of:
+    # the bar reads the stage's cost with a CPU per rank: on a host with fewer CPUs than ranks the said cost is less
+    # (pipeline._what_if's floor), but which stage bounds the pipeline is the schedule's
+    if float(sm.get("cost_free_share", sm.get("cost_share")) or 0.0) < bar or of == 0 or steps < BAR["steps"] * of:
         return []
     mine = [r for r in sorted(unseen) if r in ranks]
     if not mine:

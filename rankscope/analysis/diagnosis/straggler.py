@@ -95,7 +95,7 @@ def _finding(rank: int, kind: str, rel: float, evidence: dict[str, Any], conf: f
 
 
 def _cost(ctx: Ctx, rank: int, row: dict[str, Any], mine: Bound | None, b: Bound | None,
-          cpu_cost: float | None, evidence: dict[str, Any]) -> str:
+          cpu_cost: float | None, evidence: dict[str, Any], by_stage: bool = False) -> str:
     """The finding's cost into ``evidence["time_lost"]`` (own time against the next slowest rank; the path's what-if
     where the rank bounds the steps; its extra CPU time where it was found on CPU time, ``cpu_cost``; the stage
     model's for a pipeline's bottleneck stage), with what the path saw; returns the path's clause."""
@@ -116,7 +116,8 @@ def _cost(ctx: Ctx, rank: int, row: dict[str, Any], mine: Bound | None, b: Bound
                                       round(cpu_cost / wall, 4) if wall > 0 else 0.0,
                                       "method": "its training thread's extra CPU time per step (ranks share CPUs: "
                                                 "own time and the path's what-if cannot separate it)"})
-    if takes_stage_cost(ctx.results, rank, mine is not None, mine.cost_ns if mine is not None else 0.0):
+    # named by the stage model: its cost; named by the path against its replicas: the larger (``takes_stage_cost``)
+    if takes_stage_cost(ctx.results, rank, mine is not None, mine.cost_ns if mine is not None and not by_stage else 0.0):
         evidence["time_lost"].update(stage_cost(ctx.results))
         if mine is not None and (mine.steps == 0 or mine.cost_ns < 0.5 * evidence["time_lost"]["lost_per_step_ns"]):
             # the path compared the stage with other layers or its replicas and saw little of it: "bounds 0 of 6
@@ -143,7 +144,8 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
     rank = int(pr["rank"][i])
     row = pr.row(i, named=True)
     others = _compared_with(ctx, rank, test)
-    waited = wait_excess(ctx.sched, rank, ctx.own_steps, ctx.peers(rank))
+    # a stage named for its layers is read against the other stages, as its components (``_compared_with``)
+    waited = wait_excess(ctx.sched, rank, ctx.own_steps, None if test == "pipeline stages" else ctx.peers(rank))
     imb = ctx.work_of(rank)
     cpu_excess = float(waited["cpu_excess_ns"]) if waited and waited.get("cpu_excess_ns") is not None else None
     mine = b if b is not None and b.rank == rank else None
@@ -197,7 +199,7 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
             note = work_note(imb, excess["compute"])
     if test == "pipeline stages" and kind == "compute":
         note = stage_note(ctx.results)  # the stage's layers against the other stages', not against its replicas
-    path = _cost(ctx, rank, row, mine, b, cpu_excess if by_cpu else None, evidence)
+    path = _cost(ctx, rank, row, mine, b, cpu_excess if by_cpu else None, evidence, test == "pipeline stages")
     floor = PAIR_MIN if test.startswith("signed-rank") else PAIR_THRESHOLD if test.startswith("ratio") else REL_THRESHOLD
     strength = (min(1.0, mine.share / 0.4 if mine else 0.0) if test == "critical path" else
                 min(1.0, float(ctx.results["pipeline"].summary.get("cost_share") or 0.0) / 0.4) if test == "pipeline stages"
