@@ -329,7 +329,7 @@ def hop_latency(results: dict[str, Result], q: float = 0.5) -> float:
         return 0.0
     lat = p2p.filter(pl.col("paired")).select(pl.col("recv_end") - pl.max_horizontal("send_start", "recv_start"))
     got = lat.to_series().filter(lat.to_series() >= 0)
-    return as_float(got.quantile(q), 0.0) if got.len() else 0.0
+    return as_float(got.median() if q == 0.5 else got.quantile(q), 0.0) if got.len() else 0.0
 
 
 def _path_shares(results: dict[str, Result], st: "Stages") -> dict[int, float]:
