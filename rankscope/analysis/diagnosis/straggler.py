@@ -139,12 +139,11 @@ def _compared_with(ctx: Ctx, rank: int, test: str) -> pl.DataFrame:
 
 
 def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None) -> Finding:
-    """The finding for one candidate: cause, evidence, cost."""
+    """The finding for one candidate: cause, evidence, cost (a stage's CPU waits read as in ``_compared_with``)."""
     pr, run = ctx.pr, ctx.run
     rank = int(pr["rank"][i])
     row = pr.row(i, named=True)
     others = _compared_with(ctx, rank, test)
-    # a stage named for its layers is read against the other stages, as its components (``_compared_with``)
     waited = wait_excess(ctx.sched, rank, ctx.own_steps, None if test == "pipeline stages" else ctx.peers(rank))
     imb = ctx.work_of(rank)
     cpu_excess = float(waited["cpu_excess_ns"]) if waited and waited.get("cpu_excess_ns") is not None else None
