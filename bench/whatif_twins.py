@@ -102,6 +102,19 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def reanalyze(src: Path, out: Path, dest: str | None) -> None:
+    """The predictions of a kept run's pairs again, with this tree's code (the jobs' own step times stay)."""
+    rows = json.loads(src.read_text())["rows"]
+    for r in rows:
+        r.update(analyze(out / f"{r['family']}-{r['ranks']}-{r['i']}-slow", r["slow"]))
+        print(f"{r['family']}@{r['ranks']} #{r['i']} slow={r['slow']}: measured {r['measured_ms']:+.1f} ms, what-if "
+              f"{r.get('what_if_ms')} ms (step {r.get('step_ms')} -> {r.get('step_ms_if_median')}, twin "
+              f"{r['twin_step_ms']:.1f}), named {r.get('named')}, cost {r.get('verdict_cost_ms')}", flush=True)
+    print("\n".join([f"re-analyzed {src} ({len(rows)} pairs)", "", *table(rows)]))
+    if dest:
+        Path(dest).write_text(json.dumps({"command": sys.argv, "reanalyzed": str(src), "rows": rows}, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--families", default="lm-imbalance,fsdp-compute", help=f"comma list of {', '.join(TWINS)}")
@@ -114,7 +127,12 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/rankscope-bench-whatif")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--reanalyze", metavar="JSON", default=None,
+                    help="run no job: analyze again the slow runs a --keep run left under --out (its results JSON), "
+                         "with this tree's code, and print the table for them")
     args = ap.parse_args()
+    if args.reanalyze:
+        return reanalyze(Path(args.reanalyze), Path(args.out), args.json)
     names = args.families.split(",")
     bad = [x for x in names if x not in TWINS]
     if bad:

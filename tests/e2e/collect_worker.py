@@ -1,8 +1,8 @@
 """Training worker for the collect e2e tests (run under torchrun, gloo, CPU).
 
 Modes: ``ok`` (9 steps, two scheduled windows), ``scheduled`` (its own window cycling until the stop
-file, for triggers that land inside it), ``kill`` (SIGKILL after the steps, uploads
-pending), ``idle`` (no DDP; rank 1 stops calling step() inside the second window and the idle
+file, for triggers that land inside it), ``kill`` (SIGKILL after the steps, once both windows are
+exported, uploads pending), ``idle`` (no DDP; rank 1 stops calling step() inside the second window and the idle
 backstop closes it), ``trigger`` (on-demand only; steps every ~50 ms, or ``RS_STEP_S``, until the file named by
 ``RS_STOP`` exists, ranks agreeing through an all_reduce each step), ``subset`` (``ranks=[1]``,
 with add_metadata / add_metadata_json).
@@ -66,7 +66,9 @@ def main() -> None:
             if _stop_agreed(os.environ["RS_STOP"]):
                 break
         prof.step()
-    if mode == "kill":
+    if mode == "kill":  # once both windows' traces are in the spool (exported off-thread), uploads still pending
+        if prof.collector is not None:
+            prof.collector.exporter.wait(60)
         os.kill(os.getpid(), signal.SIGKILL)
     prof.stop()
     dist.destroy_process_group()

@@ -233,17 +233,28 @@ def test_rank_killed_then_resume_verifies(tmp_path, moto_server):
     assert p.returncode != 0 and "TRAINING-DONE" not in p.stdout
     from rankscope.store.spool import Spool
 
-    waiting = [e.rel for r in (0, 1) for e in Spool.open(str(tmp_path / f"spool/rank-{r}")).waiting()]
+    spools = {r: Spool.open(str(tmp_path / f"spool/rank-{r}")) for r in (0, 1)}
+    waiting = [e.rel for s in spools.values() for e in s.waiting()]
     assert waiting, "the kill came after every upload finished: nothing to resume"
+    # What the spools held at the kill. A window is exported on a background thread; beside busy CPUs a kill 5 steps
+    # after window 0 closed came before its export did (a fresh-clone suite beside two busy loops: the resumed
+    # MANIFEST had only meta.json), so the worker now waits for its exports before it kills itself.
+    prefix = {r: f"ranks/{r}/" for r in (0, 1)}
+    held = {r: {e.rel[len(prefix[r]):] for e in s.entries.values()
+                if e.state != "dropped" and e.rel.startswith(prefix[r])} for r, s in spools.items()}
     r = _resume(str(tmp_path / "spool"), env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "rank 0: " in r.stdout and "rank 1: " in r.stdout
     import s3fs
 
     fs = s3fs.S3FileSystem(endpoint_url=moto_server.endpoint, key="test", secret="test", skip_instance_cache=True)
-    for rk in (0, 1):  # every staged window made it, listed in the final MANIFEST
+    for rk in (0, 1):  # every file the spool held made it, listed in the final MANIFEST
         man = json.loads(fs.cat_file(f"{bucket}/killed/ranks/{rk}/MANIFEST.json"))
-        assert {"meta.json", "window-0000.pt.trace.json.gz"} <= {f["path"] for f in man["files"]}
+        listed = {f["path"] for f in man["files"]}
+        assert {"meta.json", "window-0000.pt.trace.json.gz", "window-0001.pt.trace.json.gz"} <= held[rk], held[rk]
+        assert held[rk] - {"MANIFEST.json"} <= listed, (rk, held[rk], listed)
+        for f in man["files"]:  # each listed file is there, whole
+            assert fs.size(f"{bucket}/killed/ranks/{rk}/{f['path']}") == f["size"], f
 
 
 def test_missing_credentials_fail_before_training(tmp_path, moto_server):

@@ -24,6 +24,7 @@ import numpy as np
 from rankscope.analysis.base import Analysis, Result
 from rankscope.analysis.view import NS, Col, TableView, View
 from rankscope.analysis.deps import adapter, chain, events, join as J, local, timed, whatif
+from rankscope.analysis.deps.floor import Floor, bound
 from rankscope.analysis.deps.cpu import fix_nesting
 from rankscope.analysis.deps.graph import RankGraph, window
 from rankscope.analysis.deps.timed import ROUND_NS
@@ -171,15 +172,15 @@ def combine(run: "Run", parts: list[tuple[int, RankPart]], results: dict[str, An
                                                 "(one rank's path, HTA 0.5.0's rules: rankscope.analysis.deps.graph / path)")
     if not by_step:
         return Result("critical_path", skipped="no steps with events in any rank")
-    rebuild = _Rebuilder(run)
+    rebuild, floor = _Rebuilder(run), Floor.of(run)
     try:
-        per_step = [_one_step(step, sps, rebuild) for step, sps in sorted(by_step.items())]
+        per_step = [_one_step(step, sps, rebuild, floor) for step, sps in sorted(by_step.items())]
     finally:
         for r in run.rank_ids:
             _BUILT.pop((run.path, r), None)
     problems = [p.problem for _, p in parts if p.problem]
     unmatched = sum(p.unmatched_p2p for _, p in parts)
-    return assemble(per_step, problems, unmatched)
+    return assemble(per_step, problems, unmatched, floor.note() if floor is not None else None)
 
 
 # Step graphs built by rank_part in this process, for the path's expansion in combine (a rank_part run
@@ -221,15 +222,15 @@ class StepResult:
     walls: dict[int, int]
 
 
-def _one_step(step: int, sps: list[StepPart], rebuild: _Rebuilder) -> StepResult:
+def _one_step(step: int, sps: list[StepPart], rebuild: _Rebuilder, floor: Floor | None = None) -> StepResult:
     j = J.join([sp.rs for sp in sps])
     dist, end = J.longest(j)
     length = int(dist[end]) if end >= 0 else 0
-    wis = whatif.what_if(j, length)
+    wall = float(np.median([sp.wall for sp in sps]))
+    wis = bound(whatif.what_if(j, length), j, floor, step, wall)
     edges = J.path_edges(j, dist, end) if end >= 0 else []
     segs = _expand(j, sps, edges, step, rebuild)
-    return StepResult(step, float(np.median([sp.wall for sp in sps])) / 1e6, length, wis, segs, _waits(sps),
-                      {sp.rs.rank: sp.wall for sp in sps})
+    return StepResult(step, wall / 1e6, length, wis, segs, _waits(sps), {sp.rs.rank: sp.wall for sp in sps})
 
 
 def _expand(j: J.Joined, sps: list[StepPart], edges: list[int], step: int, rebuild: _Rebuilder) -> list[dict[str, Any]]:

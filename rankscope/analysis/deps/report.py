@@ -73,7 +73,10 @@ def describe(rank: int, chain: list[dict[str, Any]]) -> str:
     return f"rank {rank}'s {what}{tail}"
 
 
-def assemble(per_step: list["StepResult"], problems: list[str], unmatched_p2p: int) -> Result:
+def assemble(per_step: list["StepResult"], problems: list[str], unmatched_p2p: int,
+             cpu_floor: dict[str, Any] | None = None) -> Result:
+    """The Result; ``cpu_floor`` (``deps.floor.Floor.note``): hosts with more ranks than CPUs, where no what-if
+    step is shorter than the host's ranks' CPU time over its CPUs."""
     steps_rows, wi_rows, seg_rows, wait_rows, per_step_out = [], [], [], [], []
     for r in per_step:
         rank, cost = _bounding(r)
@@ -101,6 +104,10 @@ def assemble(per_step: list["StepResult"], problems: list[str], unmatched_p2p: i
     summary: dict[str, Any] = {"what_if": _what_if(wi), "per_step": per_step_out, "unmatched_p2p": unmatched_p2p,
                                "problems": problems}
     bound = _run_bounding(per_step_out, wi)
+    if cpu_floor is not None:
+        summary["cpu_floor"] = cpu_floor
+        if bound:
+            bound["floored_steps"] = int(cpu_floor["floored_steps"].get(str(bound["rank"]), 0))
     summary["bounding"] = bound
     if bound:  # the facts a view shows (ns)
         summary.update(bounding_rank=bound["rank"], cost_per_step_ns=int(bound["cost_ms"] * MS),
@@ -158,6 +165,9 @@ def _finding(b: dict[str, Any]) -> Finding:
     title = (f"{b['description']}; rank {b['rank']} bounds the step by {b['cost_ms']:.1f} ms "
              f"({b['steps']} of {b['of_steps']} steps); if rank {b['rank']} ran at the other ranks' median the step "
              f"would take {b['step_ms_if_median']:.1f} ms instead of {b['step_ms']:.1f} ms")
+    if b.get("floored_steps"):
+        title += (f" (in {b['floored_steps']} of {b['of_steps']} steps no shorter than its host's ranks' CPU time over "
+                  "its CPUs: the host runs more ranks than it has CPUs)")
     sev = Severity.WARNING if (b["share"] or 0) >= 0.02 else Severity.INFO
     return Finding(kind="critical_path", title=title, severity=sev, ranks=(b["rank"],),
                    evidence={k: b[k] for k in ("cost_ms", "steps", "of_steps", "step_ms", "step_ms_if_median", "share",

@@ -150,9 +150,9 @@ def cpu_floor(run: "Run", ranks: pl.DataFrame) -> float:
     0 where a host's CPUs are unknown, where none runs more ranks than it has CPUs, or without CPU times."""
     if "cpu_ns" not in ranks.columns or ranks["cpu_ns"].null_count() == ranks.height:
         return 0.0
-    host = {r: str(i.meta.get("host")) for r, i in run.ranks.items()}
-    cpus = {str(i.meta.get("host")): int(i.meta["host_cpus"]) for i in run.ranks.values()
-            if isinstance(i.meta.get("host_cpus"), int) and i.meta["host_cpus"] > 0}
+    from rankscope.analysis.deps.floor import hosts
+
+    host, cpus = hosts(run)
     per = ranks.with_columns(host=pl.col("rank").replace_strict(host, default=None, return_dtype=pl.Utf8))
     best = 0.0
     for (h,), g in per.drop_nulls(["host", "cpu_ns"]).group_by("host"):
