@@ -78,6 +78,11 @@ def test_the_path_gives_the_cause_only_where_the_components_cannot():
     assert from_path({"data": 71.6e6, "compute": 1.8e6, "host": 0.4e6}, 64.4e6,
                      {"compute": 0.0, "data": 64.56e6, "host": -64.48e6}) is None
     assert from_path(path, 50e6, {"data": 1e6}) is None  # no class holds half the cost
+    # a class that grew by a quarter of the cost and is held on the path, before the path's largest class
+    # (bench/workloads.py seed 3004, ppdp-data at 4 ranks, run 8: rank 3's data loading, per step)
+    ppdp = {"data": 14.68e6, "compute": 82.28e6, "host": 0.0}
+    assert from_path(ppdp, 22.79e6, {"compute": -5.26e6, "data": 11.17e6, "host": -3.63e6}) == "data"
+    assert from_path(ppdp, 22.79e6, {"compute": -5.26e6, "data": 5.0e6, "host": -3.63e6}) == "compute"  # 22 %
     assert from_path({}, 20e6, {"data": 1e6}) is None and from_path(path, 0.0, {"data": 1e6}) is None
 
 

@@ -7,9 +7,10 @@ themselves. No step is then shorter than the host's ranks' CPU time over its CPU
 the median is at least, per such host, the ranks' training-thread CPU time of that step with the rank's
 own replaced by the median of its peers' (the ranks that run the same calls), over the host's CPUs.
 
-Measured (bench/whatif_twins.py, 4 ranks on 2 CPUs, seeds 2811 and 2831): without the floor the what-if
-of a rank loading data in Python was 21-68 % above the measured difference to its healthy twin, its
-predicted step 3-8 % under the twin's.
+It is a lower bound (gloo's own threads are not counted) and binds only where the training threads keep
+the CPUs busy: it raised 1 step of 6 in two pipeline x data-parallel runs at 4 ranks on 2 CPUs, and no
+what-if of 32 DDP / FSDP2 / TP x FSDP2 pairs there (bench/RESULTS.md, 2026-11-30), whose threads used
+50-75 ms of CPU in a ~190 ms step.
 
 Inputs: meta.json's ``host`` and ``host_cpus`` (``os.cpu_count()`` at collect), and the scheduler's CPU
 time per step (``rankscope.collect.sched``); CPU-only runs (a GPU rank's work is not its thread's CPU time).
