@@ -118,8 +118,6 @@ def from_path(path: dict[str, float], cost_ns: float, excess: dict[str, float]) 
     return max(held, key=lambda k: held[k]) if held else None
 
 
-# DDP launches gradient communication from AccumulateGrad post-hooks (reducer -> comm hook);
-# host time that grows there is time spent getting the rank's gradients onto the wire.
 # Where the components cannot hold the path's cost, a class the path holds that grew by at least this share of the
 # cost is the cause, before the class holding the most time on the path. Measured (bench/workloads.py seed 3004,
 # ppdp-data at 4 ranks): a replica's data wait grew by 11.2 of a 22.8 ms cost (5.1 of 10.8 in another), its path held
@@ -127,6 +125,8 @@ def from_path(path: dict[str, float], cost_ns: float, excess: dict[str, float]) 
 # GPU demo's host straggler the largest growth was 2.4 of 20.7 ms (12 %): the path's host time stands.
 PATH_GROWN = 0.25
 
+# DDP launches gradient communication from AccumulateGrad post-hooks (reducer -> comm hook);
+# host time that grows there is time spent getting the rank's gradients onto the wire.
 _COMM_HOOK_MARKERS = ("AccumulateGrad", "reducer", "comm_hook", "allreduce_hook")
 
 
