@@ -42,6 +42,7 @@ from rankscope.collect.comms.live import options as live_options
 from rankscope.collect.comms.steps import STEPS
 from rankscope.collect.handler import Collector, default_run_id
 from rankscope.collect.sched import SchedSampler
+from rankscope.collect.settle import Settler
 from rankscope.collect.sidecars import CommsSidecar, RpcSidecar, comms_options
 from rankscope.collect.trigger import Plan, Watcher
 from rankscope.store.uploader import UploadConfig
@@ -140,6 +141,7 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         self._comms = CommsSidecar(comms_options(comms))  # comms=True / {...} / RANKSCOPE_COMMS
         self._rpc = RpcSidecar(rpc)
         self._live = LiveSidecar(live_options(live, auto_capture))  # RUN/live.jsonl (comms_live)
+        self._settle = Settler()  # before a profiler stop, gloo's workers end their events (settle.py)
         self.step_num = 0
         self.collector: Collector | None = None
         self._prof: Any = None
@@ -284,6 +286,7 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         self.step_num += 1
         STEPS.mark(self.step_num)
         if self._prof is not None:
+            self._settle(self._prof, self.collector)
             self._prof.step()
             if self._recording(self.step_num) and self._win_start_ns is None:
                 self._win_start_ns = time.time_ns()
@@ -430,6 +433,7 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             self._win_steps.append(self.step_num)
         prof, self._prof = self._prof, None
         self._done_prof = prof
+        self._settle(prof, self.collector, stopping=True)
         prof.stop()
         self._win_steps, self._win_start_ns = [], None
 

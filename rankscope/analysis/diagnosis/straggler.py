@@ -29,7 +29,7 @@ import polars as pl
 from rankscope.analysis.base import Analysis, Finding, Result, Severity, frame
 from rankscope.analysis.diagnosis.bound import NO_SAVING, Bound, bound, holds, savings
 from rankscope.analysis.diagnosis.cause import cause, cpu_time_explains, from_path, refine, work_explains
-from rankscope.analysis.diagnosis.cpu import is_contention, wait_excess
+from rankscope.analysis.diagnosis.cpu import is_contention, wait_excess, work_rel
 from rankscope.analysis.diagnosis.path_choice import choose, rescued
 from rankscope.analysis.diagnosis.rules import PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, per_rank, per_step
 from rankscope.analysis.diagnosis.stage_verdict import stage_cost, stage_note, takes_stage_cost
@@ -95,10 +95,11 @@ def _finding(rank: int, kind: str, rel: float, evidence: dict[str, Any], conf: f
 
 
 def _cost(ctx: Ctx, rank: int, row: dict[str, Any], mine: Bound | None, b: Bound | None,
-          cpu_cost: float | None, evidence: dict[str, Any], by_stage: bool = False) -> str:
+          cpu_cost: float | None, evidence: dict[str, Any], by_stage: bool = False, by_cpu: bool = False) -> str:
     """The finding's cost into ``evidence["time_lost"]`` (own time against the next slowest rank; the path's what-if
-    where the rank bounds the steps; its extra CPU time where it was found on CPU time, ``cpu_cost``; the stage
-    model's for a pipeline's bottleneck stage), with what the path saw; returns the path's clause."""
+    where the rank bounds the steps; its extra CPU time ``cpu_cost`` where it was found on CPU time, ``by_cpu``, or
+    where neither the path nor its own time showed a cost; the stage model's for a pipeline's bottleneck stage), with
+    what the path saw; returns the path's clause."""
     evidence["time_lost"] = time_lost(ctx.run, rank, ctx.results, ctx.bd)
     path = ""
     if mine is not None:  # the cost is the what-if saving; the chain says where
@@ -108,9 +109,11 @@ def _cost(ctx: Ctx, rank: int, row: dict[str, Any], mine: Bound | None, b: Bound
     elif b is not None:  # named on counts while no rank bounds the steps distinctly: what the path saw
         evidence["path_saving_ns"] = round(b.savings.get(rank, 0.0))
         evidence["bounding"] = b.evidence()
-    if mine is None and cpu_cost is not None and cpu_cost > 0:
-        # ranks share CPUs: the step's wall time cannot separate its extra work from the others' run-queue wait;
-        # the cost said is that work, in CPU time
+    unseen = not evidence["time_lost"].get("lost_per_step_ns")  # own time never above the next slowest rank's
+    if mine is None and cpu_cost is not None and cpu_cost > 0 and (by_cpu or unseen):
+        # ranks share CPUs: the step's wall time cannot separate its extra work from the others' run-queue wait
+        # (found on CPU time, or on own time less CPU wait: tests/e2e/test_workloads.py's LM job under load once said
+        # "costs 0.0 ms"); the cost said is that work, in CPU time. Only the path's what-if says "no time"
         wall = float(row["wall"]) if "wall" in row else 0.0
         evidence["time_lost"].update({"lost_per_step_ns": round(cpu_cost), "lost_share_of_step":
                                       round(cpu_cost / wall, 4) if wall > 0 else 0.0,
@@ -147,6 +150,7 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
     waited = wait_excess(ctx.sched, rank, ctx.own_steps, None if test == "pipeline stages" else ctx.peers(rank))
     imb = ctx.work_of(rank)
     cpu_excess = float(waited["cpu_excess_ns"]) if waited and waited.get("cpu_excess_ns") is not None else None
+    rw = work_rel(run, float(rel), waited)  # what more input work must explain: own time's, or CPU time's excess
     mine = b if b is not None and b.rank == rank else None
     # a stage's cause is the stage model's (its layers' thread CPU work), not the path's segments: those compare it
     # with its replicas (bench/workloads.py seed 2844, ppdp-1f1b: "host (idle between operators)" off the path)
@@ -165,13 +169,13 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
         kind = on_path
 
     def explains(kind: str) -> bool:  # the rank's CPU time counts only for time the trace put between operators
-        return bool(imb) and work_explains(imb, excess, others, float(rel),  # type: ignore[arg-type]
+        return bool(imb) and work_explains(imb, excess, others, rw,  # type: ignore[arg-type]
                                            cpu_excess if kind == "host" else None)
 
     evidence: dict[str, Any] = {
         "own_time_ns": row["own"], "others_median_ns": as_float(others["own"].median()),
         "excess_ns": {k: round(v) for k, v in excess.items()}, "relative_excess": float(rel),
-        "test": test, "consistency": round(cons, 3)}
+        "test": test, "consistency": round(cons, 3), **({"work": imb} if imb else {})}
     if on_path is not None:  # the components could not hold the path's cost: the cause is read off the path
         evidence["cause_from"] = "critical path"
     if waited is not None:
@@ -183,22 +187,20 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
     if kind != "contention" and ctx.bd.filter(pl.col("rank") == rank)["source"][0] == "host" and not explains(kind):
         kind = refine(run, kind, rank, others["rank"].to_list(), evidence)
     note = ""
-    if imb:
-        evidence["work"] = imb
     by_cpu = test.endswith("(cpu time)")  # found on counts and CPU time (``candidates.more_input_cpu``)
     if by_cpu and kind in ("unclear", "host", "compute") and imb:
         kind = "compute"  # its CPU time grew by at least half of what its extra input predicts: that work, done
     if kind in ("host", "data") and explains(kind) or (
-            kind == "unclear" and imb and cpu_time_explains(imb, others, float(rel), cpu_excess)):  # type: ignore[arg-type]
+            kind == "unclear" and imb and cpu_time_explains(imb, others, rw, cpu_excess)):  # type: ignore[arg-type]
         kind = "compute"  # then named input imbalance below
     if kind == "compute" and imb:
-        if is_input_imbalance(imb, float(rel)):
+        if is_input_imbalance(imb, rw):
             kind, note = "imbalance", imbalance_note(imb)
         else:
             note = work_note(imb, excess["compute"])
     if test == "pipeline stages" and kind == "compute":
         note = stage_note(ctx.results)  # the stage's layers against the other stages', not against its replicas
-    path = _cost(ctx, rank, row, mine, b, cpu_excess if by_cpu else None, evidence, test == "pipeline stages")
+    path = _cost(ctx, rank, row, mine, b, cpu_excess, evidence, test == "pipeline stages", by_cpu)
     floor = PAIR_MIN if test.startswith("signed-rank") else PAIR_THRESHOLD if test.startswith("ratio") else REL_THRESHOLD
     strength = (min(1.0, mine.share / 0.4 if mine else 0.0) if test == "critical path" else
                 min(1.0, float(ctx.results["pipeline"].summary.get("cost_share") or 0.0) / 0.4) if test == "pipeline stages"
