@@ -1099,6 +1099,10 @@ def test_a_named_rank_whose_own_time_shows_no_cost_is_said_with_its_cpu_time(tmp
     ev = {}
     _cost(ctx, 1, ctx.pr.filter(pl.col("rank") == 1).row(0, named=True), None, None, 4e6, ev)
     assert ev["time_lost"]["lost_per_step_ns"] > 4e6 and "CPU time" not in ev["time_lost"]["method"]  # own time's
+    run.ranks[1].meta["device"] = "cuda:0"  # a device rank's thread CPU time is not its work: not said as its cost
+    ev = {}
+    _cost(ctx, 0, row, None, None, 4e6, ev)
+    assert ev["time_lost"]["lost_per_step_ns"] == 0
 
 
 def test_a_bottleneck_stage_the_path_cannot_judge_is_named_from_the_stage_model():

@@ -155,7 +155,12 @@ def work_rel(run: Run, rel: float, waited: dict[str, Any] | None) -> float:
     wait for a CPU, which grows faster than the work on a crowded host: measured, tests/e2e/test_workloads.py's LM
     job (2 ranks, 1.47x input work) beside two busy loops and two other jobs: own time +260 %, CPU time +87 %, and
     the 1.47x work "explained" too little of +260 % (called compute)."""
-    if waited is None or any(str(i.meta.get("device") or "cpu") != "cpu" for i in run.ranks.values()):
+    if waited is None or not cpu_run(run):
         return rel
     cpu, ref = waited.get("cpu_excess_ns"), float(waited.get("others_cpu_ns") or 0.0)
     return min(rel, float(cpu) / ref) if cpu is not None and ref > 0 else rel
+
+
+def cpu_run(run: Run) -> bool:
+    """Every rank ran on the CPU: its training thread's CPU time is its work (a device rank's is not)."""
+    return all(str(i.meta.get("device") or "cpu") == "cpu" for i in run.ranks.values())

@@ -29,7 +29,7 @@ import polars as pl
 from rankscope.analysis.base import Analysis, Finding, Result, Severity, frame
 from rankscope.analysis.diagnosis.bound import NO_SAVING, Bound, bound, holds, savings
 from rankscope.analysis.diagnosis.cause import cause, cpu_time_explains, from_path, refine, work_explains
-from rankscope.analysis.diagnosis.cpu import is_contention, wait_excess, work_rel
+from rankscope.analysis.diagnosis.cpu import cpu_run, is_contention, wait_excess, work_rel
 from rankscope.analysis.diagnosis.path_choice import choose, rescued
 from rankscope.analysis.diagnosis.rules import PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, per_rank, per_step
 from rankscope.analysis.diagnosis.stage_verdict import stage_cost, stage_note, takes_stage_cost
@@ -109,7 +109,8 @@ def _cost(ctx: Ctx, rank: int, row: dict[str, Any], mine: Bound | None, b: Bound
     elif b is not None:  # named on counts while no rank bounds the steps distinctly: what the path saw
         evidence["path_saving_ns"] = round(b.savings.get(rank, 0.0))
         evidence["bounding"] = b.evidence()
-    unseen = not evidence["time_lost"].get("lost_per_step_ns")  # own time never above the next slowest rank's
+    # own time never above the next slowest rank's, on a CPU run (a device rank's thread CPU time is not its work)
+    unseen = not evidence["time_lost"].get("lost_per_step_ns") and cpu_run(ctx.run)
     if mine is None and cpu_cost is not None and cpu_cost > 0 and (by_cpu or unseen):
         # ranks share CPUs: the step's wall time cannot separate its extra work from the others' run-queue wait
         # (found on CPU time, or on own time less CPU wait: tests/e2e/test_workloads.py's LM job under load once said
