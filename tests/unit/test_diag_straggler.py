@@ -1525,3 +1525,17 @@ def test_a_rank_s_cpu_waits_are_compared_with_its_replicas():
     assert every is not None and mates is not None
     assert every["cpu_excess_ns"] == 0  # against the median of ranks 0, 1, 3: 28 ms
     assert mates["cpu_excess_ns"] == round(7.5 * ms)  # against its replica, rank 3
+
+
+def test_a_stage_named_by_the_stage_model_with_more_calls_is_compute_whatever_its_gaps_did():
+    """A heavy pipeline stage (the stage model's thread CPU work) whose gaps between operators grew more than its
+    compute on a busy host: its extra operator calls (a count) say compute. Without more calls, or for another
+    cause, the components' reading stands."""
+    from rankscope.analysis.diagnosis.stage_verdict import stage_cause
+
+    assert stage_cause("host", 12.0e6, 2.0) == "compute"
+    assert stage_cause("unclear", 12.0e6, 2.0) == "compute"
+    assert stage_cause("host", 0.0, 1.0) == "host"  # a Python loop of its own: no extra calls
+    assert stage_cause("host", 12.0e6, 1.0) == "host"
+    assert stage_cause("data", 12.0e6, 2.0) == "data"
+    assert stage_cause("contention", 12.0e6, 2.0) == "contention"

@@ -118,3 +118,13 @@ def takes_stage_cost(results: dict[str, Result], rank: int, on_path: bool, path_
         return False
     mates: list[int] = next((rs for rs in results["pipeline"].summary.get("stage_ranks") or [] if rank in rs), [])
     return not (on_path and len(mates) >= 2 and path_cost_ns > float(stage_cost(results)["lost_per_step_ns"]))
+
+
+def stage_cause(kind: str, more_calls: float, calls_ratio: float) -> str:
+    """The cause of a stage named by the stage model: "compute" where its own time's components said "host" or
+    nothing clear but it calls an operator more often per step than the other stages (``more_calls``: the time per
+    step in those calls; ``calls_ratio`` > 1): its extra layers, a count with no noise. The stage model named it on
+    its actions' thread CPU work; its gaps between operators are what grows when the host is busy (tests/e2e/
+    test_pipeline_shapes.py, ppdp 1F1B with stage 1 at 2x the layers, 4 ranks on 2 CPUs beside two busy loops:
+    once "host")."""
+    return "compute" if kind in ("host", "unclear") and more_calls > 0 and calls_ratio > 1.0 else kind

@@ -32,7 +32,7 @@ from rankscope.analysis.diagnosis.cause import cause, cpu_time_explains, from_pa
 from rankscope.analysis.diagnosis.cpu import cpu_run, is_contention, wait_excess, work_rel
 from rankscope.analysis.diagnosis.path_choice import choose, rescued
 from rankscope.analysis.diagnosis.rules import PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, per_rank, per_step
-from rankscope.analysis.diagnosis.stage_verdict import stage_cost, stage_note, takes_stage_cost
+from rankscope.analysis.diagnosis.stage_verdict import stage_cause, stage_cost, stage_note, takes_stage_cost
 from rankscope.analysis.diagnosis.verdict_ctx import Ctx
 from rankscope.analysis.diagnosis.work import (calls_ratio, extra_calls_ns, imbalance, imbalance_note,
                                                is_input_imbalance, work_note, work_peers)
@@ -168,6 +168,7 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
     on_path = from_path(path_cause.path, path_cause.cost_ns, excess) if path_cause is not None else None
     if on_path is not None:
         kind = on_path
+    kind = stage_cause(kind, extra_calls_ns(calls), calls_ratio(calls)) if test == "pipeline stages" else kind
 
     def explains(kind: str) -> bool:  # the rank's CPU time counts only for time the trace put between operators
         return bool(imb) and work_explains(imb, excess, others, rw,  # type: ignore[arg-type]
