@@ -37,7 +37,8 @@ from pipeline_twins import analyses, step_ms  # noqa: E402  (the same analyze ca
 from workloads import FAMILIES, command, job  # noqa: E402  (bench/workloads.py: the same jobs)
 
 TWINS = {"lm-imbalance": "lm-healthy", "decode-slow": "decode-healthy", "fsdp-data": "fsdp-healthy",
-         "fsdp-compute": "fsdp-healthy", "fsdp-input": "fsdp-healthy", "tpfsdp-host": "tpfsdp-healthy"}
+         "fsdp-compute": "fsdp-healthy", "fsdp-input": "fsdp-healthy", "tpfsdp-host": "tpfsdp-healthy",
+         "ppdp-data": "ppdp-data-healthy"}
 
 
 def analyze(run: Path, slow: int) -> dict[str, Any]:

@@ -23,7 +23,9 @@ Pipeline shapes (group ``ppx``; not in ``new``, whose runs in bench/RESULTS.md p
 - ``pp-interleaved`` / ``pp-interleaved-healthy``: interleaved 1F1B, 2 stages per rank;
 - ``pp-zbv`` / ``pp-zbv-healthy``: zero bubble (ZB-V: 2 stages per rank in a V, input and weight backward apart);
 - ``ppdp-1f1b`` / ``ppdp-1f1b-healthy``: 2 data-parallel replicas of a 1F1B pipeline (4 ranks: 2 stages x 2;
-  run at 4 ranks only), the slow rank's stage (on both replicas) with 2x the layers.
+  run at 4 ranks only), the slow rank's stage (on both replicas) with 2x the layers;
+- ``ppdp-data`` / ``ppdp-data-healthy``: the same shape balanced (4 layers a stage), one replica of one stage loading
+  its data through a Python tokenizer, 10-20 % of the step ("data"); twin: every replica's data alike.
 Right: straggler families, exactly one rank named with the truth's rank and cause (with replicas: a rank of the
 truth's bottleneck stage); healthy twins, none named.
 Runs are interleaved across families, each with a fresh seed drawn from ``--seeds``.
@@ -86,6 +88,9 @@ FAMILIES = {
     "ppdp-1f1b-healthy": Family("pipeline", None, None, None, ("--schedule", "1f1b", "--dp", "2"), "ppx", 4),
     # one replica of one stage is slow (its data loading): the verdict names that rank, not its stage
     "ppdp-data": Family("pipeline", "data", "data", (0.10, 0.20), ("--schedule", "1f1b", "--dp", "2"), "ppx", 4),
+    # its twin: the same balanced pipeline (4 layers a stage: ``--amount 1``), every replica's data alike
+    "ppdp-data-healthy": Family("pipeline", None, None, None, ("--schedule", "1f1b", "--dp", "2", "--amount", "1"),
+                                "ppx", 4),
 }
 
 

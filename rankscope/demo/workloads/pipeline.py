@@ -18,9 +18,10 @@ gradients back as send / recv pairs. ``MICRO`` (8) microbatches per step.
   CPU time minus the other stages' median.
 - ``--straggler data``: rank ``--slow-rank`` (one replica of one stage under ``--dp``) reads its batches through a
   dataset that tokenizes text in pure Python first (fsdp's ``PyTokenizer``), ``--amount`` (default 0.15) of the
-  healthy step. Truth: that rank, cause ``data``; its replicas wait for it in the gradients' all_reduce, and its
-  pipeline neighbours in their receives.
-- ``--straggler none``: the balanced twin, the same layers spread evenly (5 each at 4 stages, 6 at 2).
+  healthy step, on a balanced pipeline (4 layers per stage). Truth: that rank, cause ``data``; its replicas wait
+  for it in the gradients' all_reduce, and its pipeline neighbours in their receives.
+- ``--straggler none``: the balanced twin, the same layers spread evenly (5 each at 4 stages, 6 at 2); with
+  ``--amount 1`` the data straggler's twin (4 each).
 """
 from __future__ import annotations
 
@@ -181,7 +182,10 @@ def main(argv: list[str] | None = None) -> None:
     pp_group, dp_group, pp_rank, replica = groups(world, args.dp) if args.dp > 1 else (None, None, rank, 0)
     pp = world // args.dp
     heavy = args.slow_rank // args.dp if args.straggler == "stage" else -1  # the slow rank's stage
-    layers = layers_per_stage(pp, heavy, args.amount)
+    # a data straggler's pipeline is balanced at BASE layers a stage: its amount is a share of the step, not layers
+    # (until 2026-12-02 it took the amount as the layer factor: 0.10-0.20 gave 2 stages 3 and 2 layers, 4 stages 4, 3,
+    # 3 and 3: a heavier first stage beside the data loading, and a light last stage whose bubble hid it)
+    layers = layers_per_stage(pp, heavy, 1.0 if args.straggler == "data" else args.amount)
     torch.manual_seed(args.seed * 1000 + pp_rank)  # the replicas of a stage start alike
     per_rank = 2 if args.schedule in ("interleaved", "zbv") else 1
     index = stage_indices(args.schedule, pp_rank, pp, per_rank)
