@@ -21,8 +21,6 @@ import polars as pl
 
 from rankscope.analysis.base import Result, frame
 
-# the what-if lead at 2 ranks that stands for a steady count where the rank's own timers show the cause (``BAR``)
-LEADS_DATA_TWO = 1.5
 BAR = {
     # a verdict from dependencies alone (no own-time rule spoke): bounds this share of the steps ...
     "steps": 2 / 3,
@@ -97,7 +95,7 @@ BAR = {
     # twins of seed 3006 (20) whose path held data loading (DDP decoding: 5 of 8 steps, 17.7 % of the step, 5.3x)
     # had a data excess under 0 (``path_choice.data_excess``: -53 ms against the 27 ms it needed); the FSDP2
     # twins bounding 3 of 6 steps at 1.3-2.4x held under 5.1 ms of data on the path, excess 0.
-    "lead_data_two": LEADS_DATA_TWO,
+    "lead_data_two": 1.5,
     # from 3 ranks up, half the steps suffice for ``clears_bar``, and the median saving at 3x every other rank's
     # stands for steadiness (the count of bounded steps against chance is not asked). On 2 loaded cores a rank's what-if spikes in the step where the host
     # preempted it, and so takes single steps from the rank that bounds the others. Measured (bench/workloads.py
