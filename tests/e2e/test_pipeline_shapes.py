@@ -108,6 +108,33 @@ def test_the_stages_of_a_pipeline_with_replicas_and_its_heavy_stage(jobs):
             assert all(v < before[r] for r, v in f.evidence["share"].items()), f.evidence
 
 
+def test_a_heavy_stage_s_rank_found_on_the_path_is_judged_as_its_stage(jobs):
+    """CI at 3b2d54b: the ppdp job's rank 2 was found on the critical path (it bounded 2 of 3 steps), not by the stage
+    model, and its cause was read against its replica (as heavy): "host (idle between operators)". Here that finding
+    is made again on this job, with the path's reading handed in (a ``Bound`` for each of stage 1's ranks, costing
+    less than the stage model's, its path in host time): the rank takes the stage's cost, and its cause and note come
+    from its stage against the other stage, as when the stage model names it. Before, the note compared it with its
+    replica: "compute (same operators and input sizes, slower)"."""
+    from rankscope.analysis.base import frame
+    from rankscope.analysis.diagnosis.bound import Bound
+    from rankscope.analysis.diagnosis.rules import per_rank
+    from rankscope.analysis.diagnosis.stage_verdict import stage_cost
+    from rankscope.analysis.diagnosis.straggler import named, verdict_input
+    from rankscope.analysis.diagnosis.verdict_ctx import Ctx
+
+    run, truth, res = jobs["ppdp"]
+    bd, excluded, _ = verdict_input(run, frame(res["breakdown"].tables["breakdown"]))
+    ctx = Ctx(run, res, bd, per_rank(bd), excluded)
+    lost = stage_cost(res)
+    cost = 0.8 * lost["lost_per_step_ns"]
+    for rank in truth["pipeline"]["stage_ranks"][1]:
+        b = Bound(rank=rank, cost_ns=cost, noise_ns=0.0, step_ns=lost["lost_per_step_ns"] / lost["lost_share_of_step"],
+                  steps=2, of_steps=3, path={"host": cost})
+        f = named(ctx, ctx.pr["rank"].to_list().index(rank), 0.1, "critical path", 1.0, b)
+        assert f.evidence["cause"] == "compute" and "(stage 1 of 2, ranks 2, 3" in f.title, f.title
+        assert f.evidence["time_lost"]["method"].startswith("pipeline stages") and "cause_from" not in f.evidence
+
+
 def test_interleaved_1f1b_counts_microbatches_not_stage_passes(jobs):
     run, truth, res = jobs["interleaved"]
     s = res["pipeline"].summary
