@@ -119,12 +119,12 @@ def command(fam: Family, out: Path, ranks: int, slow: int, amount: float, seed: 
         ["--amount", str(amount)] if fam.kind else []) + tail
 
 
-def job(cmd: list[str], out: Path) -> float:
-    """Run the job; its wall time (s). The log is RUN.log beside the run."""
+def job(cmd: list[str], out: Path, threads: int = 1) -> float:
+    """Run the job with ``threads`` intra-op threads per rank; its wall time (s). The log is RUN.log beside the run."""
     t = time.perf_counter()
     with open(str(out) + ".log", "w") as fh:
         subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, check=True, timeout=600,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+                       env={**os.environ, "OMP_NUM_THREADS": str(threads), "RANKSCOPE_DEMO_THREADS": str(threads)})
     return time.perf_counter() - t
 
 
@@ -154,7 +154,7 @@ def one(i: int, fam_name: str, n: int, rng: random.Random, args: argparse.Namesp
     seed = rng.randrange(10**6)
     d = out / f"run{i}"
     shutil.rmtree(d, ignore_errors=True)
-    job_s = job(command(fam, d, n, slow, amount, seed, args.steps, args.cpus == "rotate"), d)
+    job_s = job(command(fam, d, n, slow, amount, seed, args.steps, args.cpus == "rotate"), d, args.threads)
     truth = json.loads((d / "truth.json").read_text())
     v = verdict(d)
     want = [(truth["slow_rank"], truth["cause"])] if truth["straggler"] else []
@@ -230,6 +230,8 @@ def main() -> None:
     ap.add_argument("--cpus", choices=["rotate", "free"], default="free",
                     help="rotate: every rank moves to CPU (rank + step) mod n each step, so all ranks see the same mix "
                          "of this VM's vCPUs, which differ in speed for seconds at a time; free: the OS places them")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads per rank (default 1: an operator's work is its thread's CPU time)")
     ap.add_argument("--keep-misses", action="store_true", help="keep the run directories of misses")
     ap.add_argument("--keep", action="store_true", help="keep every run directory (OUT/runI)")
     args = ap.parse_args()

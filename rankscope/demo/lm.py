@@ -29,7 +29,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset
 
-from rankscope.demo.train import rotate, rotation_cpus
+from rankscope.demo.train import intra_op_threads, rotate, rotation_cpus
 from rankscope.demo.workloads.common import Timers, write_truth
 
 VOCAB = 512
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
-    torch.set_num_threads(1)
+    torch.set_num_threads(intra_op_threads())
     factor = args.imbalance if rank == args.slow_rank else 1.0
     n = args.steps + args.warmup + 2
     if args.family == "lm":

@@ -102,6 +102,15 @@ def pin_process(cpu: int) -> None:
             pass
 
 
+def intra_op_threads() -> int:
+    """torch's intra-op threads for the demo jobs: 1 (an operator's work is its calling thread's CPU time), or
+    ``RANKSCOPE_DEMO_THREADS`` (bench/workloads.py --threads: the verdict where that no longer holds)."""
+    try:
+        return max(1, int(os.environ.get("RANKSCOPE_DEMO_THREADS", "1")))
+    except ValueError:
+        return 1
+
+
 def rotation_cpus(on: bool) -> list[int]:
     """The CPUs that --rotate-cpus moves a rank over ([] when off, or where affinity cannot be set)."""
     return sorted(os.sched_getaffinity(0)) if on and hasattr(os, "sched_getaffinity") else []
@@ -157,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    torch.set_num_threads(1)
+    torch.set_num_threads(intra_op_threads())
     slow = rank == args.slow_rank
     kind = args.slow_kind if slow else ""
     dataset = SyntheticDataset(

@@ -75,3 +75,25 @@ def test_a_compute_imbalance_on_a_rank_that_waited_for_a_cpu_is_not_work_to_bala
     assert out[0].evidence["host_contended"] is True and out[0].evidence["ratio"] == 1.3
     results["straggler"] = _result("straggler", summary={"bounding": {"rank": 2}, "host_contended_rank": 2})
     assert path_advice(results, [IMB]) == [IMB]
+
+
+def test_a_compute_imbalance_the_others_do_not_wait_for_is_information_and_one_they_do_says_its_cost():
+    """A rank bounds the steps, under the bar (straggler's summary["bounding"], ``bound.Bound.evidence``), and the
+    compute-imbalance rule names rank 1 at +6 ms of compute per step. Its what-if saving on the path says whether the
+    others waited for that compute: 0.5 ms (under half of it) is waiting booked as compute, whatever the threads per
+    rank; 5 ms leaves the warning (its saving in the evidence only: the verdict, which did not name the rank, weighs
+    it). A saving missing from the path's evidence changes nothing."""
+    imb = Finding("advice.dp_imbalance", "compute differs across ranks: rank 1 computes 1.30x ...", Severity.WARNING,
+                  (1,), {"ratio": 1.3, "computing_ns": {"0": 20e6, "1": 26e6, "2": 20e6, "3": 21e6}})
+    bounding = {"rank": 0, "step_ns": 100e6, "savings_ns": {"0": 3e6, "1": 0.5e6, "2": 0.0, "3": 0.2e6}}
+    results = {"straggler": _result("straggler", summary={"bounding": bounding}),
+               "critical_path": _result("critical_path")}
+    out = path_advice(results, [imb])
+    assert [f.severity for f in out] == [Severity.INFO] and out[0].evidence["not_waited_for"] is True
+    assert (out[0].evidence["path_saving_ns"], out[0].evidence["extra_compute_ns"]) == (500_000, 6_000_000)
+    bounding["savings_ns"]["1"] = 5e6
+    out = path_advice(results, [imb])
+    assert [f.severity for f in out] == [Severity.WARNING] and "not_waited_for" not in out[0].evidence
+    assert out[0].evidence["path_saving_ns"] == 5_000_000 and out[0].title == imb.title
+    del bounding["savings_ns"]
+    assert path_advice(results, [imb]) == [imb]

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
-from rankscope.demo.train import rotate, rotation_cpus
+from rankscope.demo.train import intra_op_threads, rotate, rotation_cpus
 
 # The cause label (rankscope.analysis.diagnosis.straggler's kinds) a verdict should give for each straggler kind.
 CAUSES = {"data": "data", "compute": "compute", "input": "imbalance", "skew": "imbalance", "host": "host",
@@ -80,10 +80,10 @@ class Timers:
 
 
 def setup(args: argparse.Namespace) -> tuple[int, int]:
-    """Process group (gloo), one intra-op thread, the seed; returns (rank, world)."""
+    """Process group (gloo), one intra-op thread (``train.intra_op_threads``), the seed; returns (rank, world)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     dist.init_process_group("gloo")
-    torch.set_num_threads(1)
+    torch.set_num_threads(intra_op_threads())
     torch.manual_seed(args.seed)
     return dist.get_rank(), dist.get_world_size()
 
