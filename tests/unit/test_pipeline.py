@@ -334,3 +334,29 @@ def test_a_host_with_more_ranks_than_cpus_bounds_both_steps():
     assert cpu_floor(run(2), ranks) == pytest.approx((sum(cpu.values()) + 4) / 2 * 1e6)  # the median step: s = 1
     assert cpu_floor(run(4), ranks) == 0.0 and cpu_floor(run(None), ranks) == 0.0
     assert cpu_floor(run(2), ranks.with_columns(cpu_ns=pl.lit(None, pl.Int64))) == 0.0
+
+
+def test_a_compute_imbalance_on_a_pipeline_is_said_against_the_rank_s_replicas():
+    """bench/workloads.py seed 3011, ppdp-1f1b (2 stages x 2 replicas, stage 0 with 2x the layers): the rule said
+    "rank 0 computes 1.67x the other ranks' median", a ratio over both stages' layers; against rank 1, its replica,
+    1.11x. Kept only between replicas, and said so; a finding already read as waiting is left as it was."""
+    from rankscope.analysis.base import Finding
+    from rankscope.analysis.diagnosis.advice import RULES
+    from rankscope.analysis.diagnosis.pipeline_advice import _within_one_stage
+
+    s = {"stage_ranks": [[0, 1], [2, 3]]}
+    ms = 1_000_000
+
+    def rule(rank0_ms: float, **ev: object) -> Finding:
+        comp = {"0": rank0_ms * ms, "1": 170 * ms, "2": 110 * ms, "3": 110 * ms}
+        return Finding("advice.dp_imbalance", "compute differs across ranks: rank 0 computes 1.43x ...",
+                       Severity.WARNING, (0,), {"ratio": 1.43, "computing_ns": comp, **ev})
+
+    got = _within_one_stage(rule(200), s, RULES)
+    assert got is not None and got.evidence["ratio"] == pytest.approx(200 / 170, abs=1e-3)
+    assert got.evidence["all_ranks_ratio"] == 1.43 and got.evidence["compared_with"] == [1] and got.evidence["stage"] == 0
+    assert "pipeline stage 0" in got.title and "1.18x rank 1" in got.title and got.severity == Severity.WARNING
+    assert _within_one_stage(rule(180), s, RULES) is None  # 1.06x its replica: under the rule's 1.10
+    waited = rule(200, not_work=True)
+    assert _within_one_stage(waited, s, RULES) is waited
+    assert _within_one_stage(rule(200), {"stage_ranks": [[0], [1], [2], [3]]}, RULES) is None  # no replica

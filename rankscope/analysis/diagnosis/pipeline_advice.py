@@ -11,6 +11,8 @@ GPipe, and the natural bubble (p - 1) / (m + p - 1) said as information, never a
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from statistics import median
 from typing import Any
 
 import polars as pl
@@ -35,7 +37,7 @@ def shape_advice(results: dict[str, Result], found: list[Finding], rules: dict[s
         if f.kind in PIPELINE_WAITS:
             kept = _only_beyond_bubble(f, rest, rules)
         elif f.kind == "advice.dp_imbalance":
-            kept = f if _within_one_stage(f, results, s, rules) else None
+            kept = _within_one_stage(f, s, rules)
         if kept is not None:
             out.append(kept)
     return out + [x for x in (balance(s), schedule(s), bubble(s)) if x is not None]
@@ -92,20 +94,32 @@ def _only_beyond_bubble(f: Finding, rest: dict[int, dict[str, float]], rules: di
                   "with_pipeline_waits_share": f.evidence.get("share") or f.evidence.get("comm_share")})
 
 
-def _within_one_stage(f: Finding, results: dict[str, Result], s: dict[str, Any],
-                      rules: dict[str, dict[str, float]]) -> bool:
-    """A compute imbalance is data-parallel only between ranks of one stage: the named rank against its
-    stage's other ranks."""
+def _within_one_stage(f: Finding, s: dict[str, Any], rules: dict[str, dict[str, float]]) -> Finding | None:
+    """A compute imbalance is data-parallel only between ranks of one stage: the named rank against its stage's
+    other ranks, restated so (its ratio against all ranks mixes the stages' layers). Measured (bench/workloads.py
+    seed 3011, ppdp-1f1b, stage 0 with 2x the layers on ranks 0, 1): "rank 0 computes 1.67x the other ranks' median
+    per step. Balance the work (shard sizes, sequence lengths)"; against rank 1, its replica, 1.11x."""
     if not f.ranks:
-        return False
+        return None
     rank = f.ranks[0]
     peers: list[int] = next((r for r in s.get("stage_ranks", []) if rank in r), [])
     comp = f.evidence.get("computing_ns") or {}
-    others = sorted(float(comp[str(p)]) for p in peers if p != rank and str(p) in comp)
+    others = [float(comp[str(p)]) for p in peers if p != rank and str(p) in comp]
     if not others or str(rank) not in comp:
-        return False
-    mid = others[len(others) // 2] if len(others) % 2 else (others[len(others) // 2 - 1] + others[len(others) // 2]) / 2
-    return mid > 0 and float(comp[str(rank)]) / mid > rules["dp_imbalance"]["ratio"]
+        return None
+    mid = median(others)
+    ratio = float(comp[str(rank)]) / mid if mid > 0 else 0.0
+    if ratio <= rules["dp_imbalance"]["ratio"]:
+        return None
+    if f.evidence.get("not_work") or f.evidence.get("host_contended"):  # said already: its extra time was waiting
+        return f
+    stage = next(i for i, r in enumerate(s.get("stage_ranks", [])) if rank in r)
+    who = ", ".join(str(p) for p in peers if p != rank)
+    return replace(f, title=f"compute differs between the replicas of pipeline stage {stage}: rank {rank} computes "
+                            f"{ratio:.2f}x {'rank' if len(peers) == 2 else 'ranks'} {who} per step. Balance their work "
+                            "(shard sizes, sequence lengths) or check that rank.",
+                   evidence={**f.evidence, "ratio": round(ratio, 3), "all_ranks_ratio": f.evidence.get("ratio"),
+                             "compared_with": [p for p in peers if p != rank], "stage": stage})
 
 
 def balance(s: dict[str, Any]) -> Finding | None:
