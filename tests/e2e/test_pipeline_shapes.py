@@ -114,7 +114,8 @@ def test_a_heavy_stage_s_rank_found_on_the_path_is_judged_as_its_stage(jobs):
     is made again on this job, with the path's reading handed in (a ``Bound`` for each of stage 1's ranks, costing
     less than the stage model's, its path in host time): the rank takes the stage's cost, and its cause and note come
     from its stage against the other stage, as when the stage model names it. Before, the note compared it with its
-    replica: "compute (same operators and input sizes, slower)"."""
+    replica: "compute (same operators and input sizes, slower)"; and beside two busy loops, with its CPU wait read
+    against its replica's too, "contention" (2 of 2 runs, 09:15 on 2026-12-02)."""
     from rankscope.analysis.base import frame
     from rankscope.analysis.diagnosis.bound import Bound
     from rankscope.analysis.diagnosis.rules import per_rank

@@ -151,11 +151,12 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
     # a rank of the bottleneck stage that takes the stage model's cost (``takes_stage_cost``) is judged as that stage
     # however it was found: against the other stages. CI at 3b2d54b, tests/e2e/test_pipeline_shapes.py (ppdp 1F1B,
     # stage 1 with 3x the layers): rank 2 named on the path (2 of 3 steps), its cause read off the path against its
-    # replica, as heavy: "host (idle between operators)", where it calls its layers' operators 3x as often
+    # replica, as heavy: "host (idle between operators)", where it calls its layers' operators 3x as often. Its CPU
+    # wait too is read against all other ranks (against its replica: "contention" beside two busy loops, that test)
     as_stage = test == "pipeline stages" or takes_stage_cost(ctx.results, rank, mine is not None,
                                                              mine.cost_ns if mine is not None else 0.0)
     others = _compared_with(ctx, rank, "pipeline stages" if as_stage else test)
-    waited = wait_excess(ctx.sched, rank, ctx.own_steps, None if test == "pipeline stages" else ctx.peers(rank))
+    waited = wait_excess(ctx.sched, rank, ctx.own_steps, None if as_stage else ctx.peers(rank))
     imb = ctx.work_of(rank)
     cpu_excess = float(waited["cpu_excess_ns"]) if waited and waited.get("cpu_excess_ns") is not None else None
     rw = work_rel(run, float(rel), waited)  # what more input work must explain: own time's, or CPU time's excess
