@@ -142,6 +142,24 @@ def _compared_with(ctx: Ctx, rank: int, test: str) -> pl.DataFrame:
     return rest if rest.height else others
 
 
+def _measure(test: str) -> str:
+    """What the title's figure measures, by the test that found the rank."""
+    if test == "pipeline stages":
+        return "the pipeline's bottleneck stage"
+    if test == "critical path":
+        # named from the dependencies alone: its own time may even be below the others' (they wait inside
+        # framework spans booked as compute: FSDP's pre_forward, issue 25), so no own-time figure is said
+        return "bounding the step on the critical path"
+    if test.endswith("(cpu-available)"):
+        # the excess is of own time minus run-queue wait: with more ranks than cores a busy rank can hold a CPU
+        # while the others queue (measured: 11 ms of host busy-work per step at 4 ranks on 2 cores, own -5 %,
+        # CPU-available +46 %)
+        return "own time excluding CPU wait"
+    if test.endswith("(cpu time)"):  # more ranks than CPUs: own time holds the wait the others' work causes
+        return "CPU time"
+    return "own time"
+
+
 def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None) -> Finding:
     """The finding for one candidate: cause, evidence, cost (a stage's CPU waits read as in ``_compared_with``)."""
     pr, run = ctx.pr, ctx.run
@@ -214,21 +232,7 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
     strength = (min(1.0, mine.share / 0.4 if mine else 0.0) if test == "critical path" else
                 min(1.0, float(ctx.results["pipeline"].summary.get("cost_share") or 0.0) / 0.4) if test == "pipeline stages"
                 else min(1.0, max(rel, 0.0) / (2 * floor)))
-    measure = "own time"
-    if test == "pipeline stages":
-        measure = "the pipeline's bottleneck stage"
-    elif test == "critical path":
-        # named from the dependencies alone: its own time may even be below the others' (they wait inside
-        # framework spans booked as compute: FSDP's pre_forward, issue 25), so no own-time figure is said
-        measure = "bounding the step on the critical path"
-    elif test.endswith("(cpu-available)"):
-        # the excess is of own time minus run-queue wait: with more ranks than cores a busy rank can hold a CPU
-        # while the others queue (measured: 11 ms of host busy-work per step at 4 ranks on 2 cores, own -5 %,
-        # CPU-available +46 %)
-        measure = "own time excluding CPU wait"
-    elif test.endswith("(cpu time)"):  # more ranks than CPUs: own time holds the wait the others' work causes
-        measure = "CPU time"
-    return _finding(rank, kind, rel, evidence, cons * strength, note, measure, path)
+    return _finding(rank, kind, rel, evidence, cons * strength, note, _measure(test), path)
 
 
 def run_straggler(run: Run, results: dict[str, Result]) -> Result:
