@@ -1050,6 +1050,12 @@ def test_more_input_work_on_a_saturated_machine_is_named_from_cpu_time(tmp_path)
     assert cpu_time_explains(work, others, 0.4, 7.6e6) and not cpu_time_explains(work, others, 0.4, 7.4e6)
     assert not cpu_time_explains(work, others, 0.4, None)
     assert not cpu_time_explains({"shapes_recorded": True, "work_ratio": 1.05}, others, 0.4, 20e6)  # too little work
+    # where the others' CPU time was sampled, the prediction is in CPU time: 0.5 x 20 ms = 10 ms, half of it 5 ms
+    assert cpu_time_explains(work, others, 0.4, 5.1e6, 20e6) and not cpu_time_explains(work, others, 0.4, 4.9e6, 20e6)
+    # the fixture: 0.47 x the others' 22.9 ms of CPU time = 10.8 ms predicted, against 16.5 ms from their compute
+    # (which holds their 14.7 ms of run-queue wait); rank 1's +9.4 ms is most of the former
+    waited = ev["cpu_wait"]
+    assert waited["cpu_excess_ns"] >= 0.75 * (ev["work"]["work_ratio"] - 1) * waited["others_cpu_ns"]
 
 
 def test_more_input_work_on_a_crowded_machine_is_judged_against_cpu_time(tmp_path):

@@ -218,7 +218,8 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
     if by_cpu and kind in ("unclear", "host", "compute") and imb:
         kind = "compute"  # its CPU time grew by at least half of what its extra input predicts: that work, done
     if kind in ("host", "data") and explains(kind) or (
-            kind == "unclear" and imb and cpu_time_explains(imb, others, rw, cpu_excess)):  # type: ignore[arg-type]
+            kind == "unclear" and imb and cpu_time_explains(imb, others, rw, cpu_excess,  # type: ignore[arg-type]
+                                                   float((waited or {}).get("others_cpu_ns") or 0.0))):
         kind = "compute"  # then named input imbalance below
     if kind == "compute" and imb:
         if is_input_imbalance(imb, rw):
