@@ -221,3 +221,76 @@ def test_a_rank_whose_what_if_saves_nothing_bounds_the_step_by_nothing():
     per_step = [{**s, "bounding_rank": 1} for s in per_step]
     b = _run_bounding(per_step, wi)
     assert b is not None and b["rank"] == 1 and b["cost_ms"] == 0.0 and b["step_ms_if_median"] == b["step_ms"]
+
+
+def test_calls_whose_span_end_fix_nesting_moved_are_still_located():
+    """torch.distributed.pipelining on gloo (bench/workloads.py seed 3014, ppdp-data, rank 1's step 1, times in µs from
+    its first send): ``gloo:send`` opens inside ``c10d::send`` and closes after the next ``c10d::recv_``, whose
+    ``gloo:recv`` opens at its end. ``fix_nesting`` moves the send span's end to the receive's; the call's recorded end
+    is the old one. Located by (start, end), the send was lost to the path (7 of 8 sends a step on that rank)."""
+    from rankscope.analysis.deps import timed
+
+    rows = [("c10d::send", 9115, 75, "cpu_op", False), ("gloo:send", 9187, 7629, "user_annotation", True),
+            ("c10d::recv_", 9204, 7590, "cpu_op", False), ("gloo:recv", 16786, 53, "user_annotation", True)]
+    t = pa.table({"name": pa.array([r[0] for r in rows]).dictionary_encode(),
+                  "kind": pa.array([r[3] for r in rows]).dictionary_encode(),
+                  "ts": [r[1] for r in rows], "dur": [r[2] for r in rows], "tid": [1] * 4, "stream": [-1] * 4,
+                  "correlation": [-1] * 4, "is_comm": [r[4] for r in rows],
+                  "input_dims": pa.array([""] * 4).dictionary_encode()})
+    raw = events.from_table(t)
+    ev = cpu.fix_nesting(raw)
+    assert ev.end[1] != raw.end[1]  # the send span's end was moved
+    calls = adapter.Calls(key=np.array(["p2p:1->3#0", "p2p:3->1#0"], object), op=np.array(["send", "recv"], object),
+                          kind=np.array(["p2p", "p2p"], object), ts=raw.ts[[1, 3]], end=raw.end[[1, 3]],
+                          dev_ts=np.full(2, -1), dev_end=np.full(2, -1), issue_ts=np.full(2, -1),
+                          pg=np.array(["0", "0"], object), seq=np.array([0, 0]))
+    arr, end = timed.locate(ev, np.ones(ev.n, bool), calls)
+    assert arr.tolist() == end.tolist() == [1, 3]
+
+
+def test_a_p2p_send_waits_for_nothing_and_a_pair_s_transfer_is_its_fastest_message():
+    """Rank 0 sends rank 1 two messages. gloo returns from a send its socket took: the send's end gets no edge from the
+    meeting (its span, 30, closes at a deferred wait). The transfer is the pair's fastest span in the step (2, message
+    1's send), not message 0's shorter span (25: rank 1 posted the receive early and waited)."""
+    neg = local.NEG
+    # rows [START, end 0, end 1], cols [arrival 0, arrival 1, SINK]
+    d0 = np.array([[5, 10, 12], [neg, neg, neg], [neg, neg, neg]])
+    d1 = np.array([[0, 0, 3], [neg, 0, 3], [neg, neg, 3]])
+    sig = (("send", "p2p"), ("send", "p2p"))
+    r0 = join.RankStep(0, d0, ["p2p:0->1#0", "p2p:0->1#1"], np.array([30, 2]), sig, np.array([True, True]))
+    r1 = join.RankStep(1, d1, ["p2p:0->1#0", "p2p:0->1#1"], np.array([25, 40]), (("recv", "p2p"), ("recv", "p2p")))
+    j = join.join([r0, r1])
+    xfer = np.flatnonzero(j.kind == join.XFER)
+    assert sorted(j.ranks[int(j.ref[e, 0])].rank for e in xfer) == [1, 1]  # into the receives' ends only
+    assert j.w[xfer].tolist() == [2, 2]
+    dist, end = join.longest(j)
+    assert dist[end] == 10 + 2 + 3  # rank 0's send of message 1 at 10, its transfer, rank 1's tail
+    # device sends (NCCL, no ``eager``) meet their receiver: the sends' ends too
+    r0.eager = None
+    assert np.count_nonzero(join.join([r0, r1]).kind == join.XFER) == 4
+
+
+def test_a_receive_waits_from_the_start_of_its_c10d_operator():
+    """pipelining on gloo (seed 3014, ppdp-data): ``gloo:recv`` opens at the end of its ``c10d::recv_``, which held
+    the wait for the other stage's send (10.3 ms of 10.3). The call's wait starts with the operator."""
+    from rankscope.analysis.deps import timed
+
+    rows = [("ProfilerStep#1", 0, 20000, "user_annotation", False), ("c10d::recv_", 0, 10316, "cpu_op", False),
+            ("gloo:recv", 10311, 46, "user_annotation", True), ("aten::mm", 10400, 500, "cpu_op", False)]
+    t = pa.table({"name": pa.array([r[0] for r in rows]).dictionary_encode(),
+                  "kind": pa.array([r[3] for r in rows]).dictionary_encode(),
+                  "ts": [r[1] for r in rows], "dur": [r[2] for r in rows], "tid": [1] * 4, "stream": [-1] * 4,
+                  "correlation": [-1] * 4, "is_comm": [r[4] for r in rows],
+                  "input_dims": pa.array([""] * 4).dictionary_encode()})
+    ev = cpu.fix_nesting(events.from_table(t))
+    calls = adapter.Calls(key=np.array(["p2p:3->1#0"], object), op=np.array(["recv"], object),
+                          kind=np.array(["p2p"], object), ts=np.array([10311]), end=np.array([10357]),
+                          dev_ts=np.full(1, -1), dev_end=np.full(1, -1), issue_ts=np.full(1, -1),
+                          pg=np.array(["0"], object), seq=np.array([0]))
+    sel = np.ones(ev.n, bool)
+    arr, _ = timed.locate(ev, sel, calls)
+    assert arr.tolist() == [2]
+    assert timed.waited_from(ev, sel, arr, calls, np.zeros(0, np.int64)).tolist() == [1]
+    g, anc = timed.rank_graph(ev, sel, calls)
+    assert anc.span_start is not None
+    assert g.node_ts[anc.arrival].tolist() == [0] and g.node_ts[anc.span_start].tolist() == [10311]

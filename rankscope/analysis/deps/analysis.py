@@ -100,7 +100,9 @@ def build_steps(data: "RankData", only: set[int] | None = None) -> tuple[list[St
         c = calls.take((calls.ts >= t0) & (calls.ts < t1))
         g, anc = timed.rank_graph(ev, sel, c, adapter.joinable(c.key, data.rank, _present(data.run)))
         ok = anc.arrival >= 0
-        anc = timed.Anchors(anc.arrival[ok], anc.end[ok], [k for k, o in zip(anc.key, ok) if o], anc.info.take(ok))
+        sp = anc.arrival if anc.span_start is None else anc.span_start
+        anc = timed.Anchors(anc.arrival[ok], anc.end[ok], [k for k, o in zip(anc.key, ok) if o], anc.info.take(ok),
+                            sp[ok])
         out.append(StepBuild(step, wall, g, anc, local.Local(g, anc.arrival, anc.end)))
     return out, adapter.unmatched_p2p(frame), ev
 
@@ -144,10 +146,12 @@ def rank_part(data: "RankData") -> RankPart:
     for b in builds:
         m = b.loc.matrix()
         a = b.anchors
-        span = b.g.node_ts[a.end] - b.g.node_ts[a.arrival]
+        span = b.g.node_ts[a.end] - b.g.node_ts[a.arrival if a.span_start is None else a.span_start]
         info = a.info.rows()
         sig = tuple((c["op"], c["kind"]) for c in info)
-        part.steps.append(StepPart(b.step, b.wall, J.RankStep(data.rank, m.d, a.key, span, sig), m.sink_node, info,
+        eager = (a.info.kind == "p2p") & (a.info.op == "send") & (a.info.dev_ts < 0)  # as ``timed.rank_graph``
+        rs = J.RankStep(data.rank, m.d, a.key, span, sig, eager)
+        part.steps.append(StepPart(b.step, b.wall, rs, m.sink_node, info,
                                    b.g.node_ts[a.end]))
     _BUILT[(data.run.path, data.rank)] = (builds, ev)
     return part

@@ -55,6 +55,7 @@ class Anchors:
     end: np.ndarray  # node id of its end
     key: list  # matching key per call (None: unmatched)
     info: Calls  # the calls
+    span_start: np.ndarray | None = None  # node id where its own span starts, where not its arrival (``waited_from``)
 
 
 def comm_spans(ev: RankEvents) -> np.ndarray:
@@ -97,16 +98,33 @@ def locate(ev: RankEvents, sel: np.ndarray, calls: Calls) -> tuple[np.ndarray, n
     on_dev = dev_ts >= 0
     arr[on_dev] = _find(ev.ts[d], d, dev_ts[on_dev])
     end[on_dev] = _find(ev.end[d], d, dev_end[on_dev])
-    spans = dict(zip(zip(ev.ts[h].tolist(), ev.end[h].tolist()), h.tolist()))  # a few per step
-    arr[~on_dev] = [spans.get(k, -1) for k in zip(ts[~on_dev].tolist(), te[~on_dev].tolist())]
+    arr[~on_dev] = _by_start(ev, h, ts[~on_dev], te[~on_dev])
     end[~on_dev] = arr[~on_dev]
     bad = (arr < 0) | (end < 0)
     arr[bad], end[bad] = -1, -1
     return arr, end
 
 
+def _by_start(ev: RankEvents, h: np.ndarray, ts: np.ndarray, te: np.ndarray) -> np.ndarray:
+    """The host span of each call: the one starting at the call's start, of those the one ending nearest its end (-1:
+    none). By start, not by (start, end): ``cpu.fix_nesting`` moves the end of a span that overlaps its neighbours.
+    Measured (bench/workloads.py seed 3014, ppdp-data at 4 ranks, 1F1B on gloo): each ``gloo:send`` opens inside its
+    ``c10d::send`` and closes after the next ``c10d::recv_``, so 7 of a stage's 8 sends per step had their ends moved
+    by 20-80 µs and were lost to the path; its waits inside ``c10d::recv_`` then weighed as the rank's own compute."""
+    o = h[np.argsort(ev.ts[h], kind="stable")]
+    starts = ev.ts[o]
+    lo, hi = np.searchsorted(starts, ts, "left"), np.searchsorted(starts, ts, "right")
+    out = np.full(len(ts), -1, np.int64)
+    for i in np.flatnonzero(hi > lo):  # a few calls per step
+        cand = o[lo[i]:hi[i]]
+        out[i] = cand[np.argmin(np.abs(ev.end[cand] - te[i]))]
+    return out
+
+
 def _find(keys: np.ndarray, rows: np.ndarray, want: np.ndarray) -> np.ndarray:
     """The row whose key equals ``want`` (the first in event order when several do)."""
+    if not len(keys):  # nothing to find in (a window without such events)
+        return np.full(len(want), -1, np.int64)
     o = np.argsort(keys, kind="stable")
     k = keys[o]
     j = np.searchsorted(k, want)
@@ -156,17 +174,40 @@ def rank_graph(ev: RankEvents, sel: np.ndarray, calls: Calls, joinable: np.ndarr
     arr_n = np.where(found, g.node(np.maximum(arr_ev, 0), True), -1)
     end_n = np.where(found, g.node(np.maximum(end_ev, 0), False), -1)
     has = found & (np.ones(len(found), bool) if joinable is None else joinable)
+    wait_ev = waited_from(ev, sel, arr_ev, calls, execs)
+    wait_n = np.where(found, g.node(np.maximum(wait_ev, 0), True), -1)
+    sends = (calls.kind == "p2p") & (calls.op == "send") & (calls.dev_ts < 0)  # host sends (``join.join``)
     b = _Builder(g, ev)
     b.own_gaps(execs)
-    b.cut(arr_n[has], end_n[has])
+    b.cut(wait_n[has & ~sends], end_n[has & ~sends])  # a send waits for nothing of its receiver's (``join``)
     b.issue(iss[found & (iss >= 0)], arr_n[found & (iss >= 0)])
     b.blocking_syncs()
     on_exec = found & np.isin(ev.tid[np.maximum(end_ev, 0)], execs) & (ev.stream[np.maximum(end_ev, 0)] < 0)
     b.wakes(end_n[on_exec], arr_n[on_exec], execs)
     b.stream_waits()
     b.late_launches()
-    arr_n, end_n = np.where(has, arr_n, -1), np.where(has, end_n, -1)
-    return b.done(), Anchors(arr_n, end_n, [k if h else None for k, h in zip(calls.key.tolist(), has)], calls)
+    span_n = np.where(has, arr_n, -1)
+    arr_n, end_n = np.where(has, wait_n, -1), np.where(has, end_n, -1)
+    return b.done(), Anchors(arr_n, end_n, [k if h else None for k, h in zip(calls.key.tolist(), has)], calls, span_n)
+
+
+def waited_from(ev: RankEvents, sel: np.ndarray, arr: np.ndarray, calls: Calls, execs: np.ndarray) -> np.ndarray:
+    """Where each call's rank began to wait for it: its span's start, or for a p2p receive on the rank's own thread
+    the start of the ``c10d::recv*`` operator around that span. Measured (bench/workloads.py seed 3014, ppdp-data, 1F1B
+    on gloo): ``gloo:recv`` opens at the end of its ``c10d::recv_``, 50 µs of a 10.3 ms operator that waited for the
+    other stage's send; from the span's start, that wait weighed as the rank's own time."""
+    out = arr.copy()
+    recv = np.flatnonzero((arr >= 0) & (calls.kind == "p2p") & (calls.op == "recv"))
+    recv = recv[~np.isin(ev.tid[arr[recv]], execs)]
+    if not len(recv):
+        return out
+    ops = np.flatnonzero(sel & (ev.kind == K.CPU_OP) & (ev.stream == -1) & ev.name_has(("c10d::recv",)))
+    for i in recv.tolist():  # a few per step
+        a = int(arr[i])
+        around = ops[(ev.tid[ops] == ev.tid[a]) & (ev.ts[ops] <= ev.ts[a]) & (ev.end[ops] >= ev.ts[a])]
+        if len(around):
+            out[i] = around[np.argmax(ev.ts[around])]
+    return out
 
 
 class _Builder:
