@@ -223,6 +223,17 @@ def test_a_rank_whose_what_if_saves_nothing_bounds_the_step_by_nothing():
     assert b is not None and b["rank"] == 1 and b["cost_ms"] == 0.0 and b["step_ms_if_median"] == b["step_ms"]
 
 
+def _spans(rows: list[tuple[str, int, int, str, bool]]) -> events.RankEvents:
+    """(name, ts, dur, kind, is_comm) host events of one thread."""
+    n = len(rows)
+    t = pa.table({"name": pa.array([r[0] for r in rows]).dictionary_encode(),
+                  "kind": pa.array([r[3] for r in rows]).dictionary_encode(),
+                  "ts": [r[1] for r in rows], "dur": [r[2] for r in rows], "tid": [1] * n, "stream": [-1] * n,
+                  "correlation": [-1] * n, "is_comm": [r[4] for r in rows],
+                  "input_dims": pa.array([""] * n).dictionary_encode()})
+    return events.from_table(t)
+
+
 def test_calls_whose_span_end_fix_nesting_moved_are_still_located():
     """torch.distributed.pipelining on gloo (bench/workloads.py seed 3014, ppdp-data, rank 1's step 1, times in µs from
     its first send): ``gloo:send`` opens inside ``c10d::send`` and closes after the next ``c10d::recv_``, whose
@@ -232,12 +243,7 @@ def test_calls_whose_span_end_fix_nesting_moved_are_still_located():
 
     rows = [("c10d::send", 9115, 75, "cpu_op", False), ("gloo:send", 9187, 7629, "user_annotation", True),
             ("c10d::recv_", 9204, 7590, "cpu_op", False), ("gloo:recv", 16786, 53, "user_annotation", True)]
-    t = pa.table({"name": pa.array([r[0] for r in rows]).dictionary_encode(),
-                  "kind": pa.array([r[3] for r in rows]).dictionary_encode(),
-                  "ts": [r[1] for r in rows], "dur": [r[2] for r in rows], "tid": [1] * 4, "stream": [-1] * 4,
-                  "correlation": [-1] * 4, "is_comm": [r[4] for r in rows],
-                  "input_dims": pa.array([""] * 4).dictionary_encode()})
-    raw = events.from_table(t)
+    raw = _spans(rows)
     ev = cpu.fix_nesting(raw)
     assert ev.end[1] != raw.end[1]  # the send span's end was moved
     calls = adapter.Calls(key=np.array(["p2p:1->3#0", "p2p:3->1#0"], object), op=np.array(["send", "recv"], object),
@@ -277,12 +283,7 @@ def test_a_receive_waits_from_the_start_of_its_c10d_operator():
 
     rows = [("ProfilerStep#1", 0, 20000, "user_annotation", False), ("c10d::recv_", 0, 10316, "cpu_op", False),
             ("gloo:recv", 10311, 46, "user_annotation", True), ("aten::mm", 10400, 500, "cpu_op", False)]
-    t = pa.table({"name": pa.array([r[0] for r in rows]).dictionary_encode(),
-                  "kind": pa.array([r[3] for r in rows]).dictionary_encode(),
-                  "ts": [r[1] for r in rows], "dur": [r[2] for r in rows], "tid": [1] * 4, "stream": [-1] * 4,
-                  "correlation": [-1] * 4, "is_comm": [r[4] for r in rows],
-                  "input_dims": pa.array([""] * 4).dictionary_encode()})
-    ev = cpu.fix_nesting(events.from_table(t))
+    ev = cpu.fix_nesting(_spans(rows))
     calls = adapter.Calls(key=np.array(["p2p:3->1#0"], object), op=np.array(["recv"], object),
                           kind=np.array(["p2p"], object), ts=np.array([10311]), end=np.array([10357]),
                           dev_ts=np.full(1, -1), dev_end=np.full(1, -1), issue_ts=np.full(1, -1),
