@@ -123,8 +123,6 @@ def _by_start(ev: RankEvents, h: np.ndarray, ts: np.ndarray, te: np.ndarray) -> 
 
 def _find(keys: np.ndarray, rows: np.ndarray, want: np.ndarray) -> np.ndarray:
     """The row whose key equals ``want`` (the first in event order when several do)."""
-    if not len(keys):  # nothing to find in (a window without such events)
-        return np.full(len(want), -1, np.int64)
     o = np.argsort(keys, kind="stable")
     k = keys[o]
     j = np.searchsorted(k, want)
