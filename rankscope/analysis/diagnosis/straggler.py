@@ -207,7 +207,11 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
         evidence["cause_from"] = "critical path"
     if waited is not None:
         evidence["cpu_wait"] = waited
-        if is_contention(waited):  # mostly waiting for a CPU, not for its own extra work: the host, whatever the test
+        # mostly waiting for a CPU, not for its own extra work: the host, whatever the test. Not where its CPU time grew
+        # by what its extra input predicts: a fresh clone's LM test (1.47x input work, quiet) waited +43 ms for a CPU, a
+        # share of 0.51, with CPU time +12.0 ms against 10.3 ms predicted: "contention" for the input imbalance
+        if is_contention(waited) and not (imb and cpu_time_explains(  # type: ignore[arg-type]
+                imb, others, rw, cpu_excess, float(waited.get("others_cpu_ns") or 0.0))):
             kind = "contention"
     # DDP's gradient hooks growing on a host trace mean communication, unless more input work (a count) explains
     # the extra compute (bench run 3, 4 ranks on 2 cores: 1.47x longer sequences, AccumulateGrad +4.3 ms of +13.6)
