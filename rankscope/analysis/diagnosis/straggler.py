@@ -199,6 +199,9 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
         return bool(imb) and work_explains(imb, excess, others, rw,  # type: ignore[arg-type]
                                            cpu_excess if kind == "host" else None)
 
+    # its CPU time grew by half of what its extra input predicts: that work, done (``cause.cpu_time_explains``)
+    work_done = bool(imb) and cpu_time_explains(imb, others, rw, cpu_excess,  # type: ignore[arg-type]
+                                                float((waited or {}).get("others_cpu_ns") or 0.0))
     evidence: dict[str, Any] = {
         "own_time_ns": row["own"], "others_median_ns": as_float(others["own"].median()),
         "excess_ns": {k: round(v) for k, v in excess.items()}, "relative_excess": float(rel),
@@ -210,8 +213,7 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
         # mostly waiting for a CPU, not for its own extra work: the host, whatever the test. Not where its CPU time grew
         # by what its extra input predicts: a fresh clone's LM test (1.47x input work, quiet) waited +43 ms for a CPU, a
         # share of 0.51, with CPU time +12.0 ms against 10.3 ms predicted: "contention" for the input imbalance
-        if is_contention(waited) and not (imb and cpu_time_explains(  # type: ignore[arg-type]
-                imb, others, rw, cpu_excess, float(waited.get("others_cpu_ns") or 0.0))):
+        if is_contention(waited) and not work_done:
             kind = "contention"
     # DDP's gradient hooks growing on a host trace mean communication, unless more input work (a count) explains
     # the extra compute (bench run 3, 4 ranks on 2 cores: 1.47x longer sequences, AccumulateGrad +4.3 ms of +13.6)
@@ -221,9 +223,7 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
     by_cpu = test.endswith("(cpu time)")  # found on counts and CPU time (``candidates.more_input_cpu``)
     if by_cpu and kind in ("unclear", "host", "compute") and imb:
         kind = "compute"  # its CPU time grew by at least half of what its extra input predicts: that work, done
-    if kind in ("host", "data") and explains(kind) or (
-            kind == "unclear" and imb and cpu_time_explains(imb, others, rw, cpu_excess,  # type: ignore[arg-type]
-                                                   float((waited or {}).get("others_cpu_ns") or 0.0))):
+    if kind in ("host", "data") and explains(kind) or (kind == "unclear" and work_done):
         kind = "compute"  # then named input imbalance below
     if kind == "compute" and imb:
         if is_input_imbalance(imb, rw):
