@@ -65,7 +65,9 @@ PROFILER_TABLES = {
     "COMMUNICATION_OP": "opName INTEGER, startNs INTEGER, endNs INTEGER, connectionId INTEGER, groupName INTEGER, "
                         "opId INTEGER, relay INTEGER, retry INTEGER, dataType INTEGER, algType INTEGER, "
                         "count NUMERIC, opType INTEGER",
+    "CONNECTION_IDS": "id INTEGER, connectionId INTEGER",
 }
+LINKED = 1 << 30  # connection ids of launch links (torch_npu numbers its own; any ids clear of the others do)
 API_TYPES = ((50001, "op"), (50002, "queue"), (50003, "python_trace"), (50004, "mstx"))
 CANN_NODE_LEVEL = 10000  # CANN_API.type of a node launch (_step_info_db_parser.py NODE_LEVEL)
 
@@ -145,18 +147,27 @@ def write_profiler_db(path: Path, rank: int, node: int, device: int, evs: list[d
     s = _Strings()
     rows: dict[str, list[tuple[Any, ...]]] = {k: [] for k in PROFILER_TABLES}
     tid = (1 << 32) * 4100  # globalTid: pid << 32 | tid, as CANN numbers threads
+    # the text form's torch_to_npu flows as connection ids: the task's TASK.connectionId, listed in CONNECTION_IDS
+    # under the torch op's PYTORCH_API.connectionId (ids from LINKED up, clear of the per-event ids below)
+    flow = {(f["ph"], f["pid"], f["tid"], _ns(f["ts"])): LINKED + int(f["id"])
+            for f in evs if f.get("ph") in ("s", "f")}
     for i, e in enumerate(x for x in evs if x.get("ph") == "X"):
         start = _ns(e["ts"])
         end = start + int(round(float(e["dur"]) * 1000))
         if e["pid"] == layers["Python"]:
             if e["name"].startswith("ProfilerStep#"):
                 rows["STEP_TIME"].append((int(e["name"].split("#")[1]), start, end))
-            rows["PYTORCH_API"].append((str(start), str(end), tid + 1, i, s(e["name"]), None, None, None, None,
-                                        None, 50001))
+            conn = flow.get(("s", e["pid"], e["tid"], start))
+            if conn is not None:
+                rows["CONNECTION_IDS"].append((LINKED + i, conn))
+            rows["PYTORCH_API"].append((str(start), str(end), tid + e["tid"], i if conn is None else LINKED + i,
+                                        s(e["name"]), None, None, None, None, None, 50001))
         elif e["pid"] == layers["CANN"]:
-            rows["CANN_API"].append((start, end, CANN_NODE_LEVEL, tid + 2, i, s(e["name"])))
+            # one OS thread, one globalTid, whichever layer records the call (the text form's tids say the same)
+            rows["CANN_API"].append((start, end, CANN_NODE_LEVEL, tid + e["tid"], i, s(e["name"])))
         elif e["pid"] == layers["Ascend Hardware"]:
-            rows["TASK"].append((start, end, device, i, i, 4100, s("KERNEL_AICORE"), 0, 2, i, 4294967295))
+            conn = flow.get(("f", e["pid"], e["tid"], start), i)
+            rows["TASK"].append((start, end, device, conn, i, 4100, s("KERNEL_AICORE"), 0, 2, i, 4294967295))
             rows["COMPUTE_TASK_INFO"].append((s(e["name"]), i, 24, s("AI_CORE"), s(e["name"]), None))
         elif e["pid"] == layers["HCCL"] and e["name"].startswith("hcom_"):
             op, _, group = e["name"].partition("@")

@@ -10,7 +10,9 @@ Megatron sizes, parallel_group_info, ENV_VARIABLES) and ASCEND_PROFILER_OUTPUT/{
 step_trace_time.csv, communication.json, communication_matrix.json}; file rules in ascend_files.py.
 trace_view.json carries Level1 data: Python, CANN, Ascend Hardware, HCCL (one op-level thread
 "Group <hash> Communication" per group and task-level "Plane" threads with Notify_Wait, Memcpy,
-RDMASend, Notify_Record) and Overlap Analysis.
+RDMASend, Notify_Record) and Overlap Analysis. The host issues each task ahead of the device
+(``issue_times``), linked to it by a ``torch_to_npu`` flow as torch_npu writes them, and waits for the
+step's last task in ``loss.item()`` (``aclrtSynchronizeStream``).
 """
 from __future__ import annotations
 
@@ -56,6 +58,23 @@ def _tasks(op: CommOp, tid: int, skew: float) -> list[dict[str, Any]]:
     return out
 
 
+def issue_times(sim: Sim, rank: int) -> dict[tuple[Any, ...], Any]:
+    """When the host issues each task and communication op (µs, its own clock before skew), and its sync at each
+    step's end: the host runs ahead of the device, 60 µs an op (never later than 120 µs before the task starts), then
+    waits in ``loss.item()`` until 20 µs after the step's last task ended (torch_npu's eager mode on a busy device)."""
+    items = [(k.start, k.end, ("k", i)) for i, k in enumerate(sim.kernels[rank])]
+    items += [(op.start, op.end, ("c", j)) for j, op in enumerate(sim.ops[rank])]
+    out: dict[tuple[Any, ...], Any] = {}
+    for sid, h0, h1 in sim.steps[rank]:
+        mine = sorted(x for x in items if h0 <= x[0] <= h1)
+        t = h0 + 40.0
+        for i, (start, _, key) in enumerate(mine):
+            out[key] = min(h0 + 100.0 + 60.0 * i, start - 120.0)
+            t = out[key] + 40.0
+        out[("sync", sid)] = (t, max((end for _, end, _ in mine), default=t) + 20.0)
+    return out
+
+
 def trace_view(sim: Sim, rank: int, skew: float) -> list[dict[str, Any]]:
     dev = rank % sim.job.per_node
     evs = (_meta(PY, "Python", "CPU", 0) + _meta(CANN, "CANN", "CPU", 2) + _meta(HW, "Ascend Hardware", f"NPU {dev}", 8)
@@ -69,20 +88,25 @@ def trace_view(sim: Sim, rank: int, skew: float) -> list[dict[str, Any]]:
                     {"ph": "M", "name": "thread_name", "pid": HCCL, "tid": gtid[g.hash] + 1, "args": {"name": "Plane 0"}}]
     evs += [{"ph": "M", "name": "thread_name", "pid": OVL, "tid": i, "args": {"name": n}}
             for i, n in enumerate(("Computing", "Communication", "Communication(Not Overlapped)", "Free"))]
+    host = issue_times(sim, rank)
     for sid, h0, h1 in sim.steps[rank]:
         evs.append(_x(f"ProfilerStep#{sid}", PY, 1, h0 + skew, h1 - h0, cat="cpu_op"))
+        t0, t1 = host[("sync", sid)]  # loss.item(): the host waits for the device's last task of the step
+        evs += [_x("aten::item", PY, 1, t0 + skew, t1 - t0 + 5, cat="cpu_op"),
+                _x("AscendCL@aclrtSynchronizeStream", CANN, 1, t0 + 5 + skew, t1 - t0 - 5)]
     for i, k in enumerate(sim.kernels[rank]):
-        evs += [_x(f"aten::{k.name.lower()}", PY, 1, k.start + skew - 120, 30, cat="cpu_op"),
-                _x(f"AscendCL@aclnn{k.name}", CANN, 1, k.start + skew - 100, 12),
+        h = host[("k", i)]
+        evs += [_x(f"aten::{k.name.lower()}", PY, 1, h + skew, 30, cat="cpu_op"),
+                _x(f"AscendCL@aclnn{k.name}", CANN, 1, h + 20 + skew, 12),
                 _x(k.name, HW, 2, k.start + skew, k.end - k.start,
                    args={"Task Type": "AI_CORE", "Stream Id": 2, "Task Id": i, "connection_id": i}),
-                {"ph": "s", "name": "async_npu", "id": i, "pid": PY, "tid": 1, "ts": f"{k.start + skew - 120:.3f}",
-                 "cat": "async_npu"},
-                {"ph": "f", "name": "async_npu", "id": i, "pid": HW, "tid": 2, "ts": f"{k.start + skew:.3f}",
+                {"ph": "s", "name": "torch_to_npu", "id": i, "pid": PY, "tid": 1, "ts": f"{h + skew:.3f}",
+                 "cat": "async_npu", "bp": "e"},
+                {"ph": "f", "name": "torch_to_npu", "id": i, "pid": HW, "tid": 2, "ts": f"{k.start + skew:.3f}",
                  "cat": "async_npu", "bp": "e"}]
-    for op in sim.ops[rank]:
+    for j, op in enumerate(sim.ops[rank]):
         c10d = {"send": "c10d::send", "receive": "c10d::recv_"}.get(op.name.split("__")[0][5:], "c10d::allreduce_")
-        evs += [_x(c10d, PY, 1, op.start + skew - 60, 25, cat="cpu_op"),
+        evs += [_x(c10d, PY, 1, host[("c", j)] + skew, 25, cat="cpu_op"),
                 _x(op.name, HCCL, gtid[op.group.hash], op.start + skew, op.end - op.start,
                    args={"connection_id": 0, "model id": 4294967295, "data_type": "FP16", "alg_type": "RING"})]
         evs += _tasks(op, gtid[op.group.hash] + 1, skew)

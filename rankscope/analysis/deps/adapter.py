@@ -47,6 +47,11 @@ def _from_collectives(table: "pa.Table", rank: int) -> pl.DataFrame:
     from rankscope.model.comms import UNKNOWN_PG
 
     p2p = pl.col("op").is_in(P2P)
+    members = pl.col("pg_ranks").str.strip_chars("[] ").str.split(",")
+    other = members.list.eval(pl.element().str.strip_chars().cast(pl.Int64, strict=False)).list.set_difference([rank])
+    df = df.with_columns(  # a send / receive in a group of two whose peer the trace does not name: the other member
+        peer=pl.when(p2p & (pl.col("peer") < 0) & (members.list.len() == 2) & (other.list.len() == 1))
+        .then(other.list.first()).otherwise(pl.col("peer")))
     group = ["pg", "pg_ranks"]
     by_seq = ((pl.col("seq") >= 0) & ~p2p).any().over(group)
     df = df.sort("ts").with_columns(p2p=p2p, by_seq=by_seq)

@@ -177,12 +177,16 @@ def combine(run: "Run", parts: list[tuple[int, RankPart]], results: dict[str, An
     if not by_step:
         return Result("critical_path", skipped="no steps with events in any rank")
     rebuild, floor = _Rebuilder(run), Floor.of(run)
+    per_step, problems = [], [p.problem for _, p in parts if p.problem]
     try:
-        per_step = [_one_step(step, sps, rebuild, floor) for step, sps in sorted(by_step.items())]
+        for step, sps in sorted(by_step.items()):
+            try:
+                per_step.append(_one_step(step, sps, rebuild, floor))
+            except J.CycleError as exc:  # one step's odd pairing must not cost the others
+                problems.append(f"step {step}: critical path not built ({exc})")
     finally:
         for r in run.rank_ids:
             _BUILT.pop((run.path, r), None)
-    problems = [p.problem for _, p in parts if p.problem]
     unmatched = sum(p.unmatched_p2p for _, p in parts)
     return assemble(per_step, problems, unmatched, floor.note() if floor is not None else None)
 
@@ -227,7 +231,7 @@ class StepResult:
 
 
 def _one_step(step: int, sps: list[StepPart], rebuild: _Rebuilder, floor: Floor | None = None) -> StepResult:
-    j = J.join([sp.rs for sp in sps])
+    j = J.join_step([sp.rs for sp in sps])
     dist, end = J.longest(j)
     length = int(dist[end]) if end >= 0 else 0
     wall = float(np.median([sp.wall for sp in sps]))

@@ -51,6 +51,11 @@ SYNC_NAMES = {"Stream Sync": Sync.STREAM, "Context Sync": Sync.CONTEXT, "Event S
 # Runtime calls that block the host until the device catches up (HTA's CPGraph.BLOCKING_SYNC_CALLS).
 BLOCKING = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventQuery", "cudaEventSynchronize",
             "cudaMemcpy", "cudaMemcpyAsync")
+# The same on Ascend (CANN's runtime API as torch_npu's trace names it): they wait for every task the host issued
+# before them, and no device-side event says which (``timed.blocking_syncs``).
+ASCEND_BLOCKING = ("AscendCL@aclrtSynchronizeStream", "AscendCL@aclrtSynchronizeStreamWithTimeout",
+                   "AscendCL@aclrtSynchronizeDevice", "AscendCL@aclrtSynchronizeDeviceWithTimeout",
+                   "AscendCL@aclrtSynchronizeEvent", "AscendCL@aclrtMemcpy")
 # Runtime calls that put work on a stream (HTA's get_runtime_launch_events_query).
 LAUNCHES = ("cudaMemsetAsync", "cudaMemcpyAsync", "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
             "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel", "hipExtModuleLaunchKernel",
@@ -75,6 +80,7 @@ class RankEvents:
     dims_idx: np.ndarray  # int32 per event
     wait_on_stream: np.ndarray  # int64: the stream a sync event waits on (-1: unknown)
     wait_on_corr: np.ndarray  # int64: correlation of the cudaEventRecord it waits on (-1: unknown)
+    own_corr: np.ndarray | None = None  # device ops given a correlation here: no launch (``_own_correlations``)
     memo: dict[Any, Any] = field(default_factory=dict)
 
     @property
@@ -122,6 +128,18 @@ class RankEvents:
                           | np.isin(self.sync, (Sync.EVENT, Sync.CONTEXT)))
 
     @property
+    def launch(self) -> np.ndarray:
+        """Host calls that put work on a stream: HTA's launch calls by name (CUDA, HIP), and on other devices any host
+        op the trace links to a device op (torch_npu's flows: ``model/readers/ascend/flows``)."""
+        def make() -> np.ndarray:
+            vendor = np.array([str(s).startswith(("cu", "hip")) for s in self.names] + [False], bool)[self.name_idx]
+            p = self.partner
+            linked = (self.stream < 0) & (p >= 0) & ~vendor
+            linked[linked] = self.stream[p[linked]] >= 0
+            return self.name_in(set(LAUNCHES)) | linked
+        return self._memo("launch", make)
+
+    @property
     def partner(self) -> np.ndarray:
         """The event on the other side of the correlation id (launch <-> device op), -1 if none.
 
@@ -164,7 +182,20 @@ def from_table(t: "pa.Table", syncs: "pa.Table | None" = None) -> RankEvents:
         wait_on_stream=np.full(n, -1, np.int64), wait_on_corr=np.full(n, -1, np.int64))
     if syncs is not None and syncs.num_rows:
         _add_syncs(ev, syncs)
+    _own_correlations(ev)
     return ev
+
+
+def _own_correlations(ev: RankEvents) -> None:
+    """A correlation id of its own for each device op that has none (an Ascend task whose launch the trace does not
+    link, an HCCL operation), so that it is a node of the graph; Kineto gives every kernel, copy and set one."""
+    lost = np.flatnonzero((ev.corr < 0) & (ev.stream >= 0) & np.isin(ev.kind, (K.KERNEL, K.MEMCPY, K.MEMSET)))
+    base = int(ev.corr.max()) + 1 if ev.n else 0
+    if len(lost) and base < (1 << 62):
+        ev.corr = ev.corr.copy()  # the table's own buffer may be read-only
+        ev.corr[lost] = base + np.arange(len(lost), dtype=np.int64)
+        ev.own_corr = np.zeros(ev.n, bool)  # ``graph.window`` takes these by their own start: no launch says when
+        ev.own_corr[lost] = True  # they were issued
 
 
 def _indices(arr: Any) -> np.ndarray:

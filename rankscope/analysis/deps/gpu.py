@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rankscope.analysis.deps.events import BLOCKING, LAUNCHES, RankEvents, Sync
+from rankscope.analysis.deps.events import ASCEND_BLOCKING, BLOCKING, RankEvents, Sync
 
 
 class E:
@@ -57,7 +57,7 @@ def queue_lengths(ev: RankEvents) -> tuple[np.ndarray, np.ndarray]:
     (HTA's ``TraceCounters._get_queue_length_time_series_for_rank``); -1 where not defined."""
     q = np.full(ev.n, -1, dtype=np.int64)
     partner = ev.partner
-    launch = np.flatnonzero(ev.name_in(set(LAUNCHES)) & (partner > 0) & (ev.stream < 0))
+    launch = np.flatnonzero(ev.launch & (partner > 0) & (ev.stream < 0))
     op = partner[launch]
     op = op[ev.stream[op] >= 0]
     launch = partner[op]
@@ -117,13 +117,13 @@ def next_launch(ev: RankEvents) -> dict[int, int]:
 
 def _launches(ev: RankEvents) -> np.ndarray:
     """Launch runtime calls matched to a device op on a stream, in time order."""
-    rows = np.flatnonzero(ev.name_in(set(LAUNCHES)) & (ev.partner > 0))
+    rows = np.flatnonzero(ev.launch & (ev.partner > 0))
     rows = rows[ev.stream[ev.partner[rows]] >= 0]
     return rows[np.argsort(ev.ts[rows], kind="stable")]
 
 
 def is_blocking(ev: RankEvents) -> np.ndarray:
-    return ev.name_in(set(BLOCKING))
+    return ev.name_in(set(BLOCKING) | set(ASCEND_BLOCKING))
 
 
 def _walk(ev: RankEvents, sel: np.ndarray) -> np.ndarray:

@@ -48,14 +48,16 @@ class RankGraph:
 
 def window(ev: RankEvents, t0: int | None = None, t1: int | None = None) -> np.ndarray:
     """HTA's clipped set: host events starting in [t0, t1] that last > 0, device ops whose launch
-    does, and every "Stream Wait Event"."""
+    does, and every "Stream Wait Event"; a device op without a launch (Ascend) when it starts in [t0, t1] itself."""
     lo = ev.ts.min() if t0 is None and ev.n else t0
     hi = ev.end.max() if t1 is None and ev.n else t1
     inside = (ev.ts >= lo) & (ev.ts <= hi) & (ev.dur > 0)
     host = (ev.stream == -1) & inside
     p = ev.partner
     launched = (ev.stream != -1) & (p >= 0) & (ev.stream[np.maximum(p, 0)] == -1) & inside[np.maximum(p, 0)]
-    return host | launched | (ev.sync == Sync.WAIT_EVENT)
+    out = host | launched | (ev.sync == Sync.WAIT_EVENT)
+    own = ev.own_corr  # device ops the trace links to no launch (``events._own_correlations``)
+    return out | (own & inside) if own is not None else out
 
 
 def node_events(ev: RankEvents, sel: np.ndarray, extra: np.ndarray | None = None) -> np.ndarray:

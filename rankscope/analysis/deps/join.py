@@ -79,8 +79,23 @@ class _Edges:
         return np.concatenate([p[i] for p in self.parts])
 
 
-def join(ranks: list[RankStep]) -> Joined:
-    """The anchor DAG of one step over the given ranks."""
+class CycleError(RuntimeError):
+    """The calls of one step wait for each other in a ring: no order satisfies every meeting."""
+
+
+def join_step(ranks: list[RankStep]) -> Joined:
+    """``join``; where device sends that meet their receivers close a ring (two ranks that each send before they
+    receive, as ``batch_isend_irecv`` posts them, or a trace that pairs such sends), every send is joined as eager
+    instead: the data cannot say which waited. Raises ``CycleError`` if a ring remains."""
+    try:
+        return join(ranks)
+    except CycleError:
+        return join(ranks, eager_sends=True)
+
+
+def join(ranks: list[RankStep], eager_sends: bool = False) -> Joined:
+    """The anchor DAG of one step over the given ranks; ``eager_sends``: every p2p send's end waits for nothing of
+    its receiver's (a device send, whose span the rank graph cut, then keeps its own span)."""
     base = np.cumsum([0] + [2 + 2 * len(r.keys) for r in ranks])
     nb = int(base[-1])
     ed = _Edges()
@@ -105,7 +120,13 @@ def join(ranks: list[RankStep]) -> Joined:
         x = nb + xi
         # a host p2p send waits for nothing of its receiver's: gloo writes a message the socket takes and returns
         # (``timed.rank_graph`` leaves it uncut); only the receive ends after the meeting. A device send (NCCL) meets.
-        got = [(ri, i) for ri, i in mem if ranks[ri].eager is None or not ranks[ri].eager[i]] or mem
+        got = [(ri, i) for ri, i in mem if not _eager(ranks[ri], i, eager_sends)] or mem
+        late = [(ri, i) for ri, i in mem if (ri, i) not in got and not _eager(ranks[ri], i, False)]
+        if late:  # a cut device send made eager: its own span
+            ed.add(np.array([base[ri] + 1 + i for ri, i in late]),
+                   np.array([base[ri] + 1 + len(ranks[ri].keys) + i for ri, i in late]),
+                   np.array([max(int(ranks[ri].span[i]), 0) for ri, i in late]), OWN,
+                   np.array([[ri, i, -1] for ri, i in late]))
         t_ = max(0, min(int(ranks[ri].span[i]) for ri, i in mem))  # the member that did not wait
         t_ = min(t_, fastest.get(_pair(key), t_))
         a = np.array([base[ri] + 1 + i for ri, i in mem])
@@ -116,6 +137,11 @@ def join(ranks: list[RankStep]) -> Joined:
                base[:-1].astype(np.int64), ranks)
     _levels(j)
     return j
+
+
+def _eager(r: RankStep, i: int, sends: bool) -> bool:
+    """Whether call ``i`` of ``r`` is a send whose end waits for nothing of its receiver's."""
+    return bool(r.eager is not None and r.eager[i]) or (sends and tuple(r.sig[i]) == ("send", "p2p"))
 
 
 def _pair(key: object) -> str | None:
@@ -150,7 +176,7 @@ def _levels(j: Joined) -> None:
             break
         level = new
     else:
-        raise RuntimeError("the joined step graph has a cycle")
+        raise CycleError("the joined step graph has a cycle")
     o = np.lexsort((j.dst, level[j.dst]))  # by level, then by target within a level
     j.level_order = o
     lv, d = level[j.dst][o], j.dst[o]

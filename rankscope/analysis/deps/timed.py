@@ -276,9 +276,26 @@ class _Builder:
         calls, dev = calls[ok], dev[ok]
         ok = np.isin(dev, g.node_ev) & (ev.end[dev] <= ev.end[calls] + GPU_WAKE_NS)
         calls, dev = calls[ok], dev[ok]
+        calls, dev = np.r_[calls, self._whole_device_syncs()[0]], np.r_[dev, self._whole_device_syncs()[1]]
         has_sync = np.isin(g.node(calls, False), g.dst[g.typ == E.SYNC])
         calls, dev = calls[~has_sync], dev[~has_sync]
         self.add(g.node(dev, False), g.node(calls, False), np.maximum(ev.end[calls] - ev.end[dev], 0), E.SYNC)
+
+    def _whole_device_syncs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Ascend's syncs (``events.ASCEND_BLOCKING``), and the device op each waited for: the last of the graph's to
+        end while the call was blocked (none: it did not wait)."""
+        from rankscope.analysis.deps.events import ASCEND_BLOCKING
+
+        g, ev = self.g, self.ev
+        calls = np.unique(g.node_ev[~g.node_start & ev.name_in(set(ASCEND_BLOCKING))[g.node_ev]])
+        dev_end = np.flatnonzero(~g.node_start & (ev.stream[g.node_ev] >= 0))
+        if not len(calls) or not len(dev_end):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        o = dev_end[np.argsort(g.node_ts[dev_end], kind="stable")]
+        j = np.searchsorted(g.node_ts[o], ev.end[calls] + ROUND_NS, side="right") - 1
+        found = g.node_ev[o[np.maximum(j, 0)]]
+        ok = (j >= 0) & (ev.end[found] >= ev.ts[calls])
+        return calls[ok], found[ok]
 
     def wakes(self, completions: np.ndarray, starts: np.ndarray, execs: np.ndarray) -> None:
         """Host threads idle until a collective of an executor thread ended: the wait weighs 0. The
@@ -316,7 +333,7 @@ class _Builder:
         self.add(c_sorted[pick], v[ok], np.maximum(tv[ok] - ct[pick], 0), E.SYNC)
 
     def stream_waits(self) -> None:
-        """A device op that started right as another stream's op ended, after it was ready."""
+        """A device op that started right as another stream's op ended, after it was ready (or with no edge in)."""
         g, ev = self.g, self.ev
         starts = np.flatnonzero(g.node_start & (ev.stream[g.node_ev] >= 0))
         ends = np.flatnonzero(~g.node_start & (ev.stream[g.node_ev] >= 0))
@@ -331,7 +348,10 @@ class _Builder:
         j = np.searchsorted(e_ts, t + ROUND_NS, side="right") - 1
         jj = np.maximum(j, 0)
         gap = np.maximum(t - e_ts[jj], 0)
-        ok = (j >= 0) & (r >= 0) & (e_ts[jj] > r) & (gap <= GPU_WAKE_NS) & (t - r > 2 * gap + ROUND_NS)
+        # an op with no edge in (no launch edge: HTA gives one only to a launch into an empty queue; Ascend's HCCL ops
+        # have no launch in the trace) has nothing else to have waited for
+        ready_before = (r < 0) | ((e_ts[jj] > r) & (t - r > 2 * gap + ROUND_NS))
+        ok = (j >= 0) & ready_before & (gap <= GPU_WAKE_NS)
         ok &= ev.stream[g.node_ev[e_n[jj]]] != ev.stream[g.node_ev[starts]]
         s = starts[ok]
         self.waited = s

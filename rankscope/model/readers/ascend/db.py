@@ -19,8 +19,8 @@ msprof-analyze exports run unchanged. Schema, from the writers and readers that 
   Rank, groups and distributed_args come from profiler_info / profiler_metadata.json, as in the text
   form (torch_npu writes both files whatever the export type).
 
-Not read yet: ``COMMUNICATION_TASK_INFO`` (task-level HCCL rows, left out by the text reader too),
-``MEMORY_RECORD``, launch links (``CONNECTION_IDS``).
+Launch links (``TASK`` / ``CANN_API`` connection ids, ``CONNECTION_IDS``) are read by ``db_trace.launch_links``.
+Not read yet: ``COMMUNICATION_TASK_INFO`` (task-level HCCL rows, left out by the text reader too), ``MEMORY_RECORD``.
 """
 from __future__ import annotations
 

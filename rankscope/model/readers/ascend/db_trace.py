@@ -17,9 +17,11 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rankscope.model.info import Kind, Problem
 from rankscope.model.readers import kineto
+from rankscope.model.readers.ascend import flows
 from rankscope.model.readers.kineto import RawTrace
 
 
@@ -88,4 +90,48 @@ def read_trace(db: Path) -> RawTrace:
     raw = kineto.decode_bytes(str(db), data, problems)
     out = _AscendTrace(raw.path, raw.trace, raw.problems, raw.partial, raw.nbytes)
     out.pid_cat = dict(LAYERS)
+    out.links = launch_links(db)
     return out
+
+
+def launch_links(db: Path) -> flows.Links:
+    """Which host op launched each task, as the text form's flows say (``flows``): a task's ``TASK.connectionId`` is
+    that of the CANN API call that launched it (``CANN_API``), and a torch op's ``PYTORCH_API.connectionId`` names rows
+    of ``CONNECTION_IDS`` holding those ids (torch_npu ``_fwk_api_db_parser.py``); the torch op is preferred. Keys are
+    the events' (layer pid, tid, start) as ``QUERIES`` writes them."""
+    import sqlite3
+
+    from rankscope.model.readers.ascend.db import connect, tables_of
+
+    con = connect(db)
+    try:
+        have = tables_of(con)
+        if not {"TASK", "COMPUTE_TASK_INFO"} <= have:
+            return flows.Links()
+        tasks = con.execute("SELECT t.connectionId, t.startNs, t.streamId FROM COMPUTE_TASK_INFO c JOIN TASK t "
+                            "ON t.globalTaskId = c.globalTaskId WHERE t.connectionId IS NOT NULL").fetchall()
+        hosts: list[tuple[int, Any, Any, Any]] = []
+        if {"PYTORCH_API", "CONNECTION_IDS"} <= have:
+            hosts += [(0, *r) for r in con.execute(
+                "SELECT ci.connectionId, CAST(p.startNs AS INTEGER), p.globalTid % 4294967296 FROM PYTORCH_API p "
+                "JOIN CONNECTION_IDS ci ON ci.id = p.connectionId")]
+        if "CANN_API" in have:
+            hosts += [(1, *r) for r in con.execute(
+                "SELECT connectionId, startNs, globalTid % 4294967296 FROM CANN_API")]
+    except sqlite3.Error:  # the timeline itself was read: a table without these columns only loses the links
+        return flows.Links()
+    finally:
+        con.close()
+    layer = {0: 1, 1: 2}  # the pids of ``QUERIES``: Python, CANN; Ascend Hardware is 3
+    by_conn: dict[Any, list[tuple[int, tuple[Any, Any, int]]]] = {}
+    for pref, conn, start, tid in hosts:
+        t = _key(start)
+        if conn is not None and t is not None:
+            by_conn.setdefault(conn, []).append((pref, (layer[pref], tid, t)))
+    return flows.link([(pref, (3, stream, t), host) for conn, start, stream in tasks
+                       if (t := _key(start)) is not None for pref, host in by_conn.get(conn, [])])
+
+
+def _key(start: Any) -> int | None:
+    """The start ns as ``flows.ns`` reads the "ts" string ``_ts`` writes for it (the events' keys)."""
+    return flows.ns(f"{start // 1000}.{start % 1000:03d}") if type(start) is int and start >= 0 else None

@@ -38,6 +38,7 @@ import pyarrow as pa
 from rankscope.errors import TraceError
 from rankscope.model import schema
 from rankscope.model.readers import kineto
+from rankscope.model.readers.ascend import flows
 from rankscope.model.info import Kind, Problem, prefixed
 from rankscope.model.readers.kineto import Event, RawTrace
 
@@ -153,13 +154,33 @@ class _AscendTrace(RawTrace):
     dropped: set[tuple[Any, Any]] = set()  # (pid, tid) of HCCL task-level threads
     typed = False  # events are rewritten in place below: plain Event structs
 
+    links: flows.Links = flows.Links()  # launch links from the flow events (tasks' streams and correlations)
+
     def chunks(self, size: int | None = None) -> Iterator[list[Event]]:
         for chunk in super().chunks(size):
             for e in chunk:  # per event, but only a dict lookup on the Ascend path
                 if e.pid in self.pid_cat and (not e.cat or self.pid_cat[e.pid] == "kernel"):
                     e.cat = self.pid_cat[e.pid]
+                if e.ph == "X" and (self.links or self.pid_cat.get(e.pid) == "kernel"):
+                    self._link(e)
             yield [e for e in chunk if self.pid_cat.get(e.pid, "") is not None
                    and (not self.dropped or (e.pid, e.tid) not in self.dropped)]
+
+    def _link(self, e: Event) -> None:
+        """A task's stream and correlation, or a host op's correlation (``flows``)."""
+        cat = self.pid_cat.get(e.pid)
+        t = flows.ns(e.ts) if self.links and cat is not None else None
+        device = cat == "kernel"
+        corr = None if t is None else (self.links.task if device else self.links.host).get((e.pid, e.tid, t))
+        stream = flows.stream_of(e.name, e.tid) if device else None
+        if corr is None and stream is None:
+            return
+        if e.args is None:
+            e.args = kineto.Args()
+        if stream is not None:
+            e.args.stream = stream
+        if corr is not None:
+            e.args.correlation = corr
 
 
 class _Meta(kineto.msgspec.Struct, gc=False):
@@ -168,10 +189,14 @@ class _Meta(kineto.msgspec.Struct, gc=False):
     pid: Any = None
     tid: Any = None
     args: Any = None
+    cat: Any = None  # flow events: the link's kind, id and time
+    id: Any = None
+    ts: Any = None
 
 
-def _layers(data: bytes) -> tuple[dict[Any, str | None], set[tuple[Any, Any]]]:
-    """pid -> category from the "process_name" metadata events, and the HCCL task-level threads.
+def _layers(data: bytes) -> tuple[dict[Any, str | None], set[tuple[Any, Any]], flows.Links]:
+    """pid -> category from the "process_name" metadata events, the HCCL task-level threads, and the launch links
+    (``flows``).
 
     The HCCL layer has one "Group <hash> Communication" thread per group with the operations
     (hcom_*) and, at Level1, task threads ("Plane 0", ...) with their Notify_Wait / Memcpy /
@@ -182,7 +207,7 @@ def _layers(data: bytes) -> tuple[dict[Any, str | None], set[tuple[Any, Any]]]:
     try:
         metas = kineto.msgspec.json.decode(data, type=list[_Meta])
     except kineto.msgspec.DecodeError:
-        return out, set()
+        return out, set(), flows.Links()
     for m in metas:
         if m.ph == "M" and m.name == "process_name" and isinstance(m.args, dict):
             layer = str(m.args.get("name", "")).strip().lower()
@@ -194,7 +219,7 @@ def _layers(data: bytes) -> tuple[dict[Any, str | None], set[tuple[Any, Any]]]:
             threads.append(m)
     hccl = {m.pid for m in threads if str(m.args.get("name", "")).endswith("Communication")}
     dropped = {(m.pid, m.tid) for m in threads if m.pid in hccl and "Communication" not in str(m.args.get("name", ""))}
-    return out, dropped
+    return out, dropped, flows.links([m for m in metas if m.ph in ("s", "f") and m.cat in flows.CATS])
 
 
 def read_trace_view(path: Path) -> RawTrace:
@@ -202,7 +227,7 @@ def read_trace_view(path: Path) -> RawTrace:
     data, problems = kineto.read_bytes(path)
     raw = kineto.decode_bytes(str(path), data, problems)
     out = _AscendTrace(raw.path, raw.trace, raw.problems, raw.partial, raw.nbytes)
-    out.pid_cat, out.dropped = _layers(data)
+    out.pid_cat, out.dropped, out.links = _layers(data)
     return out
 
 
