@@ -1545,3 +1545,27 @@ def test_a_stage_named_by_the_stage_model_with_more_calls_is_compute_whatever_it
     assert stage_cause("host", 12.0e6, 1.0) == "host"
     assert stage_cause("data", 12.0e6, 2.0) == "data"
     assert stage_cause("contention", 12.0e6, 2.0) == "contention"
+
+
+def test_cpu_time_is_not_the_work_beside_an_intra_op_pool(tmp_path):
+    """The same lm_saturated run, its windows saying torch ran 4 intra-op threads (as rankscope.profile records since
+    2026-11-29): the operators' work then runs on the pool's threads too, and the training thread's CPU time is a part
+    of it. The input imbalance read from CPU time above, and its CPU-time cost, are not drawn; the verdict says why."""
+    import json
+    import shutil
+
+    from rankscope.analysis.diagnosis.cpu import cpu_run, many_intra_op_threads
+
+    src = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "runs" / "lm_saturated", src)
+    for meta in src.glob("ranks/*/meta.json"):
+        doc = json.loads(meta.read_text())
+        for w in doc["windows"]:
+            w["sched"]["intra_op_threads"] = 4
+        meta.write_text(json.dumps(doc))
+    run = load_run(src, jobs=1)
+    assert many_intra_op_threads(run) == 4 and not cpu_run(run)
+    st = run_all(run)["straggler"]
+    assert [(f.ranks, f.evidence["cause"]) for f in st.findings] == [((1,), "unclear")], st.summary["verdict"]
+    assert "CPU time" not in st.findings[0].evidence["time_lost"]["method"]
+    assert any("4 intra-op threads" in line for line in st.summary["limits"]), st.summary["limits"]

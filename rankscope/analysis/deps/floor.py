@@ -53,14 +53,14 @@ class Floor:
     @classmethod
     def of(cls, run: "Run") -> Floor | None:
         """None where no host is known to run more ranks than its CPUs, or CPU times are missing."""
-        from rankscope.analysis.diagnosis.cpu import sched_frame
+        from rankscope.analysis.diagnosis.cpu import cpu_run, sched_frame
 
         host, cpus = hosts(run)
         counts: dict[str, int] = {}
         for h in host.values():
             counts[h] = counts.get(h, 0) + 1
         over = {h: n for h, n in cpus.items() if counts.get(h, 0) > n}
-        if not over or any(str(i.meta.get("device") or "cpu") != "cpu" for i in run.ranks.values()):
+        if not over or not cpu_run(run):  # CPU ranks whose training thread's CPU time is their work
             return None
         cpu: dict[int, dict[int, int]] = {}
         for rank, step, ns in sched_frame(run).drop_nulls("cpu_ns").select("rank", "step", "cpu_ns").iter_rows():

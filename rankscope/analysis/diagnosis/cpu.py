@@ -162,5 +162,18 @@ def work_rel(run: Run, rel: float, waited: dict[str, Any] | None) -> float:
 
 
 def cpu_run(run: Run) -> bool:
-    """Every rank ran on the CPU: its training thread's CPU time is its work (a device rank's is not)."""
-    return all(str(i.meta.get("device") or "cpu") == "cpu" for i in run.ranks.values())
+    """Every rank's training thread's CPU time is its work: every rank ran on the CPU (a device rank's thread is not
+    its work), with one intra-op thread as far as the windows say (``many_intra_op_threads``)."""
+    return all(str(i.meta.get("device") or "cpu") == "cpu" for i in run.ranks.values()) and \
+        not many_intra_op_threads(run)
+
+
+def many_intra_op_threads(run: Run) -> int | None:
+    """The most intra-op threads any window says torch ran (``intra_op_threads``, written by ``rankscope.profile``
+    since 2026-11-29), where more than one: then the operators' work runs on the pool's threads as well, and the
+    training thread's CPU time is a part of it. None where every window that says says one (older runs say nothing:
+    the demo jobs and tests/fixtures/runs ran one)."""
+    seen = [s.get("intra_op_threads") for info in run.ranks.values() for w in info.meta.get("windows") or []
+            if isinstance(w, dict) and isinstance(s := w.get("sched"), dict)]
+    most = max((t for t in seen if isinstance(t, int)), default=1)
+    return most if most > 1 else None

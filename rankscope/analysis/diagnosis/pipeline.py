@@ -165,9 +165,9 @@ def cpu_floor(run: "Run", ranks: pl.DataFrame) -> float:
 def _with_cpu(run: "Run", ranks: pl.DataFrame) -> pl.DataFrame:
     """The training thread's CPU time per rank and step (``rankscope.profile``'s scheduler samples) on a
     CPU run; null elsewhere (a GPU stage's work is not its host thread's CPU time)."""
-    from rankscope.analysis.diagnosis.cpu import sched_frame
+    from rankscope.analysis.diagnosis.cpu import cpu_run, sched_frame
 
-    cpu_only = all(str(i.meta.get("device") or "cpu") == "cpu" for i in run.ranks.values())
+    cpu_only = cpu_run(run)  # the training threads' CPU time is the ranks' work
     sf = sched_frame(run).select("rank", "step", "cpu_ns") if cpu_only else pl.DataFrame()
     if sf.height == 0:
         return ranks.with_columns(cpu_ns=pl.lit(None, pl.Int64))

@@ -29,7 +29,7 @@ import polars as pl
 from rankscope.analysis.base import Analysis, Finding, Result, Severity, frame
 from rankscope.analysis.diagnosis.bound import NO_SAVING, Bound, bound, holds, savings
 from rankscope.analysis.diagnosis.cause import cause, cpu_time_explains, from_path, refine, work_explains
-from rankscope.analysis.diagnosis.cpu import cpu_run, is_contention, wait_excess, work_rel
+from rankscope.analysis.diagnosis.cpu import cpu_run, is_contention, many_intra_op_threads, wait_excess, work_rel
 from rankscope.analysis.diagnosis.path_choice import choose, rescued
 from rankscope.analysis.diagnosis.rules import PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, per_rank, per_step
 from rankscope.analysis.diagnosis.stage_verdict import stage_cause, stage_cost, stage_note, takes_stage_cost
@@ -199,8 +199,9 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
         return bool(imb) and work_explains(imb, excess, others, rw,  # type: ignore[arg-type]
                                            cpu_excess if kind == "host" else None)
 
-    # its CPU time grew by half of what its extra input predicts: that work, done (``cause.cpu_time_explains``)
-    work_done = bool(imb) and cpu_time_explains(imb, others, rw, cpu_excess,  # type: ignore[arg-type]
+    # its CPU time grew by half of what its extra input predicts: that work, done (``cause.cpu_time_explains``), where
+    # the training thread's CPU time is the rank's work (``cpu.cpu_run``: not beside an intra-op pool, nor on a device)
+    work_done = bool(imb) and cpu_run(run) and cpu_time_explains(imb, others, rw, cpu_excess,  # type: ignore[arg-type]
                                                 float((waited or {}).get("others_cpu_ns") or 0.0))
     evidence: dict[str, Any] = {
         "own_time_ns": row["own"], "others_median_ns": as_float(others["own"].median()),
@@ -338,6 +339,9 @@ def blind_spots(run: Run, sched: pl.DataFrame) -> list[str]:
         out.append("contention (ranks slowed by a busy host) cannot be named: the run has no CPU run-queue samples "
                    "(rankscope.profile records them; runs profiled through trace_handler or torch.profiler alone "
                    "do not)")
+    elif (threads := many_intra_op_threads(run)) is not None:
+        out.append(f"the training threads' CPU time is not the ranks' work (torch ran {threads} intra-op threads): "
+                   "no cause or cost is drawn from it (torch.set_num_threads(1) makes it so)")
     probe = run.rank_ids[:2]
     if probe and all(not frame(run.table(r, "events", columns=["input_dims"])).filter(
             pl.col("input_dims").cast(pl.Utf8) != "").height for r in probe):

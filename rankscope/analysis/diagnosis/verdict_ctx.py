@@ -37,7 +37,9 @@ class Ctx:
 
     def cpu(self) -> dict[int, float]:
         """Each rank's training-thread CPU time, median per complete step ({} without scheduler samples)."""
-        if "cpu" not in self.steps.columns:
+        from rankscope.analysis.diagnosis.cpu import cpu_run
+
+        if "cpu" not in self.steps.columns or not cpu_run(self.run):  # the thread's CPU time is not the rank's work
             return {}
         med = complete_steps(self.steps).group_by("rank").agg(pl.col("cpu").median()).drop_nulls()
         return {int(r): float(v) for r, v in med.iter_rows()}
