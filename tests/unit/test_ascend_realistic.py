@@ -86,3 +86,15 @@ def test_clock_alignment_falls_back_on_linalg_error(run, monkeypatch):
     assert clock.fit_drift(np.zeros(3), np.zeros(3)) == (0.0, False)
     monkeypatch.setattr(np, "polyfit", boom)
     assert clock.fit_drift(np.arange(20.0), np.arange(20.0)) == (0.0, False)
+
+
+def test_the_hardware_and_hccl_layers_are_one_npu(run):
+    """torch_npu writes a rank's NPU as two layers (Ascend Hardware, HCCL), both labelled "NPU <n>": one device in
+    the tables, so the device's idle time is never counted twice (it read "the GPU idles 101% of the steps")."""
+    ev = run.table(0, "events").to_pydict()
+    pids = {p for p, k in zip(ev["pid"], ev["kind"]) if k == "kernel"}
+    assert len(pids) == 1, pids
+    gaps = run_all(run, ["gpu_gaps"])["gpu_gaps"]
+    rows = gaps.tables["per_step"].to_dicts()
+    assert rows and all(0 <= r["device_idle"] <= r["step_ns"] for r in rows)
+    assert not gaps.findings  # the NPU is busy: kernels, then HCCL operations

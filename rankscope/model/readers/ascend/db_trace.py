@@ -91,6 +91,7 @@ def read_trace(db: Path) -> RawTrace:
     out = _AscendTrace(raw.path, raw.trace, raw.problems, raw.partial, raw.nbytes)
     out.pid_cat = dict(LAYERS)
     out.links = launch_links(db)
+    out.npu_pid = {4: 3}  # HCCL operations run on the rank's NPU, the Ascend Hardware layer's (``QUERIES``' pids)
     return out
 
 

@@ -155,6 +155,9 @@ class _AscendTrace(RawTrace):
     typed = False  # events are rewritten in place below: plain Event structs
 
     links: flows.Links = flows.Links()  # launch links from the flow events (tasks' streams and correlations)
+    # device layers' pid -> the pid of their NPU: torch_npu's Ascend Hardware and HCCL layers are one NPU, and Kineto's
+    # tables (which the GPU analyses read) give a device one pid
+    npu_pid: dict[Any, Any] = {}
 
     def chunks(self, size: int | None = None) -> Iterator[list[Event]]:
         for chunk in super().chunks(size):
@@ -163,8 +166,12 @@ class _AscendTrace(RawTrace):
                     e.cat = self.pid_cat[e.pid]
                 if e.ph == "X" and (self.links or self.pid_cat.get(e.pid) == "kernel"):
                     self._link(e)
-            yield [e for e in chunk if self.pid_cat.get(e.pid, "") is not None
-                   and (not self.dropped or (e.pid, e.tid) not in self.dropped)]
+            kept = [e for e in chunk if self.pid_cat.get(e.pid, "") is not None
+                    and (not self.dropped or (e.pid, e.tid) not in self.dropped)]
+            if self.npu_pid:
+                for e in kept:
+                    e.pid = self.npu_pid.get(e.pid, e.pid)
+            yield kept
 
     def _link(self, e: Event) -> None:
         """A task's stream and correlation, or a host op's correlation (``flows``)."""
@@ -194,9 +201,10 @@ class _Meta(kineto.msgspec.Struct, gc=False):
     ts: Any = None
 
 
-def _layers(data: bytes) -> tuple[dict[Any, str | None], set[tuple[Any, Any]], flows.Links]:
-    """pid -> category from the "process_name" metadata events, the HCCL task-level threads, and the launch links
-    (``flows``).
+def _layers(data: bytes) -> tuple[dict[Any, str | None], set[tuple[Any, Any]], flows.Links, dict[Any, Any]]:
+    """pid -> category from the "process_name" metadata events, the HCCL task-level threads, the launch links
+    (``flows``), and each NPU layer's pid -> the first pid labelled with its NPU ("process_labels" "NPU 3", as
+    torch_npu's own ``TraceStepTimeParser`` reads them; a bare "NPU": the one NPU of the rank's profile).
 
     The HCCL layer has one "Group <hash> Communication" thread per group with the operations
     (hcom_*) and, at Level1, task threads ("Plane 0", ...) with their Notify_Wait / Memcpy /
@@ -207,8 +215,15 @@ def _layers(data: bytes) -> tuple[dict[Any, str | None], set[tuple[Any, Any]], f
     try:
         metas = kineto.msgspec.json.decode(data, type=list[_Meta])
     except kineto.msgspec.DecodeError:
-        return out, set(), flows.Links()
+        return out, set(), flows.Links(), {}
+    npu: dict[Any, Any] = {}
+    first: dict[str, Any] = {}
     for m in metas:
+        if m.ph == "M" and m.name == "process_labels" and isinstance(m.args, dict):
+            label = " ".join(str(m.args.get("labels", "")).split()[:2])
+            if label.split()[:1] == ["NPU"]:
+                npu[m.pid] = first.setdefault(label if label != "NPU" else "NPU", m.pid)
+
         if m.ph == "M" and m.name == "process_name" and isinstance(m.args, dict):
             layer = str(m.args.get("name", "")).strip().lower()
             if layer in LAYER_CAT:
@@ -219,7 +234,7 @@ def _layers(data: bytes) -> tuple[dict[Any, str | None], set[tuple[Any, Any]], f
             threads.append(m)
     hccl = {m.pid for m in threads if str(m.args.get("name", "")).endswith("Communication")}
     dropped = {(m.pid, m.tid) for m in threads if m.pid in hccl and "Communication" not in str(m.args.get("name", ""))}
-    return out, dropped, flows.links([m for m in metas if m.ph in ("s", "f") and m.cat in flows.CATS])
+    return out, dropped, flows.links([m for m in metas if m.ph in ("s", "f") and m.cat in flows.CATS]), npu
 
 
 def read_trace_view(path: Path) -> RawTrace:
@@ -227,7 +242,7 @@ def read_trace_view(path: Path) -> RawTrace:
     data, problems = kineto.read_bytes(path)
     raw = kineto.decode_bytes(str(path), data, problems)
     out = _AscendTrace(raw.path, raw.trace, raw.problems, raw.partial, raw.nbytes)
-    out.pid_cat, out.dropped, out.links = _layers(data)
+    out.pid_cat, out.dropped, out.links, out.npu_pid = _layers(data)
     return out
 
 
