@@ -61,8 +61,12 @@ def analyze(run: Path) -> dict[str, Any]:
             "step_ms", "imbalance", "balanced", "bottleneck_work_share", "work_measure", "expected_bubble_share",
             "critical_path_stage", "model_step_ms", "model", "hop_latency_ms")
     adv = [f["kind"] for f in an.get("advice", {}).get("findings", [])]
+    cp = (an.get("critical_path") or {}).get("summary") or {}
+    path = {int(w["rank"]): round(float(w["step_ms"]) - float(w["step_ms_if_median"]), 2)
+            for w in cp.get("what_if") or [] if w.get("step_ms") is not None and w.get("step_ms_if_median") is not None}
     sev = {f["kind"]: f["severity"] for name in ("pipeline", "advice") for f in an.get(name, {}).get("findings", [])}
-    return {**{k: s.get(k) for k in keep}, "skipped": pipe.get("skipped"), "advice": adv, "severity": sev}
+    return {**{k: s.get(k) for k in keep}, "skipped": pipe.get("skipped"), "advice": adv, "severity": sev,
+            "path_saving_ms": path, "path_skipped": (an.get("critical_path") or {}).get("skipped")}
 
 
 def one_pair(sched: str, n: int, i: int, rng: random.Random, args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -100,10 +104,19 @@ def _balanced(r: dict[str, Any]) -> float:
     return float(h.get("model_step_ms") or 0.0) - float(h.get("cost_ms") or 0.0)
 
 
+def _path_saving(r: dict[str, Any]) -> float | None:
+    """The critical path's what-if for the slow rank: its step minus its step at the other ranks' median (JSON keys
+    are strings once a row went through a file)."""
+    got = r["heavy"].get("path_saving_ms") or {}
+    v = got.get(r["slow"], got.get(str(r["slow"])))
+    return None if v is None else float(v)
+
+
 def table(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["| schedule | stages | pairs | measured: unbalanced - twin (median, ms) | predicted cost (median, ms) | "
              "off by | bottleneck named | twins without a bottleneck finding | predicted balanced step vs the twin's "
-             "own model (median) | twin: measured - own model (median, ms) |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "own model (median) | twin: measured - own model (median, ms) | critical path: the slow rank's saving "
+             "(median, ms) | off by |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for sched in sorted({r["schedule"] for r in rows}):
         for n in sorted({r["stages"] for r in rows}):
             rs = [r for r in rows if r["schedule"] == sched and r["stages"] == n]
@@ -117,9 +130,14 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
             own = [r for r in rs if r["twin"].get("model_step_ms")]
             vs = statistics.median(_balanced(r) / r["twin"]["model_step_ms"] - 1 for r in own) if own else None
             extra = statistics.median(r["twin_step_ms"] - r["twin"]["model_step_ms"] for r in own) if own else None
+            sv = [_path_saving(r) for r in rs]
+            path = statistics.median(v for v in sv if v is not None) if any(v is not None for v in sv) else None
+            p_off = f"{(path - meas) / meas:+.0%}" if meas and path is not None else "n/a"
             lines.append(f"| {sched} | {n} | {len(rs)} | {meas:.1f} | {pred:.1f} | {off} | {named} / {len(rs)} | "
                          f"{clean} / {len(rs)} | {'n/a' if vs is None else f'{vs:+.0%}'} | "
-                         f"{'n/a' if extra is None else f'{extra:+.1f}'} |")
+                         f"{'n/a' if extra is None else f'{extra:+.1f}'} | "
+                         f"{'n/a' if path is None else f'{path:.1f}'} | "
+                         f"{p_off} |")
     return lines
 
 
@@ -173,7 +191,7 @@ def main() -> None:
         print(f"{sched}@{n} #{i} slow={r['slow']}: measured {r['measured_ms']:+.1f} ms, predicted "
               f"{r['predicted_ms']} ms, bottleneck {r['heavy'].get('bottleneck_stage')}, load {r['load']}; "
               f"balanced step predicted {_balanced(r):.1f} ms, the twin's own model {r['twin'].get('model_step_ms')} ms, "
-              f"measured {r['twin_step_ms']:.1f} ms", flush=True)
+              f"measured {r['twin_step_ms']:.1f} ms; path saving of the slow rank {_path_saving(r)} ms", flush=True)
         path.write_text(json.dumps({"command": sys.argv, "seed": args.seed, "rows": rows}, indent=1))  # kept if cut short
     loads = [v for r in rows for v in r["load"].values()] or [0.0]
     lines = [f"`PYTHONPATH=. .venv/bin/python bench/pipeline_twins.py {' '.join(sys.argv[1:])}` ({os.cpu_count()} CPUs; "
