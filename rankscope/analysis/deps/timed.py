@@ -276,7 +276,8 @@ class _Builder:
         calls, dev = calls[ok], dev[ok]
         ok = np.isin(dev, g.node_ev) & (ev.end[dev] <= ev.end[calls] + GPU_WAKE_NS)
         calls, dev = calls[ok], dev[ok]
-        calls, dev = np.r_[calls, self._whole_device_syncs()[0]], np.r_[dev, self._whole_device_syncs()[1]]
+        more_calls, more_dev = self._whole_device_syncs()
+        calls, dev = np.r_[calls, more_calls], np.r_[dev, more_dev]
         has_sync = np.isin(g.node(calls, False), g.dst[g.typ == E.SYNC])
         calls, dev = calls[~has_sync], dev[~has_sync]
         self.add(g.node(dev, False), g.node(calls, False), np.maximum(ev.end[calls] - ev.end[dev], 0), E.SYNC)
