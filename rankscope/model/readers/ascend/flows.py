@@ -19,8 +19,20 @@ from dataclasses import dataclass, field
 import zlib
 from typing import Any
 
+import numpy as np
+
 CATS = ("async_npu", "HostToDevice")  # preferred first
 GROUP_STREAMS = 1 << 30  # HCCL operations' lanes: one per group, above any hardware stream id (and within int32)
+
+
+def ns_many(ts: list[Any]) -> np.ndarray:
+    """``ns`` of many timestamps at once (-1 where bad): the links' keys, parsed in one pass."""
+    try:
+        v = np.array(ts, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        return np.array([-1 if (t := ns(x)) is None else t for x in ts], np.int64)
+    ok = np.isfinite(v) & (np.abs(v) < 1e16)
+    return np.where(ok, np.rint(v * 1000), -1).astype(np.int64)
 
 
 def ns(ts: Any) -> int | None:
@@ -45,17 +57,17 @@ def stream_of(name: Any, tid: Any) -> int | None:
 class Links:
     """(pid, tid, start ns) of a task or of a host op -> correlation id."""
 
-    task: dict[tuple[Any, Any, int], int] = field(default_factory=dict)
-    host: dict[tuple[Any, Any, int], int] = field(default_factory=dict)
+    task: dict[tuple[Any, Any, Any], int] = field(default_factory=dict)
+    host: dict[tuple[Any, Any, Any], int] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.task)
 
 
-def link(pairs: list[tuple[int, tuple[Any, Any, int], tuple[Any, Any, int]]]) -> Links:
-    """Links from (preference, task key, host key) triples, keys (pid, tid, start ns): each task keeps its most
-    preferred host op; ids are numbered by the tasks' start (then stream), so both exports number them alike."""
-    best: dict[tuple[Any, Any, int], tuple[int, tuple[Any, Any, int]]] = {}
+def link(pairs: list[tuple[int, tuple[Any, Any, Any], tuple[Any, Any, Any]]]) -> Links:
+    """Links from (preference, task key, host key) triples, keys (pid, tid, ``key`` of the start): each task keeps its
+    most preferred host op; ids are numbered by the tasks' start (then stream), so both exports number them alike."""
+    best: dict[tuple[Any, Any, Any], tuple[int, tuple[Any, Any, Any]]] = {}
     for pref, task, host in pairs:
         if task not in best or pref < best[task][0]:
             best[task] = (pref, host)
@@ -69,15 +81,14 @@ def link(pairs: list[tuple[int, tuple[Any, Any, int], tuple[Any, Any, int]]]) ->
 def links(flows: list[Any]) -> Links:
     """Links from the flow events (structs with ph, cat, id, pid, tid, ts) of one trace_view.json, in file order: an
     "f" ends the earliest open "s" of its id (torch_npu ids a flow by its task's start, which two streams can share)."""
-    open_: dict[tuple[str, Any], list[tuple[Any, Any, int]]] = {}
-    pairs: list[tuple[int, tuple[Any, Any, int], tuple[Any, Any, int]]] = []
-    for f in flows:
-        t = ns(f.ts)
-        if f.cat not in CATS or t is None or f.id is None or isinstance(f.id, (dict, list)):
+    flows = [f for f in flows if f.cat in CATS and f.id is not None and not isinstance(f.id, (dict, list))]
+    open_: dict[tuple[Any, Any], list[tuple[Any, Any, Any]]] = {}
+    pairs: list[tuple[int, tuple[Any, Any, Any], tuple[Any, Any, Any]]] = []
+    for f, t in zip(flows, ns_many([f.ts for f in flows]).tolist()):
+        if t < 0:
             continue
-        key = (f.cat, f.id)
         if f.ph == "s":
-            open_.setdefault(key, []).append((f.pid, f.tid, t))
-        elif open_.get(key):
-            pairs.append((CATS.index(f.cat), (f.pid, f.tid, t), open_[key].pop(0)))
+            open_.setdefault((f.cat, f.id), []).append((f.pid, f.tid, t))
+        elif got := open_.get((f.cat, f.id)):
+            pairs.append((CATS.index(f.cat), (f.pid, f.tid, t), got.pop(0)))
     return link(pairs)
