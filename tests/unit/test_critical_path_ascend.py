@@ -121,3 +121,26 @@ def test_p2p_that_both_ranks_send_first_is_not_a_cycle(tmp_path):
     cp = run_all(load_run(run, jobs=1), ["critical_path"])["critical_path"]
     assert cp.skipped is None and not cp.summary["problems"], cp.summary.get("problems")
     assert len(cp.summary["per_step"]) == 3
+
+
+def test_a_real_torch_npu_trace_links_its_tasks(shared_data, tmp_path):
+    """../shared/data/ascend_msprof/trace_view.json.gz (a real torch_npu trace, from msprof-analyze's test resources):
+    274 tasks on the Ascend Hardware layer, each with an `async_npu` and a `HostToDevice` flow. Every task with a flow
+    gets its launch and its stream; the NPU's layers are one pid."""
+    import gzip
+
+    tv = tmp_path / "trace_view.json"
+    tv.write_bytes(gzip.decompress((shared_data / "ascend_msprof" / "trace_view.json.gz").read_bytes()))
+    doc = json.loads(tv.read_text())
+    doc = doc["traceEvents"] if isinstance(doc, dict) else doc
+    flows = {e["id"] for e in doc if e.get("ph") == "f" and e.get("cat") == "async_npu"}
+    from rankscope.model import tables
+
+    tabs, _ = tables.build(reader.read_trace_view(tv))
+    ev = tabs["events"].to_pydict()
+    tasks = [i for i, k in enumerate(ev["kind"]) if k == "kernel"]
+    linked = [i for i in tasks if ev["correlation"][i] >= 0]
+    assert len(flows) == 274 and len(linked) == len(flows) <= len(tasks)
+    assert all(ev["stream"][i] >= 0 for i in tasks) and len({ev["pid"][i] for i in tasks}) == 1
+    hosts = {ev["correlation"][i] for i, k in enumerate(ev["kind"]) if k != "kernel" and ev["correlation"][i] >= 0}
+    assert hosts and hosts <= {ev["correlation"][i] for i in linked}  # each host op's id is one of its tasks'
