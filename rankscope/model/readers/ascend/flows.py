@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 CATS = ("async_npu", "HostToDevice")  # preferred first
+_NONE = np.zeros(0, np.int64)
 GROUP_STREAMS = 1 << 30  # HCCL operations' lanes: one per group, above any hardware stream id (and within int32)
 
 
@@ -55,40 +56,144 @@ def stream_of(name: Any, tid: Any) -> int | None:
 
 @dataclass
 class Links:
-    """(pid, tid, start ns) of a task or of a host op -> correlation id."""
+    """Launch links as sorted arrays: a thread's code (``threads``: (pid, tid) -> code) and a start ns -> correlation
+    id, for tasks (``task``) and for the host ops that launched them (``host``), each sorted by (code, start)."""
 
-    task: dict[tuple[Any, Any, Any], int] = field(default_factory=dict)
-    host: dict[tuple[Any, Any, Any], int] = field(default_factory=dict)
+    threads: dict[tuple[Any, Any], int] = field(default_factory=dict)
+    task: tuple[np.ndarray, np.ndarray, np.ndarray] = (_NONE, _NONE, _NONE)
+    host: tuple[np.ndarray, np.ndarray, np.ndarray] = (_NONE, _NONE, _NONE)
 
     def __bool__(self) -> bool:
-        return bool(self.task)
+        return bool(len(self.task[2]))
+
+    def host_pids(self) -> set[Any]:
+        """The pids of the threads whose ops launched tasks."""
+        codes = set(self.host[0].tolist())
+        return {pt[0] for pt, c in self.threads.items() if c in codes}
+
+    def find(self, keys: list[tuple[Any, Any]], starts: np.ndarray, device: np.ndarray) -> np.ndarray:
+        """The correlation of each event ((pid, tid), start ns; ``device``: a task, else a host op), -1 if none."""
+        get = self.threads.get
+        codes = np.array([get(k, -1) for k in keys], np.int64)
+        out = np.full(len(keys), -1, np.int64)
+        device = np.asarray(device, bool)
+        for table, mask in ((self.task, device), (self.host, ~device)):
+            _find(table, codes, starts, mask, out)
+        return out
+
+
+def _find(table: tuple[np.ndarray, np.ndarray, np.ndarray], codes: np.ndarray, starts: np.ndarray,
+          mask: np.ndarray, out: np.ndarray) -> None:
+    """Fill ``out`` where ``mask`` with the correlation of ``table``'s row of the same (code, start)."""
+    code, start, corr = table
+    for c in np.unique(codes[mask & (codes >= 0)]).tolist():
+        lo, hi = np.searchsorted(code, [c, c + 1]).tolist()
+        if lo == hi:
+            continue
+        at = np.flatnonzero(mask & (codes == c))
+        i = lo + np.searchsorted(start[lo:hi], starts[at])
+        hit = (i < hi) & (start[np.minimum(i, hi - 1)] == starts[at])
+        out[at[hit]] = corr[i[hit]]
+
+
+def _group_ranks(first: np.ndarray, flag: np.ndarray) -> np.ndarray:
+    """Within runs that start where ``first``, the 0-based count of ``flag`` before and at each row, minus 1."""
+    c = np.cumsum(flag)
+    return c - (c - flag)[first][np.cumsum(first) - 1] - 1
+
+
+def pair(group: np.ndarray, is_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Flow ends in file order, each of a group (its (cat, id)): (index of each paired "f", index of its "s"). An
+    "f" ends the earliest open "s" of its group and is dropped where none is open: a queue per group, whose length
+    is Lindley's recursion q = max(q + (1 if s else -1), 0), computed as the running sum less its running minimum.
+    The pairs come in the file order of their "f"."""
+    n = len(group)
+    order = np.argsort(group, kind="stable")
+    g, s = group[order], is_s[order]
+    first = np.r_[True, g[1:] != g[:-1]] if n else np.zeros(0, bool)
+    run = np.cumsum(first) - 1
+    step = np.where(s, 1, -1)
+    x = np.cumsum(step)
+    x = x - (x - step)[first][run]  # the running sum within the group
+    big = 2 * n + 2  # groups apart: a later group's values all lie below an earlier one's
+    low = np.minimum.accumulate(x - run * big) + run * big
+    q = x - np.minimum(low, 0)
+    before = np.where(first, 0, np.r_[0, q[:-1]])
+    ends = ~s & (before > 0)
+    s_at, f_at = np.flatnonzero(s), np.flatnonzero(ends)
+    s_key = g[s_at] * (n + 1) + _group_ranks(first, s)[s_at]
+    f_key = g[f_at] * (n + 1) + _group_ranks(first, ends)[f_at]
+    f_i, s_i = order[f_at], order[s_at[np.searchsorted(s_key, f_key)]]
+    o = np.argsort(f_i)  # in the file order of the "f"s
+    return f_i[o], s_i[o]
 
 
 def link(pairs: list[tuple[int, tuple[Any, Any, Any], tuple[Any, Any, Any]]]) -> Links:
-    """Links from (preference, task key, host key) triples, keys (pid, tid, ``key`` of the start): each task keeps its
-    most preferred host op; ids are numbered by the tasks' start (then stream), so both exports number them alike."""
-    best: dict[tuple[Any, Any, Any], tuple[int, tuple[Any, Any, Any]]] = {}
-    for pref, task, host in pairs:
-        if task not in best or pref < best[task][0]:
-            best[task] = (pref, host)
-    out = Links()
-    for corr, task in enumerate(sorted(best, key=lambda k: (k[2], str(k[1])))):
-        out.task[task] = corr
-        out.host.setdefault(best[task][1], corr)
-    return out
+    """Links from (preference, task key, host key) triples, keys (pid, tid, start ns) (``link_arrays``)."""
+    threads: dict[tuple[Any, Any], int] = {}
+    code = np.fromiter((threads.setdefault(k[:2], len(threads)) for _, t, h in pairs for k in (t, h)), np.int64,
+                       2 * len(pairs))
+    start = np.fromiter((k[2] for _, t, h in pairs for k in (t, h)), np.int64, 2 * len(pairs))
+    pref = np.fromiter((p for p, _, _ in pairs), np.int64, len(pairs))
+    return link_arrays(pref, code[0::2], start[0::2], code[1::2], start[1::2], threads)
+
+
+def link_arrays(pref: np.ndarray, task_code: np.ndarray, task_start: np.ndarray, host_code: np.ndarray,
+                host_start: np.ndarray, threads: dict[tuple[Any, Any], int]) -> Links:
+    """Links from pairs as arrays (threads coded by ``threads``): each task keeps its most preferred host op (the
+    first in pair order among equals); ids are numbered by the tasks' start, then their tid, then their pid, as
+    strings (both exports number them alike); a host op keeps the id of its first task."""
+    if not len(pref):
+        return Links(threads)
+    o = np.lexsort((pref, task_start, task_code))
+    tc, ts = task_code[o], task_start[o]
+    keep = o[np.r_[True, (tc[1:] != tc[:-1]) | (ts[1:] != ts[:-1])]]
+    names = sorted(threads, key=lambda k: (str(k[1]), str(k[0])))
+    rank = np.zeros(len(threads), np.int64)
+    rank[[threads[k] for k in names]] = np.arange(len(names))
+    tasks = keep[np.lexsort((rank[task_code[keep]], task_start[keep]))]
+    corr = np.arange(len(tasks))
+    task = _sorted(task_code[tasks], task_start[tasks], corr)
+    hc, hs = host_code[tasks], host_start[tasks]
+    o = np.lexsort((corr, hs, hc))
+    first = o[np.r_[True, (hc[o][1:] != hc[o][:-1]) | (hs[o][1:] != hs[o][:-1])]]
+    return Links(threads, task, _sorted(hc[first], hs[first], corr[first]))
+
+
+def _sorted(code: np.ndarray, start: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    o = np.lexsort((start, code))
+    return code[o], start[o], corr[o]
 
 
 def links(flows: list[Any]) -> Links:
     """Links from the flow events (structs with ph, cat, id, pid, tid, ts) of one trace_view.json, in file order: an
-    "f" ends the earliest open "s" of its id (torch_npu ids a flow by its task's start, which two streams can share)."""
-    flows = [f for f in flows if f.cat in CATS and f.id is not None and not isinstance(f.id, (dict, list))]
-    open_: dict[tuple[Any, Any], list[tuple[Any, Any, Any]]] = {}
-    pairs: list[tuple[int, tuple[Any, Any, Any], tuple[Any, Any, Any]]] = []
-    for f, t in zip(flows, ns_many([f.ts for f in flows]).tolist()):
-        if t < 0:
-            continue
-        if f.ph == "s":
-            open_.setdefault((f.cat, f.id), []).append((f.pid, f.tid, t))
-        elif got := open_.get((f.cat, f.id)):
-            pairs.append((CATS.index(f.cat), (f.pid, f.tid, t), got.pop(0)))
-    return link(pairs)
+    "f" ends the earliest open "s" of its (cat, id) (``pair``: torch_npu ids a flow by its task's start, which two
+    streams can share). Every step after coding the keys is over arrays: a trace holds a flow per task."""
+    kinds = {c: i for i, c in enumerate(CATS)}
+    flows = [f for f in flows if f.cat in kinds and f.ph in ("s", "f") and f.id is not None]
+    try:
+        return _links(flows, kinds)
+    except TypeError:  # an id, pid or tid that is a list or an object: those flows are left out
+        return _links([f for f in flows if _hashable((f.id, f.pid, f.tid))], kinds)
+
+
+def _links(flows: list[Any], kinds: dict[str, int]) -> Links:
+    groups: dict[tuple[Any, Any], int] = {}
+    threads: dict[tuple[Any, Any], int] = {}
+    group = np.array([groups.setdefault((f.cat, f.id), len(groups)) for f in flows], np.int64)
+    code = np.array([threads.setdefault((f.pid, f.tid), len(threads)) for f in flows], np.int64)
+    is_s = np.array([f.ph == "s" for f in flows], bool)
+    pref = np.array([kinds[f.cat] for f in flows], np.int64)
+    start = ns_many([f.ts for f in flows])
+    ok = np.flatnonzero(start >= 0)  # a flow end at a bad time is left out
+    f_at, s_at = pair(group[ok], is_s[ok])
+    f_at, s_at = ok[f_at], ok[s_at]
+    return link_arrays(pref[f_at], code[f_at], start[f_at], code[s_at], start[s_at], threads)
+
+
+def _hashable(v: Any) -> bool:
+    try:
+        hash(v)
+    except TypeError:
+        return False
+    return True

@@ -160,7 +160,7 @@ class _AscendTrace(RawTrace):
     npu_pid: dict[Any, Any] = {}
 
     def chunks(self, size: int | None = None) -> Iterator[list[Event]]:
-        host_pids = {k[0] for k in self.links.host}  # the layers whose ops launched tasks
+        host_pids = self.links.host_pids()  # the layers whose ops launched tasks
         for chunk in super().chunks(size):
             for e in chunk:  # per event, but only a dict lookup on the Ascend path
                 if e.pid in self.pid_cat and (not e.cat or self.pid_cat[e.pid] == "kernel"):
@@ -176,20 +176,23 @@ class _AscendTrace(RawTrace):
             yield kept
 
     def _link(self, events: list[Event]) -> None:
-        """Each task's stream and correlation, each host op's correlation (``flows``): one pass over a chunk's."""
-        task, host, cat_of = self.links.task, self.links.host, self.pid_cat
-        starts = flows.ns_many([e.ts for e in events]).tolist() if self.links else [-1] * len(events)
-        for e, t in zip(events, starts):
-            device = cat_of.get(e.pid) == "kernel"
-            corr = (task if device else host).get((e.pid, e.tid, t)) if t >= 0 else None
-            stream = flows.stream_of(e.name, e.tid) if device else None
-            if corr is None and stream is None:
+        """Each task's stream and correlation, each host op's correlation (``flows``): looked up for a chunk at once."""
+        kernel = {p for p, c in self.pid_cat.items() if c == "kernel"}
+        device = np.array([e.pid in kernel for e in events], bool)
+        if self.links:
+            corrs = self.links.find([(e.pid, e.tid) for e in events], flows.ns_many([e.ts for e in events]),
+                                    device).tolist()
+        else:
+            corrs = [-1] * len(events)
+        for e, corr, dev in zip(events, corrs, device.tolist()):
+            stream = flows.stream_of(e.name, e.tid) if dev else None
+            if corr < 0 and stream is None:
                 continue
             args = e.args if e.args is not None else kineto.Args()
             e.args = args
             if stream is not None:
                 args.stream = stream
-            if corr is not None:
+            if corr >= 0:
                 args.correlation = corr
 
 
