@@ -97,7 +97,7 @@ def _find(table: tuple[np.ndarray, np.ndarray, np.ndarray], codes: np.ndarray, s
 
 
 def _group_ranks(first: np.ndarray, flag: np.ndarray) -> np.ndarray:
-    """Within runs that start where ``first``, the 0-based count of ``flag`` before and at each row, minus 1."""
+    """Within runs that start where ``first``: each row's 0-based index among the run's rows where ``flag``."""
     c = np.cumsum(flag)
     return c - (c - flag)[first][np.cumsum(first) - 1] - 1
 
@@ -145,9 +145,7 @@ def link_arrays(pref: np.ndarray, task_code: np.ndarray, task_start: np.ndarray,
     strings (both exports number them alike); a host op keeps the id of its first task."""
     if not len(pref):
         return Links(threads)
-    o = np.lexsort((pref, task_start, task_code))
-    tc, ts = task_code[o], task_start[o]
-    keep = o[np.r_[True, (tc[1:] != tc[:-1]) | (ts[1:] != ts[:-1])]]
+    keep = _firsts(task_code, task_start, pref)
     names = sorted(threads, key=lambda k: (str(k[1]), str(k[0])))
     rank = np.zeros(len(threads), np.int64)
     rank[[threads[k] for k in names]] = np.arange(len(names))
@@ -155,9 +153,15 @@ def link_arrays(pref: np.ndarray, task_code: np.ndarray, task_start: np.ndarray,
     corr = np.arange(len(tasks))
     task = _sorted(task_code[tasks], task_start[tasks], corr)
     hc, hs = host_code[tasks], host_start[tasks]
-    o = np.lexsort((corr, hs, hc))
-    first = o[np.r_[True, (hc[o][1:] != hc[o][:-1]) | (hs[o][1:] != hs[o][:-1])]]
+    first = _firsts(hc, hs, corr)
     return Links(threads, task, _sorted(hc[first], hs[first], corr[first]))
+
+
+def _firsts(code: np.ndarray, start: np.ndarray, by: np.ndarray) -> np.ndarray:
+    """Per distinct (code, start): the index of its row with the least ``by`` (the first such in row order)."""
+    o = np.lexsort((by, start, code))
+    c, t = code[o], start[o]
+    return o[np.r_[True, (c[1:] != c[:-1]) | (t[1:] != t[:-1])]]
 
 
 def _sorted(code: np.ndarray, start: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
