@@ -30,7 +30,7 @@ print(tabs["events"].num_rows, time.perf_counter() - t0, resource.getrusage(reso
 """
 
 
-def write(path: Path, n: int) -> None:
+def write(path: Path, n: int, queue: bool = False) -> None:
     meta = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "Python"}},
             {"ph": "M", "name": "process_name", "pid": 2, "tid": 0, "args": {"name": "Ascend Hardware"}},
             {"ph": "M", "name": "process_labels", "pid": 2, "tid": 0, "args": {"labels": "NPU 0"}}]
@@ -47,6 +47,15 @@ def write(path: Path, n: int) -> None:
                     f'"cat":"async_npu"}}'
                     f',{{"ph":"f","bp":"e","name":"torch_to_npu","id":{i},"pid":2,"tid":2,"ts":"{dev}",'
                     f'"cat":"async_npu"}}')
+            if queue:  # torch_npu's task queue: an Enqueue in the op, a Dequeue on thread 3, their flow
+                enq, deq = f"{t + i * 10 + 1}.{i % 1000:03d}", f"{t + i * 10 + 2}.{i % 1000:03d}"
+                f.write(f',{{"ph":"X","name":"Enqueue","pid":1,"tid":1,"ts":"{enq}","dur":1.0,"cat":"enqueue"}}'
+                        f',{{"ph":"X","name":"Dequeue@op{i % 50}","pid":1,"tid":3,"ts":"{deq}","dur":2.0,'
+                        f'"cat":"dequeue"}}'
+                        f',{{"ph":"s","bp":"e","name":"enqueue_to_dequeue","id":{i},"pid":1,"tid":1,"ts":"{enq}",'
+                        f'"cat":"async_task_queue"}}'
+                        f',{{"ph":"f","bp":"e","name":"enqueue_to_dequeue","id":{i},"pid":1,"tid":3,"ts":"{deq}",'
+                        f'"cat":"async_task_queue"}}')
         f.write("]")
 
 
@@ -63,12 +72,14 @@ def main() -> None:
                     help="another checkout of rankscope (e.g. a git worktree at an older commit)")
     ap.add_argument("--tasks", type=int, default=300_000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--task-queue", action="store_true",
+                    help="each op also enqueues its work for a second thread (torch_npu's task queue)")
     ap.add_argument("--out", default="/tmp/rankscope-bench-ascend-flows")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     trace = out / "trace_view.json"
-    write(trace, args.tasks)
+    write(trace, args.tasks, args.task_queue)
     trees = {"this": ROOT, "other": Path(args.other).resolve()}
     got: dict[str, list[tuple[int, float, int]]] = {k: [] for k in trees}
     for i in range(args.repeats):
@@ -76,7 +87,8 @@ def main() -> None:
             got[name].append(one(trees[name], trace))
             print(name, got[name][-1], f"load {os.getloadavg()[0]:.1f}", flush=True)
     med = {k: (statistics.median(s for _, s, _ in v), max(m for _, _, m in v)) for k, v in got.items()}
-    print(f"\n{args.tasks} tasks, {trace.stat().st_size / 1e6:.0f} MB, {args.repeats} interleaved repeats, "
+    print(f"\n{args.tasks} tasks{' with a task queue' if args.task_queue else ''}, {trace.stat().st_size / 1e6:.0f} MB, "
+          f"{args.repeats} interleaved repeats, "
           f"{time.strftime('%Y-%m-%d %H:%M')}")
     print("| tree | events | median s | peak RSS MB |\n|---|---|---|---|")
     for k, (s, m) in med.items():

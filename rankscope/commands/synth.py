@@ -66,6 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--db", action="store_true",
                    help="with --format ascend: write torch_npu's DB export (export_type db: "
                         "ascend_pytorch_profiler_<rank>.db and analysis.db) instead of its text files")
+    o.add_argument("--task-queue", action="store_true",
+                   help="with --format ascend: torch_npu's task queue (TASK_QUEUE_ENABLE): each op enqueues its work, "
+                        "a second thread dequeues it and launches its tasks (Enqueue / Dequeue events and flows)")
     o.add_argument("--seed", type=int, default=0, help="same seed and flags -> same bytes (default 0)")
     o.add_argument("--jobs", type=int, default=1, help="worker processes writing ranks (default 1)")
     o.add_argument("--gzip-level", type=int, default=1, choices=range(0, 10), metavar="0-9",
@@ -82,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == "ascend":
         return _ascend(args)
-    if args.db:
-        raise RankscopeError("synth: --db is for --format ascend (torch_npu's DB export)")
+    if args.db or args.task_queue:
+        raise RankscopeError(f"synth: {'--db' if args.db else '--task-queue'} is for --format ascend (torch_npu's "
+                             f"{'DB export' if args.db else 'task queue'})")
     ops = args.ops_per_step
     if args.size_mb is not None:
         if args.size_mb <= 0:
@@ -125,7 +129,7 @@ def _ascend(args: argparse.Namespace) -> int:
     if args.ranks % tp or args.ranks % per_node:
         raise RankscopeError(f"synth --format ascend: --ranks {args.ranks} must be a multiple of --tp {tp} and of "
                              f"--gpus-per-host {per_node}")
-    job = AscendJob(ranks=args.ranks, per_node=per_node, tp=tp)
+    job = AscendJob(ranks=args.ranks, per_node=per_node, tp=tp, task_queue=args.task_queue)
     if args.straggler:
         rank, _, factor = (args.straggler[0].split(":") + ["", ""])[:3]
         job = replace(job, slow_rank=int(rank), slow_factor=float(factor or 1.35))

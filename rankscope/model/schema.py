@@ -40,6 +40,9 @@ CATEGORY_KIND: dict[str, Kind] = {
     # that launches the kernels; host runtime work, like cudaLaunchKernel
     "enqueue": Kind.RUNTIME, "dequeue": Kind.RUNTIME,
 }
+# An Enqueue and its Dequeue share a ``correlation`` from here up (``readers/ascend/flows.queue_links``): above any
+# launch link's id (one per task), so that no host op meets a device op by one
+QUEUE_IDS = 1 << 40
 
 DEVICE_KINDS = (Kind.KERNEL.value, Kind.MEMCPY.value, Kind.MEMSET.value)
 

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from rankscope.model import inflate, schema
 from rankscope.model.info import Kind, Problem
 from rankscope.model.readers.kineto import Args, Event, RawTrace, bad_comm_args
+from rankscope.model.readers.timestamps import decimal_ns, to_ns
 
 _NOARGS = Args()
 MAX_TS_US = 4.1e15  # epoch µs of year 2100 (model/sanity.py MAX_EPOCH_NS)
@@ -27,12 +28,6 @@ _ARGS_DEC = msgspec.json.Decoder(list[Optional[Args]])
 
 _HOST_KINDS = ("cpu_op", "user_annotation", "python_function")
 # Which names are communication (or a framework's wait for it): model/comm_issue.py.
-
-
-def to_ns(ts: np.ndarray, base_ns: int) -> np.ndarray:
-    """µs floats -> int64 ns without losing precision on epoch-sized values."""
-    whole = np.floor(ts)
-    return whole.astype(np.int64) * 1000 + np.rint((ts - whole) * 1000).astype(np.int64) + base_ns
 
 
 def _ids(values: Sequence[Any], names: dict[str, int] | None = None, probs: "_Problems | None" = None) -> np.ndarray:
@@ -306,7 +301,7 @@ def _chunk_columns(xs: list[Event], base: int, probs: _Problems,
     dims = pa.array([bytes(a.input_dims) for a in args], type=pa.binary()).cast(pa.string())
     return {
         "name": names, "cat": cat, "kind": _kinds(cat, probs),
-        "ts": to_ns(ts_f, base), "dur": np.rint(dur_f * 1000).astype(np.int64),
+        "ts": decimal_ns(_get(xs, "ts"), to_ns(ts_f, 0)) + base, "dur": np.rint(dur_f * 1000).astype(np.int64),
         "pid": _ids(pids, ids, probs), "tid": _ids(tids, ids, probs),
         "stream": _opt(stream), "device": _opt(device).astype(np.int32),
         "correlation": _opt(corr), "external_id": _opt(ext),
@@ -321,7 +316,7 @@ def _memory(ms: list[Event], base: int) -> pa.Table:
         return schema.empty("memory")
     a = [e.args for e in ms]
     return pa.table({
-        "ts": to_ns(np.nan_to_num(_floats([e.ts for e in ms])), base),
+        "ts": decimal_ns([e.ts for e in ms], to_ns(np.nan_to_num(_floats([e.ts for e in ms])), 0)) + base,
         "device": _opt([x.device_id if x else None for x in a]).astype(np.int32),
         "bytes_delta": _opt([x.nbytes if x else None for x in a], 0),
         "total_allocated": _opt([x.total_allocated if x else None for x in a], 0),

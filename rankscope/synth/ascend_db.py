@@ -68,6 +68,7 @@ PROFILER_TABLES = {
     "CONNECTION_IDS": "id INTEGER, connectionId INTEGER",
 }
 LINKED = 1 << 30  # connection ids of launch links (torch_npu numbers its own; any ids clear of the others do)
+QUEUED = 1 << 31  # connection ids of the task queue's Enqueue / Dequeue pairs, clear of the launch links
 API_TYPES = ((50001, "op"), (50002, "queue"), (50003, "python_trace"), (50004, "mstx"))
 CANN_NODE_LEVEL = 10000  # CANN_API.type of a node launch (_step_info_db_parser.py NODE_LEVEL)
 
@@ -150,11 +151,17 @@ def write_profiler_db(path: Path, rank: int, node: int, device: int, evs: list[d
     # the text form's torch_to_npu flows as connection ids: the task's TASK.connectionId, listed in CONNECTION_IDS
     # under the torch op's PYTORCH_API.connectionId (ids from LINKED up, clear of the per-event ids below)
     flow = {(f["ph"], f["pid"], f["tid"], _ns(f["ts"])): LINKED + int(f["id"])
-            for f in evs if f.get("ph") in ("s", "f")}
+            for f in evs if f.get("ph") in ("s", "f") and f.get("cat") == "async_npu"}
     for i, e in enumerate(x for x in evs if x.get("ph") == "X"):
         start = _ns(e["ts"])
         end = start + int(round(float(e["dur"]) * 1000))
-        if e["pid"] == layers["Python"]:
+        if e["pid"] == layers["Python"] and e.get("cat") in ("enqueue", "dequeue"):
+            # the task queue (type 50002): Enqueue and Dequeue list one connection id, their pair's own
+            # (``_fwk_api_db_parser.get_torch_op_connection_ids_with_task_queue`` reads the first of a row's ids)
+            rows["CONNECTION_IDS"].append((LINKED + i, QUEUED + int(e["args"]["correlation_id"])))
+            rows["PYTORCH_API"].append((str(start), str(end), tid + e["tid"], LINKED + i, s(e["name"]), None, None,
+                                        None, None, None, 50002))
+        elif e["pid"] == layers["Python"]:
             if e["name"].startswith("ProfilerStep#"):
                 rows["STEP_TIME"].append((int(e["name"].split("#")[1]), start, end))
             conn = flow.get(("s", e["pid"], e["tid"], start))

@@ -12,7 +12,8 @@ trace_view.json carries Level1 data: Python, CANN, Ascend Hardware, HCCL (one op
 "Group <hash> Communication" per group and task-level "Plane" threads with Notify_Wait, Memcpy,
 RDMASend, Notify_Record) and Overlap Analysis. The host issues each task ahead of the device
 (``issue_times``), linked to it by a ``torch_to_npu`` flow as torch_npu writes them, and waits for the
-step's last task in ``loss.item()`` (``aclrtSynchronizeStream``).
+step's last task in ``loss.item()`` (``aclrtSynchronizeStream``). With ``AscendJob.task_queue``, each op only
+enqueues its work and a second thread dequeues it and makes the CANN call, as torch_npu's task queue does.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from rankscope.synth.ascend_sim import AscendJob, CommOp, Sim, simulate
 STEP_TITLE = ["Device_id", "Step", "Computing", "Communication(Not Overlapped)", "Overlapped", "Communication",
               "Free", "Stage", "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing"]
 PY, CANN, HW, HCCL, OVL = 4100, 4100_02, 800, 4100_05, 4100_11  # pids as torch_npu numbers its layers
+QUEUE_TID = 3  # the task queue's thread (``AscendJob.task_queue``)
 
 
 def _x(name: str, pid: int, tid: int, ts: float, dur: float, **extra: Any) -> dict[str, Any]:
@@ -94,11 +96,17 @@ def trace_view(sim: Sim, rank: int, skew: float) -> list[dict[str, Any]]:
         t0, t1 = host[("sync", sid)]  # loss.item(): the host waits for the device's last task of the step
         evs += [_x("aten::item", PY, 1, t0 + skew, t1 - t0 + 5, cat="cpu_op"),
                 _x("AscendCL@aclrtSynchronizeStream", CANN, 1, t0 + 5 + skew, t1 - t0 - 5)]
+    free = 0.0  # when the task queue's thread is next free
     for i, k in enumerate(sim.kernels[rank]):
         h = host[("k", i)]
-        evs += [_x(f"aten::{k.name.lower()}", PY, 1, h + skew, 30, cat="cpu_op"),
-                _x(f"AscendCL@aclnn{k.name}", CANN, 1, h + 20 + skew, 12),
-                _x(k.name, HW, 2, k.start + skew, k.end - k.start,
+        evs.append(_x(f"aten::{k.name.lower()}", PY, 1, h + skew, 30, cat="cpu_op"))
+        if sim.job.task_queue:
+            q = max(h + 10, free)
+            free = q + 19
+            evs += _queued(i, f"aclnn{k.name}", h + 4 + skew, q + skew)
+        else:
+            evs.append(_x(f"AscendCL@aclnn{k.name}", CANN, 1, h + 20 + skew, 12))
+        evs += [_x(k.name, HW, 2, k.start + skew, k.end - k.start,
                    args={"Task Type": "AI_CORE", "Stream Id": 2, "Task Id": i, "connection_id": i}),
                 {"ph": "s", "name": "torch_to_npu", "id": i, "pid": PY, "tid": 1, "ts": f"{h + skew:.3f}",
                  "cat": "async_npu", "bp": "e"},
@@ -113,6 +121,18 @@ def trace_view(sim: Sim, rank: int, skew: float) -> list[dict[str, Any]]:
     for i, (name, spans) in enumerate(overlap_events(sim, rank).items()):
         evs += [_x(name, OVL, i, s + skew, e - s) for s, e in spans]
     return evs
+
+
+def _queued(i: int, api: str, enqueue: float, dequeue: float) -> list[dict[str, Any]]:
+    """torch_npu's task queue for one op (``_fwk_file_parser.get_fwk_trace_data``): its Enqueue inside the op on the
+    training thread, its Dequeue on the queue thread (tid 3) with the CANN call inside it, and their flow."""
+    return [_x("Enqueue", PY, 1, enqueue, 3, cat="enqueue", args={"correlation_id": i}),
+            _x(f"Dequeue@{api}", PY, QUEUE_TID, dequeue, 18, cat="dequeue", args={"correlation_id": i}),
+            _x(f"AscendCL@{api}", CANN, QUEUE_TID, dequeue + 3, 12),
+            {"ph": "s", "bp": "e", "name": "enqueue_to_dequeue", "id": i, "pid": PY, "tid": 1, "ts": f"{enqueue:.3f}",
+             "cat": "async_task_queue"},
+            {"ph": "f", "bp": "e", "name": "enqueue_to_dequeue", "id": i, "pid": PY, "tid": QUEUE_TID,
+             "ts": f"{dequeue:.3f}", "cat": "async_task_queue"}]
 
 
 def communication(sim: Sim, rank: int, skew: float) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -39,6 +39,7 @@ class AscendJob:
     slow_link: tuple[int, int] | None = (0, 1)
     slow_link_factor: float = 0.25
     node_skew_us: float = 120.0  # host clock of node n runs n * this ahead
+    task_queue: bool = False  # torch_npu's TASK_QUEUE_ENABLE: ops enqueue, a second thread dequeues and launches
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import pytest
 from rankscope.analysis.registry import run_all
 from rankscope.model.readers.ascend import torch_npu as reader
 from rankscope.model.readers.ascend.flows import GROUP_STREAMS
+from rankscope.model.schema import QUEUE_IDS
 from rankscope.model.run import load_run
 from rankscope.synth.ascend_run import write_run
 from rankscope.synth.ascend_sim import AscendJob
@@ -142,5 +143,9 @@ def test_a_real_torch_npu_trace_links_its_tasks(shared_data, tmp_path):
     linked = [i for i in tasks if ev["correlation"][i] >= 0]
     assert len(flows) == 274 and len(linked) == len(flows) <= len(tasks)
     assert all(ev["stream"][i] >= 0 for i in tasks) and len({ev["pid"][i] for i in tasks}) == 1
-    hosts = {ev["correlation"][i] for i, k in enumerate(ev["kind"]) if k != "kernel" and ev["correlation"][i] >= 0}
-    assert hosts and hosts <= {ev["correlation"][i] for i in linked}  # each host op's id is one of its tasks'
+    hosts = {ev["correlation"][i] for i, k in enumerate(ev["kind"]) if k != "kernel" and 0 <= ev["correlation"][i]}
+    launch = {c for c in hosts if c < QUEUE_IDS}
+    assert launch and launch <= {ev["correlation"][i] for i in linked}  # each host op's id is one of its tasks'
+    # the rest pair the task queue's 148 Enqueue / Dequeue (tests/unit/test_ascend_task_queue.py)
+    queued = [n.split("@")[0] for n, c in zip(ev["name"], ev["correlation"]) if c >= QUEUE_IDS]
+    assert len(hosts - launch) == 148 and sorted(set(queued)) == ["Dequeue", "Enqueue"] and len(queued) == 296

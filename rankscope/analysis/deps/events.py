@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rankscope.analysis.deps import taskqueue
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -81,6 +83,7 @@ class RankEvents:
     wait_on_stream: np.ndarray  # int64: the stream a sync event waits on (-1: unknown)
     wait_on_corr: np.ndarray  # int64: correlation of the cudaEventRecord it waits on (-1: unknown)
     own_corr: np.ndarray | None = None  # device ops given a correlation here: no launch (``_own_correlations``)
+    queued_from: np.ndarray | None = None  # per Dequeue of torch_npu's task queue, its Enqueue (``taskqueue``); else -1
     memo: dict[Any, Any] = field(default_factory=dict)
 
     @property
@@ -182,6 +185,7 @@ def from_table(t: "pa.Table", syncs: "pa.Table | None" = None) -> RankEvents:
         wait_on_stream=np.full(n, -1, np.int64), wait_on_corr=np.full(n, -1, np.int64))
     if syncs is not None and syncs.num_rows:
         _add_syncs(ev, syncs)
+    taskqueue.relaunch(ev)
     _own_correlations(ev)
     return ev
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rankscope.analysis.deps import taskqueue
 from rankscope.analysis.deps.adapter import Calls
 from rankscope.analysis.deps.events import K, RankEvents
 from rankscope.analysis.deps.gpu import E
@@ -177,6 +178,7 @@ def rank_graph(ev: RankEvents, sel: np.ndarray, calls: Calls, joinable: np.ndarr
     sends = (calls.kind == "p2p") & (calls.op == "send") & (calls.dev_ts < 0)  # host sends (``join.join``)
     b = _Builder(g, ev)
     b.own_gaps(execs)
+    b.queue()
     b.cut(wait_n[has & ~sends], end_n[has & ~sends])  # a send waits for nothing of its receiver's (``join``)
     b.issue(iss[found & (iss >= 0)], arr_n[found & (iss >= 0)])
     b.blocking_syncs()
@@ -232,6 +234,21 @@ class _Builder:
         sync = np.flatnonzero(g.typ == E.SYNC)
         self.w[sync] = np.maximum(g.node_ts[g.dst[sync]] - g.node_ts[g.src[sync]], 0)
 
+    def queue(self) -> None:
+        """torch_npu's task queue: an Enqueue -> its Dequeue; an idle dequeuing thread's gap before it waited for the
+        work (``taskqueue.edges``)."""
+        g = self.g
+        in_graph = np.zeros(self.ev.n, bool)
+        in_graph[g.node_ev] = True
+        enq, deq, w, idle = taskqueue.edges(self.ev, in_graph)
+        if not len(enq):
+            return
+        self.add(g.node(enq, True), g.node(deq, True), w, E.LAUNCH)
+        gap = self.link[self.pos[g.node(deq[idle], True)]]
+        gap = gap[gap >= 0]
+        gap = gap[self.typ[gap] == E.DEPENDENCY]
+        self.w[gap], self.typ[gap] = 0, E.WAIT
+
     def late_launches(self) -> None:
         """A device op launched only after the previous op of its stream ended waited for its launch, not
         for that op: the lane's gap weighs nothing and the launch edge carries the time (HTA keeps a
@@ -243,7 +260,7 @@ class _Builder:
         op = g.node_ev[g.dst[kk]]
         rt = ev.partner[op]
         ok = (rt >= 0) & (ev.stream[np.maximum(rt, 0)] < 0)
-        ok[ok] = np.isin(rt[ok], g.node_ev) & (ev.ts[rt[ok]] >= g.node_ts[g.src[kk[ok]]])
+        ok[ok] = np.isin(rt[ok], g.node_ev) & (taskqueue.launched_by(ev, rt[ok], op[ok]) >= g.node_ts[g.src[kk[ok]]])
         kk, op, rt = kk[ok], op[ok], rt[ok]
         self.w[kk], self.typ[kk] = 0, E.WAIT
         self.add(g.node(rt, True), g.dst[kk], np.maximum(ev.ts[op] - ev.ts[rt], 0), E.LAUNCH)

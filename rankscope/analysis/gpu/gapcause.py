@@ -8,7 +8,8 @@ the latest end of the earlier events to the start of the next event K. Its cause
    ``cudaStreamWaitEvent``): "collective" when X is a communication kernel (``classify.comm_mask``: its end
    is set by its last peer), else "other" (event X). K itself a communication kernel launched in time, with
    no such X: "collective" too;
-2. the launch came late (its call started after the stream went idle: HTA's host wait). What held the
+2. the launch came late (its call started after the stream went idle: HTA's host wait; on Ascend with torch_npu's
+   task queue the call is the Dequeue of the operator's Enqueue, ``deps.taskqueue``). What held the
    launching thread last before it, when no other launch of that thread came in between: a sync call that
    returned inside the gap (``*Synchronize``, a blocking ``cudaMemcpy``; ``.item()`` is a copy then a
    ``cudaStreamSynchronize``) → "sync"; a data-loading span (the breakdown's ``DEFAULT_DATA_SPANS``)
@@ -34,11 +35,13 @@ import numpy as np
 import polars as pl
 
 from rankscope.analysis.classify import DEVICE_KINDS, HOST_KINDS, dict_test
+from rankscope.analysis.deps import taskqueue
 # a launch this soon after a host collective ended came from a thread that waited for it: the critical path's
 # wake-up bound (tests/fixtures/runs/gpu_gloo_data: 0.2 ms from gloo's all-reduce end to DDP's gradient copy)
 from rankscope.analysis.deps.timed import LATE_END_NS, WAKE_NS
 from rankscope.analysis.intervals import merge
 from rankscope.analysis.rankdata import RankData
+from rankscope.model.schema import QUEUE_IDS
 
 CAUSES = ("host", "sync", "collective", "data", "other")
 DEP_TOL_NS = 20_000  # cross-stream wait latency bound (end of X → start of K); H100: 1-4 µs (tests/fixtures/gpu)
@@ -97,6 +100,27 @@ def launch_rows(d: RankData, dev: np.ndarray) -> np.ndarray:
         pos = np.clip(np.searchsorted(corr[o], c), 0, len(o) - 1)
         ok = (corr[o][pos] == c) & (c >= 0) & ~np.isin(dev, o)
         out[ok] = o[pos][ok]
+    return _dequeued(d, dev, c, out)
+
+
+def _dequeued(d: RankData, dev: np.ndarray, c: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """With torch_npu's task queue, a device row that torch_npu links to an operator was launched by the Dequeue of
+    that operator's Enqueue (``deps.taskqueue``): that Dequeue is its launch call."""
+    corr = d.col("correlation")
+    if not (corr >= QUEUE_IDS).any():
+        return out
+    starts = lambda p: (lambda n: np.char.startswith(n.astype(str), p))  # noqa: E731
+    qf = taskqueue.pairs(dict_test(d.events, "name", starts("Enqueue")), dict_test(d.events, "name", starts("Dequeue")),
+                         corr)
+    host = np.flatnonzero((corr >= 0) & (corr < QUEUE_IDS) & (d.col("stream") < 0) & d.kind_in(HOST_KINDS))
+    ts = d.col("ts")
+    host, deq = taskqueue.dequeue_of(qf, host, d.col("tid"), ts, ts + d.col("dur"))
+    o = np.argsort(corr[host], kind="stable")
+    hc = corr[host][o]
+    pos = np.clip(np.searchsorted(hc, c), 0, max(len(hc) - 1, 0))
+    ok = (out < 0) & (c >= 0) & (len(hc) > 0)
+    ok[ok] = hc[pos[ok]] == c[ok]
+    out[ok] = deq[o][pos[ok]]
     return out
 
 

@@ -4,8 +4,8 @@ SQLite builds the whole Chrome-trace array with ``json_object`` / ``json_group_a
 Python); timestamps are written as decimal µs strings from the integer ns ("1735689600000480.123"),
 which the trace_view.json path reads like torch_npu's own. Layers are fixed pids (``ascend_db.LAYERS``):
 1 Python (``PYTORCH_API``: op 50001 -> cpu_op, python_trace 50003 -> python_function, mstx 50004 ->
-user_annotation; the task queue 50002 is left out), 2 CANN (``CANN_API``), 3 Ascend Hardware
-(``TASK`` joined with ``COMPUTE_TASK_INFO``), 4 HCCL operations (``COMMUNICATION_OP``, named
+user_annotation, the task queue 50002 -> enqueue / dequeue by name, as the text form's cats), 2 CANN
+(``CANN_API``), 3 Ascend Hardware (``TASK`` joined with ``COMPUTE_TASK_INFO``), 4 HCCL operations (``COMMUNICATION_OP``, named
 "<op>@<group>" as in trace_view.json, one thread per group). Columns as torch_npu 2.6.0 writes them
 (``prof_common_func/_constant.py``) and msprof-analyze 26.2.0 reads CANN's
 (``compare_tools/compare_backend/profiling_parser/npu_profiling_db_parser.py``).
@@ -39,8 +39,9 @@ QUERIES = {
         "SELECT " + _x("COALESCE(s.value, '')", 1, "p.globalTid % 4294967296", "CAST(p.startNs AS INTEGER)",
                        "CAST(p.endNs AS INTEGER)",
                        ", 'cat', CASE p.type WHEN 50003 THEN 'python_function' WHEN 50004 THEN 'user_annotation' "
+                       "WHEN 50002 THEN CASE WHEN s.value LIKE 'Dequeue%' THEN 'dequeue' ELSE 'enqueue' END "
                        "ELSE 'cpu_op' END")
-        + " AS e FROM PYTORCH_API p LEFT JOIN STRING_IDS s ON s.id = p.name WHERE p.type IS NULL OR p.type <> 50002"),
+        + " AS e FROM PYTORCH_API p LEFT JOIN STRING_IDS s ON s.id = p.name"),
     "CANN_API": (
         "SELECT " + _x("COALESCE(s.value, '')", 2, "c.globalTid % 4294967296", "c.startNs", "c.endNs")
         + " AS e FROM CANN_API c LEFT JOIN STRING_IDS s ON s.id = c.name"),
@@ -91,6 +92,7 @@ def read_trace(db: Path) -> RawTrace:
     out = _AscendTrace(raw.path, raw.trace, raw.problems, raw.partial, raw.nbytes)
     out.pid_cat = dict(LAYERS)
     out.links = launch_links(db)
+    out.queue = queue_links(db)
     out.npu_pid = {4: 3}  # HCCL operations run on the rank's NPU, the Ascend Hardware layer's (``QUERIES``' pids)
     return out
 
@@ -115,7 +117,7 @@ def launch_links(db: Path) -> flows.Links:
         if {"PYTORCH_API", "CONNECTION_IDS"} <= have:
             hosts += [(0, *r) for r in con.execute(
                 "SELECT ci.connectionId, CAST(p.startNs AS INTEGER), p.globalTid % 4294967296 FROM PYTORCH_API p "
-                "JOIN CONNECTION_IDS ci ON ci.id = p.connectionId")]
+                "JOIN CONNECTION_IDS ci ON ci.id = p.connectionId WHERE p.type IS NULL OR p.type <> 50002")]
         if "CANN_API" in have:
             hosts += [(1, *r) for r in con.execute(
                 "SELECT connectionId, startNs, globalTid % 4294967296 FROM CANN_API")]
@@ -136,3 +138,31 @@ def launch_links(db: Path) -> flows.Links:
 def _key(start: Any) -> int | None:
     """The start ns as ``flows.ns`` reads the "ts" string ``_ts`` writes for it (the events' keys)."""
     return flows.ns(f"{start // 1000}.{start % 1000:03d}") if type(start) is int and start >= 0 else None
+
+
+def queue_links(db: Path) -> flows.Links:
+    """torch_npu's task queue in the db, as the text form's flows give it (``flows.queue_links``): the Enqueue and the
+    Dequeue rows of ``PYTORCH_API`` (type 50002) that list the same first connection id (torch_npu's
+    ``_fwk_api_db_parser`` reads a row's first) are a pair. Keys as ``QUERIES`` writes the events."""
+    import sqlite3
+
+    from rankscope.model.readers.ascend.db import connect, tables_of
+
+    con = connect(db)
+    try:
+        if not {"PYTORCH_API", "CONNECTION_IDS", "STRING_IDS"} <= tables_of(con):
+            return flows.Links()
+        rows = con.execute(
+            "SELECT c.connectionId, CAST(p.startNs AS INTEGER), p.globalTid % 4294967296, s.value LIKE 'Dequeue%' "
+            "FROM PYTORCH_API p JOIN (SELECT id, connectionId, MIN(rowid) FROM CONNECTION_IDS GROUP BY id) c "
+            "ON c.id = p.connectionId LEFT JOIN STRING_IDS s ON s.id = p.name WHERE p.type = 50002").fetchall()
+    except sqlite3.Error:
+        return flows.Links()
+    finally:
+        con.close()
+    ends: dict[Any, dict[bool, list[tuple[Any, Any, int]]]] = {}
+    for conn, start, tid, deq in rows:
+        if conn is not None and (t := _key(start)) is not None:
+            ends.setdefault(conn, {}).setdefault(bool(deq), []).append((1, tid, t))
+    return flows.as_queue(flows.link([(0, e[True][0], e[False][0]) for e in ends.values()
+                                      if len(e.get(True, ())) == 1 and len(e.get(False, ())) == 1]))

@@ -11,7 +11,14 @@ Kineto's traces say the same with a correlation id on the launch and on the kern
 task gets its thread as its stream and its flow's id as its correlation, and the host op at the flow's start gets the
 same id (one task per host op: the first flow from it; a task whose launch is unknown keeps no partner). The critical
 path's launch edges and the device-side analyses then read an Ascend run as they read a Kineto one. A task with both
-kinds of flow is linked to the torch op (on the training thread, which the critical path follows).
+kinds of flow is linked to the torch op (on the training thread, which the critical path follows). The ``HostToDevice``
+flows are the weaker link: their "s" is not at the start of the CANN call that holds it, and in
+../shared/data/ascend_msprof/trace_view.json.gz some end at a task that started before them.
+
+torch_npu's task queue (``TASK_QUEUE_ENABLE``) adds flows of cat ``async_task_queue``: the op only enqueues its work
+("Enqueue", inside the op), and another thread dequeues it ("Dequeue@<op>") and makes the CANN calls that launch its
+tasks. ``queue_links`` joins each Enqueue to its Dequeue by an id of their own; the critical path takes the Dequeue as
+the launch (``analysis/deps/events``).
 """
 from __future__ import annotations
 
@@ -21,13 +28,18 @@ from typing import Any
 
 import numpy as np
 
+from rankscope.model.schema import QUEUE_IDS
+
 CATS = ("async_npu", "HostToDevice")  # preferred first
+QUEUE_CAT = "async_task_queue"
 _NONE = np.zeros(0, np.int64)
 GROUP_STREAMS = 1 << 30  # HCCL operations' lanes: one per group, above any hardware stream id (and within int32)
 
 
 def ns_many(ts: list[Any]) -> np.ndarray:
-    """``ns`` of many timestamps at once (-1 where bad): the links' keys, parsed in one pass."""
+    """``ns`` of many timestamps at once (-1 where bad): the links' keys, parsed in one pass. Keys only: a flow's end
+    and the event at it are read alike, to 0.25 µs on epoch-sized µs (the events' own times are read exactly,
+    ``readers/timestamps``)."""
     try:
         v = np.array(ts, dtype=np.float64)
     except (TypeError, ValueError, OverflowError):
@@ -37,7 +49,8 @@ def ns_many(ts: list[Any]) -> np.ndarray:
 
 
 def ns(ts: Any) -> int | None:
-    """A trace_view timestamp (µs, a number or a decimal string) in ns, as the same string always gives; None if bad."""
+    """A trace_view timestamp (µs, a number or a decimal string) as a key, as the same string always gives; None if
+    bad."""
     try:
         v = float(ts)
     except (TypeError, ValueError):
@@ -169,16 +182,34 @@ def _sorted(code: np.ndarray, start: np.ndarray, corr: np.ndarray) -> tuple[np.n
     return code[o], start[o], corr[o]
 
 
-def links(flows: list[Any]) -> Links:
+def links(flows: list[Any], cats: tuple[str, ...] = CATS) -> Links:
     """Links from the flow events (structs with ph, cat, id, pid, tid, ts) of one trace_view.json, in file order: an
     "f" ends the earliest open "s" of its (cat, id) (``pair``: torch_npu ids a flow by its task's start, which two
-    streams can share). Every step after coding the keys is over arrays: a trace holds a flow per task."""
-    kinds = {c: i for i, c in enumerate(CATS)}
+    streams can share). ``cats``: the flows read, the preferred first. Every step after coding the keys is over arrays:
+    a trace holds a flow per task."""
+    kinds = {c: i for i, c in enumerate(cats)}
     flows = [f for f in flows if f.cat in kinds and f.ph in ("s", "f") and f.id is not None]
     try:
         return _links(flows, kinds)
     except TypeError:  # an id, pid or tid that is a list or an object: those flows are left out
         return _links([f for f in flows if _hashable((f.id, f.pid, f.tid))], kinds)
+
+
+def queue_links(flows: list[Any]) -> Links:
+    """torch_npu's task queue from its flows (``TraceEventManager.create_task_queue_flow``: an "s" at each Enqueue on
+    the op's thread, an "f" at its Dequeue on the thread that launches its tasks, the pair's id theirs): each Dequeue
+    (the ``task`` side) and its Enqueue (the ``host`` side) share an id, numbered from ``QUEUE_IDS`` up."""
+    return as_queue(links(flows, (QUEUE_CAT,)))
+
+
+def as_queue(got: Links) -> Links:
+    """The same links with their ids moved to the task queue's range (``schema.QUEUE_IDS`` up)."""
+    return Links(got.threads, _shift(got.task), _shift(got.host))
+
+
+def _shift(table: tuple[np.ndarray, np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    code, start, corr = table
+    return code, start, corr + QUEUE_IDS
 
 
 def _links(flows: list[Any], kinds: dict[str, int]) -> Links:

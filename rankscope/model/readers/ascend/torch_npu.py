@@ -45,6 +45,7 @@ from rankscope.model.readers.kineto import Event, RawTrace
 OUTPUT = "ASCEND_PROFILER_OUTPUT"
 FILES = ("trace_view.json", "kernel_details.csv", "communication.json", "communication_matrix.json",
          "step_trace_time.csv", "memory_record.csv", "operator_details.csv", "op_statistic.csv")
+_QUEUE_CATS = ("enqueue", "dequeue")  # torch_npu's task queue events (``TraceEventManager.create_x_event``)
 # Layer (process) name -> Kineto category the rest of rankscope understands; None: left out.
 LAYER_CAT: dict[str, str | None] = {
     "ascend hardware": "kernel", "hccl": "kernel", "cann": "runtime", "python": "cpu_op",
@@ -155,6 +156,7 @@ class _AscendTrace(RawTrace):
     typed = False  # events are rewritten in place below: plain Event structs
 
     links: flows.Links = flows.Links()  # launch links from the flow events (tasks' streams and correlations)
+    queue: flows.Links = flows.Links()  # the task queue's Enqueue -> Dequeue pairs (``flows.queue_links``)
     # device layers' pid -> the pid of their NPU: torch_npu's Ascend Hardware and HCCL layers are one NPU, and Kineto's
     # tables (which the GPU analyses read) give a device one pid
     npu_pid: dict[Any, Any] = {}
@@ -168,6 +170,10 @@ class _AscendTrace(RawTrace):
             linked = [e for e in chunk if e.ph == "X" and (e.pid in host_pids or self.pid_cat.get(e.pid) == "kernel")]
             if linked:
                 self._link(linked)
+            if self.queue:
+                queued = [e for e in chunk if e.ph == "X" and e.cat in _QUEUE_CATS]
+                if queued:
+                    self._link(queued, self.queue, [e.cat == "dequeue" for e in queued])
             kept = [e for e in chunk if self.pid_cat.get(e.pid, "") is not None
                     and (not self.dropped or (e.pid, e.tid) not in self.dropped)]
             if self.npu_pid:
@@ -175,17 +181,20 @@ class _AscendTrace(RawTrace):
                     e.pid = self.npu_pid.get(e.pid, e.pid)
             yield kept
 
-    def _link(self, events: list[Event]) -> None:
-        """Each task's stream and correlation, each host op's correlation (``flows``): looked up for a chunk at once."""
+    def _link(self, events: list[Event], links: flows.Links | None = None, sides: list[bool] | None = None) -> None:
+        """Each task's stream and correlation, each host op's correlation (``flows``): looked up for a chunk at once.
+        With ``links`` (the task queue's): each event's id on its side of them (``sides``: the "task" side), no
+        stream."""
         kernel = {p for p, c in self.pid_cat.items() if c == "kernel"}
-        device = np.array([e.pid in kernel for e in events], bool)
-        if self.links:
-            corrs = self.links.find([(e.pid, e.tid) for e in events], flows.ns_many([e.ts for e in events]),
-                                    device).tolist()
+        device = np.array([e.pid in kernel for e in events] if sides is None else sides, bool)
+        links = self.links if links is None else links
+        if links:
+            corrs = links.find([(e.pid, e.tid) for e in events], flows.ns_many([e.ts for e in events]),
+                               device).tolist()
         else:
             corrs = [-1] * len(events)
         for e, corr, dev in zip(events, corrs, device.tolist()):
-            stream = flows.stream_of(e.name, e.tid) if dev else None
+            stream = flows.stream_of(e.name, e.tid) if dev and sides is None else None
             if corr < 0 and stream is None:
                 continue
             args = e.args if e.args is not None else kineto.Args()
@@ -238,10 +247,12 @@ _SKIP = tuple(kineto.msgspec.defstruct(f"_Skip{ord(c)}", [], tag_field="ph", tag
 _FAST = kineto.msgspec.json.Decoder(list[Union[(_M, _S, _F) + _SKIP]])  # type: ignore[misc]
 
 
-def _layers(data: bytes) -> tuple[dict[Any, str | None], set[tuple[Any, Any]], flows.Links, dict[Any, Any]]:
+def _layers(data: bytes) -> tuple[dict[Any, str | None], set[tuple[Any, Any]], flows.Links, dict[Any, Any],
+                                  flows.Links]:
     """pid -> category from the "process_name" metadata events, the HCCL task-level threads, the launch links
-    (``flows``), and each NPU layer's pid -> the first pid labelled with its NPU ("process_labels" "NPU 3", as
-    torch_npu's own ``TraceStepTimeParser`` reads them; a bare "NPU": the one NPU of the rank's profile).
+    (``flows``), each NPU layer's pid -> the first pid labelled with its NPU ("process_labels" "NPU 3", as
+    torch_npu's own ``TraceStepTimeParser`` reads them; a bare "NPU": the one NPU of the rank's profile), and the task
+    queue's links (``flows.queue_links``).
 
     The HCCL layer has one "Group <hash> Communication" thread per group with the operations
     (hcom_*) and, at Level1, task threads ("Plane 0", ...) with their Notify_Wait / Memcpy /
@@ -255,7 +266,7 @@ def _layers(data: bytes) -> tuple[dict[Any, str | None], set[tuple[Any, Any]], f
         try:
             metas = kineto.msgspec.json.decode(data, type=list[_Meta])
         except kineto.msgspec.DecodeError:
-            return out, set(), flows.Links(), {}
+            return out, set(), flows.Links(), {}, flows.Links()
     npu: dict[Any, Any] = {}
     first: dict[str, Any] = {}
     for m in metas:
@@ -274,7 +285,8 @@ def _layers(data: bytes) -> tuple[dict[Any, str | None], set[tuple[Any, Any]], f
             threads.append(m)
     hccl = {m.pid for m in threads if str(m.args.get("name", "")).endswith("Communication")}
     dropped = {(m.pid, m.tid) for m in threads if m.pid in hccl and "Communication" not in str(m.args.get("name", ""))}
-    return out, dropped, flows.links([m for m in metas if m.ph in ("s", "f") and m.cat in flows.CATS]), npu
+    queue = flows.queue_links([m for m in metas if m.ph in ("s", "f") and m.cat == flows.QUEUE_CAT])
+    return out, dropped, flows.links([m for m in metas if m.ph in ("s", "f") and m.cat in flows.CATS]), npu, queue
 
 
 def read_trace_view(path: Path) -> RawTrace:
@@ -282,7 +294,7 @@ def read_trace_view(path: Path) -> RawTrace:
     data, problems = kineto.read_bytes(path)
     raw = kineto.decode_bytes(str(path), data, problems)
     out = _AscendTrace(raw.path, raw.trace, raw.problems, raw.partial, raw.nbytes)
-    out.pid_cat, out.dropped, out.links, out.npu_pid = _layers(data)
+    out.pid_cat, out.dropped, out.links, out.npu_pid, out.queue = _layers(data)
     return out
 
 
@@ -399,7 +411,7 @@ def memory(path: Path) -> pa.Table:
     dev = [int(m.group(1)) if (m := re.search(r"(\d+)", str(x))) else -1
            for x in t.get("Device Type", ["-1"] * len(comp))]
     delta = np.diff(alloc, prepend=alloc[:1]) if len(alloc) else alloc
-    from rankscope.model.tables import to_ns
+    from rankscope.model.readers.timestamps import to_ns
 
     return pa.table({"ts": to_ns(ts, 0), "device": np.asarray(dev, np.int32)[keep],
                      "bytes_delta": delta, "total_allocated": alloc, "total_reserved": resv},
