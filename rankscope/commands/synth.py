@@ -69,6 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--task-queue", action="store_true",
                    help="with --format ascend: torch_npu's task queue (TASK_QUEUE_ENABLE): each op enqueues its work, "
                         "a second thread dequeues it and launches its tasks (Enqueue / Dequeue events and flows)")
+    o.add_argument("--slow-dispatch", default=None, metavar="RANK:US",
+                   help="with --task-queue: that rank's queue thread takes US µs per operator (others 19 µs), so its "
+                        "device waits for launches, e.g. 1:1500")
     o.add_argument("--seed", type=int, default=0, help="same seed and flags -> same bytes (default 0)")
     o.add_argument("--jobs", type=int, default=1, help="worker processes writing ranks (default 1)")
     o.add_argument("--gzip-level", type=int, default=1, choices=range(0, 10), metavar="0-9",
@@ -85,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.format == "ascend":
         return _ascend(args)
-    if args.db or args.task_queue:
+    if args.db or args.task_queue or args.slow_dispatch:
         raise RankscopeError(f"synth: {'--db' if args.db else '--task-queue'} is for --format ascend (torch_npu's "
                              f"{'DB export' if args.db else 'task queue'})")
     ops = args.ops_per_step
@@ -130,6 +133,15 @@ def _ascend(args: argparse.Namespace) -> int:
         raise RankscopeError(f"synth --format ascend: --ranks {args.ranks} must be a multiple of --tp {tp} and of "
                              f"--gpus-per-host {per_node}")
     job = AscendJob(ranks=args.ranks, per_node=per_node, tp=tp, task_queue=args.task_queue)
+    if args.slow_dispatch:
+        rank, _, us = args.slow_dispatch.partition(":")
+        if not args.task_queue or not rank.isdigit() or int(rank) >= args.ranks:
+            raise RankscopeError(f"synth: --slow-dispatch {args.slow_dispatch}: needs --task-queue and RANK:US with "
+                                 f"RANK below --ranks {args.ranks}")
+        try:
+            job = replace(job, slow_dispatch=(int(rank), float(us or 1500)))
+        except ValueError:
+            raise RankscopeError(f"synth: --slow-dispatch {args.slow_dispatch}: US must be a number of µs") from None
     if args.straggler:
         rank, _, factor = (args.straggler[0].split(":") + ["", ""])[:3]
         job = replace(job, slow_rank=int(rank), slow_factor=float(factor or 1.35))
@@ -140,6 +152,8 @@ def _ascend(args: argparse.Namespace) -> int:
     dirs = write_run(out, job, form="db" if args.db else "text")
     Console().print(f"[bold]{out}[/]: {len(dirs)} torch_npu profiler folders (*_ascend_pt, "
                     f"{'DB' if args.db else 'text'} export); slow rank "
-                    f"{job.slow_rank} x{job.slow_factor:g}, slow link {job.slow_link} x{job.slow_link_factor:g}; "
+                    f"{job.slow_rank} x{job.slow_factor:g}, slow link {job.slow_link} x{job.slow_link_factor:g}"
+                    f"{'; task queue' if job.task_queue else ''}"
+                    f"{f', rank {job.slow_dispatch[0]} dispatches in {job.slow_dispatch[1]:g} µs' if job.slow_dispatch else ''}; "
                     f"compare: msprof-analyze cluster -d {out} -m all")
     return 0

@@ -24,7 +24,7 @@ from typing import Any
 
 from rankscope.synth.ascend_files import (OUT, _kind, _total_info, matrix_ops, op_info, op_links, overlap_events,
                                           step_ranges, step_trace_rows)
-from rankscope.synth.ascend_sim import AscendJob, CommOp, Sim, simulate
+from rankscope.synth.ascend_sim import AscendJob, CommOp, Sim, dispatch_time, simulate
 
 STEP_TITLE = ["Device_id", "Step", "Computing", "Communication(Not Overlapped)", "Overlapped", "Communication",
               "Free", "Stage", "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing"]
@@ -69,9 +69,13 @@ def issue_times(sim: Sim, rank: int) -> dict[tuple[Any, ...], Any]:
     out: dict[tuple[Any, ...], Any] = {}
     for sid, h0, h1 in sim.steps[rank]:
         mine = sorted(x for x in items if h0 <= x[0] <= h1)
-        t = h0 + 40.0
+        t = h0 + (80.0 if sim.job.task_queue else 40.0)
         for i, (start, _, key) in enumerate(mine):
-            out[key] = min(h0 + 100.0 + 60.0 * i, start - 120.0)
+            enq = sim.kernels[rank][key[1]].enqueue if key[0] == "k" else None
+            if sim.job.task_queue:  # the simulated queue's own times: 60 µs apart, each op 4 µs before its Enqueue
+                out[key] = enq - 4.0 if enq is not None else t + 20.0
+            else:
+                out[key] = min(h0 + 100.0 + 60.0 * i, start - 120.0)
             t = out[key] + 40.0
         out[("sync", sid)] = (t, max((end for _, end, _ in mine), default=t) + 20.0)
     return out
@@ -96,14 +100,11 @@ def trace_view(sim: Sim, rank: int, skew: float) -> list[dict[str, Any]]:
         t0, t1 = host[("sync", sid)]  # loss.item(): the host waits for the device's last task of the step
         evs += [_x("aten::item", PY, 1, t0 + skew, t1 - t0 + 5, cat="cpu_op"),
                 _x("AscendCL@aclrtSynchronizeStream", CANN, 1, t0 + 5 + skew, t1 - t0 - 5)]
-    free = 0.0  # when the task queue's thread is next free
     for i, k in enumerate(sim.kernels[rank]):
         h = host[("k", i)]
         evs.append(_x(f"aten::{k.name.lower()}", PY, 1, h + skew, 30, cat="cpu_op"))
-        if sim.job.task_queue:
-            q = max(h + 10, free)
-            free = q + 19
-            evs += _queued(i, f"aclnn{k.name}", h + 4 + skew, q + skew)
+        if k.enqueue is not None and k.dequeue is not None:
+            evs += _queued(i, f"aclnn{k.name}", k.enqueue + skew, k.dequeue + skew, dispatch_time(sim.job, rank))
         else:
             evs.append(_x(f"AscendCL@aclnn{k.name}", CANN, 1, h + 20 + skew, 12))
         evs += [_x(k.name, HW, 2, k.start + skew, k.end - k.start,
@@ -123,12 +124,12 @@ def trace_view(sim: Sim, rank: int, skew: float) -> list[dict[str, Any]]:
     return evs
 
 
-def _queued(i: int, api: str, enqueue: float, dequeue: float) -> list[dict[str, Any]]:
+def _queued(i: int, api: str, enqueue: float, dequeue: float, dur: float) -> list[dict[str, Any]]:
     """torch_npu's task queue for one op (``_fwk_file_parser.get_fwk_trace_data``): its Enqueue inside the op on the
     training thread, its Dequeue on the queue thread (tid 3) with the CANN call inside it, and their flow."""
     return [_x("Enqueue", PY, 1, enqueue, 3, cat="enqueue", args={"correlation_id": i}),
-            _x(f"Dequeue@{api}", PY, QUEUE_TID, dequeue, 18, cat="dequeue", args={"correlation_id": i}),
-            _x(f"AscendCL@{api}", CANN, QUEUE_TID, dequeue + 3, 12),
+            _x(f"Dequeue@{api}", PY, QUEUE_TID, dequeue, dur - 1.0, cat="dequeue", args={"correlation_id": i}),
+            _x(f"AscendCL@{api}", CANN, QUEUE_TID, dequeue + 3, dur - 7.0),
             {"ph": "s", "bp": "e", "name": "enqueue_to_dequeue", "id": i, "pid": PY, "tid": 1, "ts": f"{enqueue:.3f}",
              "cat": "async_task_queue"},
             {"ph": "f", "bp": "e", "name": "enqueue_to_dequeue", "id": i, "pid": PY, "tid": QUEUE_TID,

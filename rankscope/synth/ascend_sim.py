@@ -9,7 +9,9 @@ Stage 1 mirrors it. Communication is rendezvous-like: an operation ends when its
 arrived plus the transfer time over the slowest link it uses.
 
 Faults: ``slow_rank`` computes ``slow_factor`` times longer; links between ``slow_link`` ranks run at
-``slow_link_factor`` of their bandwidth. Times are µs (floats), sizes MB (10^6 bytes).
+``slow_link_factor`` of their bandwidth; with ``task_queue``, ``slow_dispatch`` gives one rank's queue thread a
+longer Dequeue per op (a host that builds operators slowly), and a task cannot start before its Dequeue launched it.
+The host enqueues the step's operations 60 µs apart from its start. Times are µs (floats), sizes MB (10^6 bytes).
 
 Example::
 
@@ -40,6 +42,8 @@ class AscendJob:
     slow_link_factor: float = 0.25
     node_skew_us: float = 120.0  # host clock of node n runs n * this ahead
     task_queue: bool = False  # torch_npu's TASK_QUEUE_ENABLE: ops enqueue, a second thread dequeues and launches
+    dispatch_us: float = 19.0  # with the task queue: each Dequeue (the CANN call that builds and launches the op)
+    slow_dispatch: tuple[int, float] | None = None  # (rank, µs per Dequeue): a rank whose queue thread is slow
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,8 @@ class Kernel:
     name: str
     start: float
     end: float
+    enqueue: float | None = None  # with the task queue: when the host enqueued it, and when its Dequeue began
+    dequeue: float | None = None
 
 
 @dataclass
@@ -152,6 +158,7 @@ def simulate(job: AscendJob = AscendJob()) -> Sim:
         progs = {r: _program(r // job.tp, r // job.tp == stride - 1, mine[r]["tp"], mine[r]["pp"],
                              mine[r]["default_group"]) for r in range(job.ranks)}
         t = {r: clock[r] + 180.0 for r in range(job.ranks)}  # launch latency: host step start -> first task
+        queue = {r: (clock[r] + 100.0, 0, clock[r]) for r in range(job.ranks)}  # (next enqueue, items, thread free)
         pending: dict[tuple[str, int], dict[int, tuple]] = {}
         cur: dict[int, tuple[str, int]] = {}  # rank -> the operation it is blocked in
         done_at: dict[int, float] = {r: t[r] for r in range(job.ranks)}
@@ -163,12 +170,18 @@ def simulate(job: AscendJob = AscendJob()) -> Sim:
                     if item[0] == "k":
                         jitter = 1.0 + 0.02 * ((step * 7 + len(sim.kernels[r]) * 3 + r) % 5)  # deterministic
                         dur = item[2] * jitter * (job.slow_factor if r == job.slow_rank else 1.0)
-                        sim.kernels[r].append(Kernel(item[1], t[r], t[r] + dur))
+                        enq = deq = None
+                        if job.task_queue:
+                            enq, deq, queue[r] = _dispatch(job, r, queue[r])
+                            t[r] = max(t[r], deq + dispatch_time(job, r) + 2.0)  # 3 µs after its Dequeue returned
+                        sim.kernels[r].append(Kernel(item[1], t[r], t[r] + dur, enq, deq))
                         t[r] += dur + 5.0
                         progs[r].pop(0)
                         progressed = True
                         continue
                     g, op, size = item[1], item[2], item[3]
+                    if job.task_queue and r not in cur:  # enqueued too (60 µs of the host), not dequeued here
+                        queue[r] = (queue[r][0] + 60.0, queue[r][1] + 1, queue[r][2])
                     if r not in cur:
                         cur[r] = (g.hash, counter.get((r, g.hash), 0))
                         counter[(r, g.hash)] = cur[r][1] + 1
@@ -190,6 +203,19 @@ def simulate(job: AscendJob = AscendJob()) -> Sim:
             sim.steps[r].append((step, host_start[r], dev_end + 50.0))
             clock[r] = dev_end + 50.0 + 350.0  # host: sync, then the next batch
     return sim
+
+
+def dispatch_time(job: AscendJob, rank: int) -> float:
+    return job.slow_dispatch[1] if job.slow_dispatch and job.slow_dispatch[0] == rank else job.dispatch_us
+
+
+def _dispatch(job: AscendJob, rank: int, q: tuple[float, int, float]) -> tuple[float, float, tuple[float, int, float]]:
+    """(enqueue, Dequeue start, the queue's next state) of a kernel: the host enqueues 60 µs after the previous
+    operation; the queue thread takes it 10 µs after its Enqueue or when it is free, and is busy for its Dequeue."""
+    nxt, n, free = q
+    enq = nxt + 4.0  # the Enqueue, 4 µs into the op
+    deq = max(enq + 6.0, free)
+    return enq, deq, (nxt + 60.0, n + 1, deq + dispatch_time(job, rank) + 1.0)
 
 
 def _finish(sim: Sim, job: AscendJob, g: Group, seq: int, slot: dict[int, tuple], t: dict[int, float],

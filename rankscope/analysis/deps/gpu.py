@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rankscope.analysis.deps import taskqueue
 from rankscope.analysis.deps.events import ASCEND_BLOCKING, BLOCKING, RankEvents, Sync
 
 
@@ -64,9 +65,10 @@ def queue_lengths(ev: RankEvents) -> tuple[np.ndarray, np.ndarray]:
     if not len(op):
         return q, q.copy()
     rows = np.concatenate([launch, op])
+    at = np.concatenate([taskqueue.launched_by(ev, launch, op), ev.ts[op]])  # a Dequeue counts from its submission
     stream = np.concatenate([ev.stream[op], ev.stream[op]])
     step = np.concatenate([np.ones(len(launch), np.int64), -np.ones(len(op), np.int64)])
-    order = np.lexsort((np.arange(len(rows)), ev.ts[rows], stream))
+    order = np.lexsort((np.arange(len(rows)), at, stream))
     r, s, d = rows[order], stream[order], step[order]
     csum = np.cumsum(d)
     first = np.r_[True, s[1:] != s[:-1]]
@@ -166,7 +168,7 @@ def device_edges(ev: RankEvents, sel: np.ndarray, has_nodes: np.ndarray, zero_we
     prev[ko[same]] = ko[np.flatnonzero(same) - 1]
     p = prev[k]
     rt = ev.partner[k]
-    rt_ts = ev.ts[np.maximum(rt, 0)]
+    rt_ts = taskqueue.launched_by(ev, np.maximum(rt, 0), k)  # a runtime call's start; for a Dequeue, its submission
     src = ks.get_many(k)
     no_ks = src < 0
     ks_end = ev.end[np.maximum(src, 0)]

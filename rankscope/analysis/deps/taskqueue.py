@@ -15,8 +15,10 @@ Pattern: the reader gives each Enqueue and its Dequeue one correlation from ``sc
   previous Dequeue when the work came, it was waiting for this work: the edge carries the time from the Enqueue to
   the Dequeue, and the thread's gap before the Dequeue weighs nothing. Where it was still busy, the work waited for
   that thread, whose own chain carries the time, and the edge weighs 0 (it still orders the two).
-- ``launched_by``: a stream that ran dry while its next task's Dequeue was still running waited for that Dequeue
-  (HTA's rule takes a launch's start, which for a Dequeue can be hundreds of microseconds before the submission).
+- ``launched_by``: when a Dequeue put its task on the stream: the earlier of its end and the task's start (HTA's
+  rules take a launch call's start, which for a Dequeue can be a millisecond before the submission). The stream's
+  queue lengths (``gpu.queue_lengths``), the launch edges (``gpu.device_edges``) and the late launches
+  (``timed._Builder.late_launches``) count from it; for any other launch it is the call's start, as in HTA.
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ the "straggler" analysis named a rank from the critical path (its finding carrie
 steps it bounds and the what-if saving), ``path_advice``:
 
 - puts first one ``advice.straggler`` finding per such rank: what it costs per step, and what to try for its
-  cause (the cause's own advice);
+  cause (the cause's own advice; where its time on the path is a Dequeue of torch_npu's task queue, the operator
+  dispatch's);
 - takes the ranks that wait for it out of the communication rules and says instead, as information, that
   their exposed communication is that wait (fixing the straggler removes it; nothing to tune in their
   communication);
@@ -20,6 +21,7 @@ Where the path ran and no rank bounds the steps, a compute imbalance costs no ti
 """
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from statistics import median
 from typing import Any
@@ -39,6 +41,11 @@ TRY = {
     "host": "its host is busy between operators: Python overhead, syncs, other processes on that host",
     "comm": "its links are slow: check that rank's network path",
 }
+# the rank's own time on the path is a Dequeue of torch_npu's task queue (``deps.taskqueue``): the thread that builds and
+# launches its operators keeps the device waiting
+DISPATCH = ("its operators are launched late: torch_npu's task queue thread ({op}) is busy building and launching "
+            "them while the device waits; fewer, larger operators (fusion, graph mode), TASK_QUEUE_ENABLE=2, and host "
+            "cores of its own for that thread")
 
 
 def path_advice(results: dict[str, Result], found: list[Finding]) -> list[Finding]:
@@ -78,6 +85,9 @@ def _straggler(rank: int, f: Finding) -> Finding:
     cause = str(f.evidence.get("cause", "unclear"))
     cost, share = float(cp.get("cost_per_step_ns", 0)), float(cp.get("share_of_step", 0))
     what = TRY.get(cause, "look at its timeline in the steps it bounds")
+    queued = re.match(rf"rank {rank}'s (Dequeue@\S+)", str(cp.get("description") or ""))
+    if queued:
+        cause, what = "dispatch", DISPATCH.format(op=queued.group(1))
     title = (f"fix rank {rank} first: it bounds {cp.get('bounds_steps')} of {cp.get('of_steps')} steps on the critical "
              f"path and costs {cost / 1e6:.1f} ms per step ({share:.0%}); {what}.")
     return Finding(kind="advice.straggler", title=title, ranks=(rank,),
