@@ -156,8 +156,11 @@ def test_the_device_idle_gaps_of_a_backed_up_queue_are_the_dequeuing_threads(tmp
     _trace(tmp_path, ops=4, gap_us=20, dequeue_us=200, wake_us=5, launch_us=190)
     res = run_all(load_run(tmp_path / "run", jobs=1, allow_missing_ranks=True), names=["gpu_gaps"])["gpu_gaps"]
     assert res.skipped is None, res.skipped
-    got = [(g["cause"], g["event"]) for g in res.tables["gaps"].sort("start").to_dicts()]
-    assert got == [("host", f"Dequeue@op{i}") for i in (1, 2, 3)]
+    gaps = res.tables["gaps"].sort("start").to_dicts()
+    assert [(g["cause"], g["event"]) for g in gaps] == [("host", f"Dequeue@op{i}") for i in (1, 2, 3)]
+    # late from the submission (each task starts 190 µs into its 200 µs Dequeue), not from the Dequeue's start: the
+    # whole gap, 181 µs each
+    assert [g["late"] for g in gaps] == [g["dur"] for g in gaps] == [181_000] * 3
 
 
 def test_the_real_trace_dequeues_launch_its_tasks(shared_data, tmp_path):

@@ -197,6 +197,10 @@ def rank_gaps(d: RankData) -> pl.DataFrame | None:
     launch = launch_rows(d, dev)
     L = launch[pos]
     lts = np.where(L >= 0, ts_all[np.clip(L, 0, None)], _MIN)
+    # a Dequeue of torch_npu's task queue put its task on the stream when it ended, or when the task began if sooner
+    queued = (L >= 0) & d.memo("dequeue", lambda: dict_test(d.events, "name", lambda n: np.char.startswith(
+        n.astype(str), "Dequeue")))[np.clip(L, 0, None)]
+    lts = np.where(queued, np.minimum(end_all[np.clip(L, 0, None)], ts[pos]), lts)
     comm = d.comm()
     dep = _dependency(g0, g1, grp[pos], lts, end, grp, dev_of_grp)
     cause = np.full(len(pos), CAUSES.index("other"), np.int8)
