@@ -15,6 +15,7 @@ Pattern: the reader gives each Enqueue and its Dequeue one correlation from ``sc
   previous Dequeue when the work came, it was waiting for this work: the edge carries the time from the Enqueue to
   the Dequeue, and the thread's gap before the Dequeue weighs nothing. Where it was still busy, the work waited for
   that thread, whose own chain carries the time, and the edge weighs 0 (it still orders the two).
+- ``submissions``: every task hangs on its Dequeue's submission, whatever HTA's launch rule kept (below).
 - ``launched_by``: when a Dequeue put its task on the stream: the earlier of its end and the task's start (HTA's
   rules take a launch call's start, which for a Dequeue can be a millisecond before the submission). The stream's
   queue lengths (``gpu.queue_lengths``), the launch edges (``gpu.device_edges``) and the late launches
@@ -111,6 +112,25 @@ def edges(ev: "RankEvents", in_graph: np.ndarray) -> tuple[np.ndarray, np.ndarra
     idle = ~same | (ev.ts[e] >= prev_end)
     w = np.where(idle, np.maximum(ev.ts[d] - ev.ts[e], 0), 0)
     return e, d, w.astype(np.int64), idle
+
+
+def submissions(ev: "RankEvents", in_graph: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(Dequeue, its device op, the time from the Dequeue's start to its submission) for each pair in the graph: a
+    task never starts before its Dequeue submitted it. HTA keeps a launch edge only where the stream was empty at the
+    launch, so a rank whose queue thread ran ahead has none, and one whose queue thread held its device has one: the
+    ranks' graphs would differ in shape, and the what-if (which compares a rank's paths with the same paths on the
+    others) would find nothing to compare the slow rank's dispatch with. This edge holds no wait: only the Dequeue's
+    own time up to the submission."""
+    qf = ev.queued_from
+    none = np.zeros(0, np.int64)
+    if qf is None:
+        return none, none, none
+    deq = np.flatnonzero((qf >= 0) & in_graph)
+    op = ev.partner[deq]
+    ok = op >= 0
+    ok[ok] = (ev.stream[op[ok]] >= 0) & in_graph[op[ok]]
+    deq, op = deq[ok], op[ok]
+    return deq, op, np.maximum(launched_by(ev, deq, op) - ev.ts[deq], 0).astype(np.int64)
 
 
 def launched_by(ev: "RankEvents", launch: np.ndarray, op: np.ndarray) -> np.ndarray:

@@ -248,6 +248,8 @@ class _Builder:
         gap = gap[gap >= 0]
         gap = gap[self.typ[gap] == E.DEPENDENCY]
         self.w[gap], self.typ[gap] = 0, E.WAIT
+        src, op, w = taskqueue.submissions(self.ev, in_graph)
+        self.add(g.node(src, True), g.node(op, True), w, E.LAUNCH)
 
     def late_launches(self) -> None:
         """A device op launched only after the previous op of its stream ended waited for its launch, not

@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from rankscope.analysis.diagnosis.bound import BAR, Bound, host_bounded, without_what_if
+from rankscope.analysis.diagnosis.bound import BAR, STEADY_SHARE, Bound, host_bounded, without_what_if
 from rankscope.analysis.diagnosis.cpu import OWN_CPU_SHARE, is_contention, wait_excess
 from rankscope.analysis.diagnosis.likely import TWIN_SPREAD
 from rankscope.analysis.diagnosis.stage_verdict import bottleneck_ranks, stage_candidate, staged
@@ -40,6 +40,8 @@ def choose(ctx: Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, float
     def kept(r: int, test: str, rel: float) -> bool:
         if not counted(ctx, r, test) and slower_cpu(ctx.pr, r, rel):
             return False
+        if r == b.rank and costs_nothing(ctx, b):  # it bounds the steps, but running as the others it saves nothing
+            return r in unseen
         return ((r == b.rank and (b.distinct or agrees(b))) or (not b.distinct and counted(ctx, r, test)) or r in unseen
                 or (hungry and r != b.rank and r not in waiting))
 
@@ -54,6 +56,12 @@ def choose(ctx: Ctx, b: Bound | None) -> tuple[list[tuple[int, float, str, float
         mine, rest = mine_rest(ctx.pr, r0, "data_wait")
         note = (f"rank {r0}'s own time is +{found[0][1]:.0%} over the other ranks', most of it data loading at "
                 f"{mine / rest:.2f}x theirs: within what a slower CPU explains (up to {1 + TWIN_SPREAD:.1f}x), not named")
+    elif found and not keep and int(ranks[found[0][0]]) == b.rank and costs_nothing(ctx, b):
+        # measured (rankscope synth --format ascend --task-queue, 8 ranks, rank 0's queue thread 3 ms per operator):
+        # its device idles +120 %, and the pipeline's slack hides all of it (the step as the job without it)
+        note = (f"rank {b.rank}'s own time is +{found[0][1]:.0%} over the other ranks', but on the critical path it "
+                f"costs {b.cost_ns / 1e6:.2f} ms per step ({b.share:.1%}): its extra time cost the step nothing: "
+                "not named")
     elif found and not keep:
         r = int(ranks[found[0][0]])
         others = max((v for k, v in b.savings.items() if k != r), default=0.0)
@@ -174,6 +182,17 @@ def _extra_split(ctx: Ctx, rank: int) -> dict[str, Any] | None:
     if waited is None or waited.get("cpu_excess_ns") is None or float(waited.get("own_excess_ns") or 0.0) <= 0:
         return None
     return waited
+
+
+def costs_nothing(ctx: Ctx, b: Bound) -> bool:
+    """The bounding rank's what-if saves under ``STEADY_SHARE`` of the step, on a path that joins every rank (each
+    has a what-if, no send or receive lacks its peer): not a verdict from a path that misses a rank's calls (a rank
+    whose collectives were not exported: tests/unit/test_ingest_hostile_more.py)."""
+    cp = ctx.results.get("critical_path")
+    if cp is None or cp.skipped or int(cp.summary.get("unmatched_p2p") or 0):
+        return False
+    seen = {int(w["rank"]) for w in cp.summary.get("what_if") or [] if w.get("step_ms_if_median") is not None}
+    return {int(r) for r in ctx.pr["rank"].to_list()} <= seen and b.share < STEADY_SHARE
 
 
 def agrees(b: Bound) -> bool:
