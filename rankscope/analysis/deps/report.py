@@ -58,10 +58,9 @@ def _bounding(r: "StepResult") -> tuple[int | None, int]:
 
 def describe(rank: int, chain: list[dict[str, Any]]) -> str:
     """"rank 3's <context> (<operator>) then all_reduce #42 of group 0"."""
-    own = [i for i, s in enumerate(chain) if s["rank"] == rank and s["kind"] not in COMM]
-    if not own:
+    i = _own(rank, chain)
+    if i is None:
         return f"rank {rank}"
-    i = max(own, key=lambda k: chain[k]["dur"])
     s = chain[i]
     both = s["context"] and s["name"] and s["context"] != s["name"]
     what = f"{s['context']} ({s['name']})" if both else (s["name"] or s["context"] or s["kind"])
@@ -71,6 +70,19 @@ def describe(rank: int, chain: list[dict[str, Any]]) -> str:
         f" then {nxt['name']} #{nxt['seq']} of ranks {str(nxt['group']).replace('->', ' → ')}" if pair
         else f" then {nxt['name']} #{nxt['seq']} of group {nxt['group']}")
     return f"rank {rank}'s {what}{tail}"
+
+
+def _own(rank: int, chain: list[dict[str, Any]]) -> int | None:
+    """The rank's longest own segment of the chain (not communication), as ``describe`` names it; None: none."""
+    own = [i for i, s in enumerate(chain) if s["rank"] == rank and s["kind"] not in COMM]
+    return max(own, key=lambda k: chain[k]["dur"]) if own else None
+
+
+def own_span(rank: int | None, chain: list[dict[str, Any]]) -> str:
+    """The span ``describe`` names first for the rank (its longest own segment's context, else its name): what a
+    rule reads instead of the description's words (``diagnosis.advice_path``: a Dequeue of torch_npu's task queue)."""
+    i = None if rank is None else _own(rank, chain)
+    return "" if i is None else str(chain[i]["context"] or chain[i]["name"] or chain[i]["kind"])
 
 
 def assemble(per_step: list["StepResult"], problems: list[str], unmatched_p2p: int,
@@ -98,7 +110,8 @@ def assemble(per_step: list["StepResult"], problems: list[str], unmatched_p2p: i
                              "cost_ms": cost / MS, "step_ms_if_median": if_med,
                              "chain": [{k: s[k] for k in ("rank", "kind", "name", "context", "start", "end", "group",
                                                            "seq")} for s in ch],
-                             "description": describe(rank, ch) if rank is not None else ""})
+                             "description": describe(rank, ch) if rank is not None else "",
+                             "own_span": own_span(rank, ch)})
     wi = pl.DataFrame(wi_rows, schema={"step": pl.Int64, "rank": pl.Int64, "step_ns": pl.Int64,
                                        "step_if_median_ns": pl.Int64, "saving_ns": pl.Int64})
     summary: dict[str, Any] = {"what_if": _what_if(wi), "per_step": per_step_out, "unmatched_p2p": unmatched_p2p,

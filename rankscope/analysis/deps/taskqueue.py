@@ -33,12 +33,15 @@ if TYPE_CHECKING:
     from rankscope.analysis.deps.events import RankEvents
 
 
+ENQUEUE, DEQUEUE = "Enqueue", "Dequeue"  # the names' prefixes (torch_npu's "Enqueue", "Dequeue@<op>")
+
+
 def relaunch(ev: "RankEvents") -> None:
     """Move each launching op's correlation to the Dequeue of the Enqueue inside it; fill ``ev.queued_from``."""
     if not (ev.corr >= QUEUE_IDS).any():
         return
-    enq_name = np.array([str(s).startswith("Enqueue") for s in ev.names] + [False], bool)
-    deq_name = np.array([str(s).startswith("Dequeue") for s in ev.names] + [False], bool)
+    enq_name = np.array([str(s).startswith(ENQUEUE) for s in ev.names] + [False], bool)
+    deq_name = np.array([str(s).startswith(DEQUEUE) for s in ev.names] + [False], bool)
     ev.queued_from = pairs(enq_name[ev.name_idx], deq_name[ev.name_idx], ev.corr)
     partner = ev.partner
     host = np.flatnonzero((partner >= 0) & (ev.stream < 0) & (ev.corr < QUEUE_IDS))
@@ -56,7 +59,8 @@ def pairs(is_enq: np.ndarray, is_deq: np.ndarray, corr: np.ndarray) -> np.ndarra
     q = q[o]
     c, deq = corr[q], is_deq[q]
     ok = (c[1:] == c[:-1]) & ~deq[:-1] & deq[1:]
-    ok &= np.r_[True, c[1:-1] != c[:-2]] & np.r_[c[2:] != c[1:-1], True] if len(q) > 1 else ok
+    if len(q) > 1:  # and no third event holds the id
+        ok &= np.r_[True, c[1:-1] != c[:-2]] & np.r_[c[2:] != c[1:-1], True]
     out = np.full(len(corr), -1, np.int64)
     out[q[1:][ok]] = q[:-1][ok]
     return out
@@ -141,4 +145,10 @@ def launched_by(ev: "RankEvents", launch: np.ndarray, op: np.ndarray) -> np.ndar
     qf = ev.queued_from
     if qf is None:
         return ev.ts[launch]
-    return np.where(qf[launch] >= 0, np.minimum(ev.end[launch], ev.ts[op]), ev.ts[launch])
+    return submitted(qf[launch] >= 0, ev.ts[launch], ev.end[launch], ev.ts[op])
+
+
+def submitted(dequeue: np.ndarray, start: np.ndarray, end: np.ndarray, op_ts: np.ndarray) -> np.ndarray:
+    """``launched_by`` from columns: each launch call's start, or where it is a Dequeue (``dequeue``), the earlier of
+    its end and its device op's start (``op_ts``)."""
+    return np.where(dequeue, np.minimum(end, op_ts), start)

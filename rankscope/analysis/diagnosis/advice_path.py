@@ -21,7 +21,6 @@ Where the path ran and no rank bounds the steps, a compute imbalance costs no ti
 """
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from statistics import median
 from typing import Any
@@ -85,9 +84,9 @@ def _straggler(rank: int, f: Finding) -> Finding:
     cause = str(f.evidence.get("cause", "unclear"))
     cost, share = float(cp.get("cost_per_step_ns", 0)), float(cp.get("share_of_step", 0))
     what = TRY.get(cause, "look at its timeline in the steps it bounds")
-    queued = re.match(rf"rank {rank}'s (Dequeue@\S+)", str(cp.get("description") or ""))
-    if queued:
-        cause, what = "dispatch", DISPATCH.format(op=queued.group(1))
+    own = str(cp.get("own_span") or "")
+    if own.startswith("Dequeue@"):
+        cause, what = "dispatch", DISPATCH.format(op=own)
     title = (f"fix rank {rank} first: it bounds {cp.get('bounds_steps')} of {cp.get('of_steps')} steps on the critical "
              f"path and costs {cost / 1e6:.1f} ms per step ({share:.0%}); {what}.")
     return Finding(kind="advice.straggler", title=title, ranks=(rank,),

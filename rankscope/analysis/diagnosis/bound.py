@@ -134,6 +134,7 @@ class Bound:
     steps: int  # steps it bounds (its saving the largest)
     of_steps: int
     description: str = ""  # the chain of its median bounded step
+    own_span: str = ""  # the span of its own that the description names (``deps.report.own_span``)
     path: dict[str, float] = field(default_factory=dict)  # its own time on the path per class (data, compute, host)
     savings: dict[int, float] = field(default_factory=dict)  # every rank's median saving
     host_steps: int = 0  # steps left out: their bounding rank waited for a CPU longer than it saved
@@ -214,7 +215,7 @@ class Bound:
                 "bounds_steps": self.steps, "of_steps": self.of_steps, "share_of_step": round(self.share, 4),
                 "step_ns": round(self.step_ns), "path_ns": {k: round(v) for k, v in self.path.items()},
                 "savings_ns": {str(r): round(v) for r, v in sorted(self.savings.items())},
-                "description": self.description, "host_steps_left_out": self.host_steps}
+                "description": self.description, "own_span": self.own_span, "host_steps_left_out": self.host_steps}
 
     def time_lost(self) -> dict[str, Any]:
         """The verdict's ``time_lost`` evidence: the what-if saving per step."""
@@ -332,7 +333,7 @@ def bound(results: dict[str, Result], excluded: list[int] | tuple[int, ...] = ()
     b.bounded = [int(x) for x in top.filter((pl.col("first") == rank) & (pl.col("best") > pl.col("second"))
                                             & (pl.col("best") > 0))["step"].to_list()]
     bounded = top.filter(pl.col("first") == rank)["step"].to_list()
-    b.description = _description(cp, rank, bounded)
+    b.description, b.own_span = _description(cp, rank, bounded)
     b.path = path_classes(frame(cp.tables["segments"]), rank, bounded)
     return b, ""
 
@@ -362,12 +363,14 @@ def savings(results: dict[str, Result], excluded: list[int] | tuple[int, ...] = 
     return {int(r): float(v) for r, v in per.iter_rows()}
 
 
-def _description(cp: Result, rank: int, bounded: list[int]) -> str:
-    """The chain of the median-cost step this rank bounds (the critical path's own words)."""
+def _description(cp: Result, rank: int, bounded: list[int]) -> tuple[str, str]:
+    """The chain of the median-cost step this rank bounds (the critical path's own words), and the span of its own
+    that it names."""
     mine = [s for s in cp.summary.get("per_step", []) if s.get("bounding_rank") == rank and s["step"] in bounded]
     if not mine:
-        return ""
-    return str(sorted(mine, key=lambda s: s["cost_ms"])[len(mine) // 2].get("description") or "")
+        return "", ""
+    rep = sorted(mine, key=lambda s: s["cost_ms"])[len(mine) // 2]
+    return str(rep.get("description") or ""), str(rep.get("own_span") or "")
 
 
 def path_classes(seg: pl.DataFrame, rank: int, steps: list[int]) -> dict[str, float]:

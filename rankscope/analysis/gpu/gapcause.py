@@ -103,15 +103,19 @@ def launch_rows(d: RankData, dev: np.ndarray) -> np.ndarray:
     return _dequeued(d, dev, c, out)
 
 
+def _named(d: RankData, prefix: str) -> np.ndarray:
+    """Per row: its name starts with ``prefix`` (memoized per rank)."""
+    return d.memo(("named", prefix), lambda: dict_test(d.events, "name", lambda n: np.char.startswith(n.astype(str),
+                                                                                                      prefix)))
+
+
 def _dequeued(d: RankData, dev: np.ndarray, c: np.ndarray, out: np.ndarray) -> np.ndarray:
     """With torch_npu's task queue, a device row that torch_npu links to an operator was launched by the Dequeue of
     that operator's Enqueue (``deps.taskqueue``): that Dequeue is its launch call."""
     corr = d.col("correlation")
     if not (corr >= QUEUE_IDS).any():
         return out
-    starts = lambda p: (lambda n: np.char.startswith(n.astype(str), p))  # noqa: E731
-    qf = taskqueue.pairs(dict_test(d.events, "name", starts("Enqueue")), dict_test(d.events, "name", starts("Dequeue")),
-                         corr)
+    qf = taskqueue.pairs(_named(d, taskqueue.ENQUEUE), _named(d, taskqueue.DEQUEUE), corr)
     host = np.flatnonzero((corr >= 0) & (corr < QUEUE_IDS) & (d.col("stream") < 0) & d.kind_in(HOST_KINDS))
     ts = d.col("ts")
     host, deq = taskqueue.dequeue_of(qf, host, d.col("tid"), ts, ts + d.col("dur"))
@@ -196,11 +200,10 @@ def rank_gaps(d: RankData) -> pl.DataFrame | None:
     pos, g0, g1 = _stream_gaps(ts, end, grp, keys)
     launch = launch_rows(d, dev)
     L = launch[pos]
-    lts = np.where(L >= 0, ts_all[np.clip(L, 0, None)], _MIN)
+    Lc = np.clip(L, 0, None)
     # a Dequeue of torch_npu's task queue put its task on the stream when it ended, or when the task began if sooner
-    queued = (L >= 0) & d.memo("dequeue", lambda: dict_test(d.events, "name", lambda n: np.char.startswith(
-        n.astype(str), "Dequeue")))[np.clip(L, 0, None)]
-    lts = np.where(queued, np.minimum(end_all[np.clip(L, 0, None)], ts[pos]), lts)
+    lts = np.where(L >= 0, taskqueue.submitted((L >= 0) & _named(d, taskqueue.DEQUEUE)[Lc], ts_all[Lc], end_all[Lc],
+                                               ts[pos]), _MIN)
     comm = d.comm()
     dep = _dependency(g0, g1, grp[pos], lts, end, grp, dev_of_grp)
     cause = np.full(len(pos), CAUSES.index("other"), np.int8)
