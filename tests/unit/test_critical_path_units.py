@@ -254,10 +254,12 @@ def test_calls_whose_span_end_fix_nesting_moved_are_still_located():
     assert arr.tolist() == end.tolist() == [1, 3]
 
 
-def test_a_p2p_send_waits_for_nothing_and_a_pair_s_transfer_is_its_fastest_message():
-    """Rank 0 sends rank 1 two messages. gloo returns from a send its socket took: the send's end gets no edge from the
-    meeting (its span, 30, closes at a deferred wait). The transfer is the pair's fastest span in the step (2, message
-    1's send), not message 0's shorter span (25: rank 1 posted the receive early and waited)."""
+def test_a_p2p_send_meets_its_receiver_and_a_pair_s_transfer_is_its_fastest_message():
+    """Rank 0 sends rank 1 two messages. gloo completes a send once its receiver posted the receive
+    (tests/e2e/test_p2p_wait.py measures it): both ends hang on the meeting. The transfer is the pair's fastest span
+    in the step (2, message 1's send), not message 0's shorter span (25: rank 1 posted the receive early and waited).
+    Where sends close a ring they are joined as eager; a host send, whose span the rank graph kept, then gets no
+    span of its own on top (a device send, which was cut, does)."""
     neg = local.NEG
     # rows [START, end 0, end 1], cols [arrival 0, arrival 1, SINK]
     d0 = np.array([[5, 10, 12], [neg, neg, neg], [neg, neg, neg]])
@@ -267,13 +269,39 @@ def test_a_p2p_send_waits_for_nothing_and_a_pair_s_transfer_is_its_fastest_messa
     r1 = join.RankStep(1, d1, ["p2p:0->1#0", "p2p:0->1#1"], np.array([25, 40]), (("recv", "p2p"), ("recv", "p2p")))
     j = join.join([r0, r1])
     xfer = np.flatnonzero(j.kind == join.XFER)
-    assert sorted(j.ranks[int(j.ref[e, 0])].rank for e in xfer) == [1, 1]  # into the receives' ends only
-    assert j.w[xfer].tolist() == [2, 2]
+    assert sorted(j.ranks[int(j.ref[e, 0])].rank for e in xfer) == [0, 0, 1, 1]  # the sends' ends too
+    assert j.w[xfer].tolist() == [2, 2, 2, 2]
     dist, end = join.longest(j)
     assert dist[end] == 10 + 2 + 3  # rank 0's send of message 1 at 10, its transfer, rank 1's tail
-    # device sends (NCCL, no ``eager``) meet their receiver: the sends' ends too
-    r0.eager = None
-    assert np.count_nonzero(join.join([r0, r1]).kind == join.XFER) == 4
+    eager = join.join([r0, r1], eager_sends=True)
+    assert sorted(eager.ranks[int(eager.ref[e, 0])].rank for e in np.flatnonzero(eager.kind == join.XFER)) == [1, 1]
+    assert np.count_nonzero(eager.kind == join.OWN) == 0  # host sends: their local path already spans them
+    r0.host_send = None  # device sends (NCCL): cut by the rank graph, so an eager one keeps its own span
+    assert np.count_nonzero(join.join([r0, r1], eager_sends=True).kind == join.OWN) == 2
+
+
+def test_a_host_send_keeps_the_work_inside_its_span_and_its_last_stretch_waits():
+    """pipelining on gloo (bench/workloads.py ppdp-data, rank 1): ``gloo:send`` spans from the send to its deferred
+    wait, with the next microbatch's forward inside, then 33 ms of waiting for the receiver's receive. The forward
+    keeps its weight; the stretch after it weighs nothing (the join hangs the send's end on the meeting)."""
+    from rankscope.analysis.deps import timed
+    from rankscope.analysis.deps.gpu import E
+
+    rows = [("ProfilerStep#1", 0, 40000, "user_annotation", False), ("c10d::send", 100, 50, "cpu_op", False),
+            ("gloo:send", 140, 35000, "user_annotation", True), ("aten::mm", 300, 1500, "cpu_op", False),
+            ("aten::add", 35300, 200, "cpu_op", False)]
+    ev = cpu.fix_nesting(_spans(rows))
+    calls = adapter.Calls(key=np.array(["p2p:1->3#0"], object), op=np.array(["send"], object),
+                          kind=np.array(["p2p"], object), ts=np.array([140]), end=np.array([35140]),
+                          dev_ts=np.full(1, -1), dev_end=np.full(1, -1), issue_ts=np.full(1, -1),
+                          pg=np.array(["0"], object), seq=np.array([0]))
+    g, anc = timed.rank_graph(ev, np.ones(ev.n, bool), calls)
+    mm_end = g.node(np.array([3]), False)[0]
+    into_end = np.flatnonzero(g.dst == anc.end[0])
+    assert g.typ[into_end].tolist() == [E.WAIT] and g.w[into_end].tolist() == [0]
+    assert g.src[into_end].tolist() == [mm_end]  # from the forward's end: the forward itself kept its weight
+    mm = np.flatnonzero((g.dst == mm_end))
+    assert g.w[mm].sum() == 1500
 
 
 def test_a_receive_waits_from_the_start_of_its_c10d_operator():

@@ -149,8 +149,8 @@ def rank_part(data: "RankData") -> RankPart:
         span = b.g.node_ts[a.end] - b.g.node_ts[a.arrival if a.span_start is None else a.span_start]
         info = a.info.rows()
         sig = tuple((c["op"], c["kind"]) for c in info)
-        eager = (a.info.kind == "p2p") & (a.info.op == "send") & (a.info.dev_ts < 0)  # as ``timed.rank_graph``
-        rs = J.RankStep(data.rank, m.d, a.key, span, sig, eager)
+        host_send = (a.info.kind == "p2p") & (a.info.op == "send") & (a.info.dev_ts < 0)  # as ``timed.rank_graph``
+        rs = J.RankStep(data.rank, m.d, a.key, span, sig, host_send)
         part.steps.append(StepPart(b.step, b.wall, rs, m.sink_node, info,
                                    b.g.node_ts[a.end]))
     _BUILT[(data.run.path, data.rank)] = (builds, ev)

@@ -5,11 +5,12 @@ longest local paths between them (``local.AnchorMatrix``). A call matched across
 group and sequence, or a p2p pair) gets a node X: every member's arrival -> X (weight 0; the time a
 member waits is the gap between its arrival and the last one), X -> every member's end (weight the
 transfer: the shortest span over the members, the one of the member that did not wait). A p2p pair
-is such a meeting of two: the receive cannot end before the send started. A device send (NCCL) returns
-only once its receiver took the data; a host send (gloo) of a message its socket takes returns at once,
-and its span closes at a wait deferred to later (``torch.distributed.pipelining`` waits a microbatch's
-sends after its receives): only the receive's end hangs on the meeting, and a p2p pair's transfer is
-its fastest message in the step (``_fastest_pairs``). The
+is such a meeting of two: neither end comes before both were posted. A device send (NCCL) returns only
+once its receiver took the data, and so does a host send (gloo completes a send once the receiver posted
+its receive: tests/e2e/test_p2p_wait.py); a gloo send's span closes at a wait deferred to later
+(``torch.distributed.pipelining`` waits a microbatch's sends after its next forward), so the rank graph keeps
+the work inside it (``timed._Builder.send_ends``). A p2p pair's transfer is its fastest message in the step
+(``_fastest_pairs``). The
 longest path of this DAG is the step's critical path at anchor level; it needs no clock alignment,
 as every weight is a duration measured on one rank.
 
@@ -36,7 +37,7 @@ class RankStep:
     keys: list  # per call: matching key or None
     span: np.ndarray  # per call: its own span on this rank (end - arrival), ns
     sig: tuple  # per call (op, kind): ranks with the same signature are compared in the what-if
-    eager: np.ndarray | None = None  # per call: a host p2p send (gloo), whose end waits for nothing of its receiver's
+    host_send: np.ndarray | None = None  # per call: a host p2p send (gloo), whose span the rank graph did not cut
 
 
 @dataclass
@@ -84,7 +85,7 @@ class CycleError(RuntimeError):
 
 
 def join_step(ranks: list[RankStep]) -> Joined:
-    """``join``; where device sends that meet their receivers close a ring (two ranks that each send before they
+    """``join``; where sends that meet their receivers close a ring (two ranks that each send before they
     receive, as ``batch_isend_irecv`` posts them, or a trace that pairs such sends), every send is joined as eager
     instead: the data cannot say which waited. Raises ``CycleError`` if a ring remains."""
     try:
@@ -118,11 +119,11 @@ def join(ranks: list[RankStep], eager_sends: bool = False) -> Joined:
     for xi, key in enumerate(x_keys):
         mem = members[key]
         x = nb + xi
-        # a host p2p send waits for nothing of its receiver's: gloo writes a message the socket takes and returns
-        # (``timed.rank_graph`` leaves it uncut); only the receive ends after the meeting. A device send (NCCL) meets.
+        # every member's end hangs on the meeting: a send too (NCCL's and gloo's complete once the receiver posted
+        # its receive), unless a ring made the sends eager
         got = [(ri, i) for ri, i in mem if not _eager(ranks[ri], i, eager_sends)] or mem
-        late = [(ri, i) for ri, i in mem if (ri, i) not in got and not _eager(ranks[ri], i, False)]
-        if late:  # a cut device send made eager: its own span
+        late = [(ri, i) for ri, i in mem if (ri, i) not in got and not _uncut(ranks[ri], i)]
+        if late:  # a cut device send made eager: its own span (a host send kept its span: ``timed.rank_graph``)
             ed.add(np.array([base[ri] + 1 + i for ri, i in late]),
                    np.array([base[ri] + 1 + len(ranks[ri].keys) + i for ri, i in late]),
                    np.array([max(int(ranks[ri].span[i]), 0) for ri, i in late]), OWN,
@@ -140,8 +141,13 @@ def join(ranks: list[RankStep], eager_sends: bool = False) -> Joined:
 
 
 def _eager(r: RankStep, i: int, sends: bool) -> bool:
-    """Whether call ``i`` of ``r`` is a send whose end waits for nothing of its receiver's."""
-    return bool(r.eager is not None and r.eager[i]) or (sends and tuple(r.sig[i]) == ("send", "p2p"))
+    """Whether call ``i`` of ``r`` is a send whose end waits for nothing of its receiver's (``sends``: a ring)."""
+    return sends and tuple(r.sig[i]) == ("send", "p2p")
+
+
+def _uncut(r: RankStep, i: int) -> bool:
+    """Whether call ``i`` of ``r`` is a host send, whose span the rank graph kept (``timed.rank_graph``)."""
+    return bool(r.host_send is not None and r.host_send[i])
 
 
 def _pair(key: object) -> str | None:

@@ -179,7 +179,8 @@ def rank_graph(ev: RankEvents, sel: np.ndarray, calls: Calls, joinable: np.ndarr
     b = _Builder(g, ev)
     b.own_gaps(execs)
     b.queue()
-    b.cut(wait_n[has & ~sends], end_n[has & ~sends])  # a send waits for nothing of its receiver's (``join``)
+    b.cut(wait_n[has & ~sends], end_n[has & ~sends])
+    b.send_ends(end_n[has & sends])  # a host send keeps the work inside its span; its end meets the receiver (``join``)
     b.issue(iss[found & (iss >= 0)], arr_n[found & (iss >= 0)])
     b.blocking_syncs()
     on_exec = found & np.isin(ev.tid[np.maximum(end_ev, 0)], execs) & (ev.stream[np.maximum(end_ev, 0)] < 0)
@@ -275,6 +276,16 @@ class _Builder:
             self.w[inner], self.typ[inner] = 0, E.WAIT
         self.link[self.pos[end]] = -1
         self.dead |= np.isin(self.g.dst, end)
+
+    def send_ends(self, end: np.ndarray) -> None:
+        """A host p2p send (gloo): its span runs from the send to the return of its deferred wait, and may hold the
+        rank's next work (``torch.distributed.pipelining`` waits a microbatch's sends after its next forward), so it
+        is not cut. gloo completes a send only once the receiver posted its receive (measured: bench/RESULTS.md,
+        "gloo sends wait for their receiver"): the span's last stretch, after the last point inside it, waited for
+        that meeting (``join`` hangs the end on it), not the rank's own time."""
+        last = self.link[self.pos[end]]
+        last = last[last >= 0]
+        self.w[last], self.typ[last] = 0, E.WAIT
 
     def add(self, src: np.ndarray, dst: np.ndarray, w: np.ndarray, typ: int) -> None:
         self.extra.append((np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(w, np.int64), typ))
