@@ -40,7 +40,7 @@ def _truth(out: Path, run) -> dict:
     wall times are the trace's ProfilerStep spans (two clocks on one interval). ProfilerStep#i opens inside
     prof.step() before the job's timer starts and closes in the next call after it stops: the span holds the timed
     interval and exceeds it by rankscope's own step work (about 0.2 ms here; a preempted step by up to 16 ms, seen
-    on a loaded host: so the best step, not each, is compared)."""
+    on a loaded host: so the best step, not each, is compared, against 2 ms or 5 % of the median step)."""
     import polars as pl
 
     truth = json.loads((out / "truth.json").read_text())
@@ -50,7 +50,10 @@ def _truth(out: Path, run) -> dict:
         rows = [x for x in truth["timers"][str(rank)] if x["captured"]]
         assert steps["step"].to_list() == [x["step"] for x in rows] == truth["captured_steps"]
         diffs = [(e - b) / 1e6 - x["step_ms"] for b, e, x in zip(steps["ts"], steps["end"], rows)]
-        assert min(diffs) > -0.5 and min(diffs) < 2.0, diffs
+        # the bound scales with the step: a loaded host stretches both (a fresh clone's CI at d0f4a9b, beside a
+        # bench re-analysis: 2.04-4.59 ms over a 1F1B job's three steps)
+        bound = max(2.0, 0.05 * sorted(x["step_ms"] for x in rows)[len(rows) // 2])
+        assert min(diffs) > -0.5 and min(diffs) < bound, (diffs, bound)
     return truth
 
 

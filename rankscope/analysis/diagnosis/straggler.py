@@ -32,7 +32,8 @@ from rankscope.analysis.diagnosis.cause import cause, cpu_time_explains, from_pa
 from rankscope.analysis.diagnosis.cpu import cpu_run, is_contention, many_intra_op_threads, wait_excess, work_rel
 from rankscope.analysis.diagnosis.path_choice import choose, rescued
 from rankscope.analysis.diagnosis.rules import PAIR_MIN, PAIR_THRESHOLD, REL_THRESHOLD, per_rank, per_step
-from rankscope.analysis.diagnosis.stage_verdict import stage_cause, stage_cost, stage_note, takes_stage_cost
+from rankscope.analysis.diagnosis.stage_verdict import (stage_cause, stage_cost, stage_note, stage_work_done,
+                                                        takes_stage_cost)
 from rankscope.analysis.diagnosis.verdict_ctx import Ctx
 from rankscope.analysis.diagnosis.work import (calls_ratio, extra_calls_ns, imbalance, imbalance_note,
                                                is_input_imbalance, work_note, work_peers)
@@ -214,7 +215,8 @@ def named(ctx: Ctx, i: int, rel: float, test: str, cons: float, b: Bound | None)
         # mostly waiting for a CPU, not for its own extra work: the host, whatever the test. Not where its CPU time grew
         # by what its extra input predicts: a fresh clone's LM test (1.47x input work, quiet) waited +43 ms for a CPU, a
         # share of 0.51, with CPU time +12.0 ms against 10.3 ms predicted: "contention" for the input imbalance
-        if is_contention(waited) and not work_done:
+        # nor where a pipeline stage's extra CPU time covers the stage model's cost (``stage_work_done``)
+        if is_contention(waited) and not work_done and not (as_stage and stage_work_done(ctx.results, cpu_excess)):
             kind = "contention"
     # DDP's gradient hooks growing on a host trace mean communication, unless more input work (a count) explains
     # the extra compute (bench run 3, 4 ranks on 2 cores: 1.47x longer sequences, AccumulateGrad +4.3 ms of +13.6)
