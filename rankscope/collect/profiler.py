@@ -33,6 +33,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Callable, Iterable
 
 from rankscope.collect import meta as M
@@ -297,23 +298,35 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         self._rpc.follow(self._prof is not None and self._recording(self.step_num))
 
     def _adopt(self, plan: Plan) -> None:
-        if plan.start <= self.step_num:  # seen late: start now; meta shows the steps really captured
-            plan = Plan(plan.id, self.step_num + 1, plan.warmup, plan.steps, plan.ranks, plan.created_ns)
-        wanted = plan.start
+        """Follow ``plan`` from its agreed start, or from the next step when this rank saw it late.
+
+        Every rank derives the same start from the plan and the job's schedule. A rank whose
+        trigger thread was starved past the lead (a loaded host) joins the plan's remaining steps,
+        never other ones: its window is a tail of the other ranks' windows, the steps it missed are
+        kept in its meta ("missed_steps"), and a rank that saw the plan after its end records nothing.
+        """
+        asked = plan
         start = self._safe_start(plan.start)
         note: dict[str, Any] = {}
+        follow: Plan | None = None
         if start is None:
             note = {"ignored": "the job records every step already (no schedule)"}
         else:
-            if start != wanted:
-                plan = Plan(plan.id, start, plan.warmup, plan.steps, plan.ranks, plan.created_ns)
-                note = {"deferred_from_step": wanted,
+            if start != plan.start:
+                note = {"deferred_from_step": plan.start,
                         "reason": "the job's own profiling window was recording; the trigger starts when it ends"}
-            self._plans = [p for p in self._plans if p.end > self.step_num] + [plan]
-        if self.collector is not None and self.collector.ident.rank == 0:
+                plan = replace(plan, start=start)
+            follow = plan.from_step(self.step_num + 1)
+            if follow is not plan:
+                kept = follow.recorded_steps() if follow is not None else []
+                note["missed_steps"] = [s for s in plan.recorded_steps() if s not in kept]
+                note["late"] = "this rank saw the plan after its start (its trigger thread was late)"
+            if follow is not None:
+                self._plans = [p for p in self._plans if p.end > self.step_num] + [follow]
+        if self.collector is not None and (self.collector.ident.rank == 0 or note):
             self.collector.extra.setdefault("triggers", []).append(
-                {"id": plan.id, "start_step": plan.start if start is not None else None,
-                 "seen_wall_ns": time.time_ns(), "created_ns": plan.created_ns, **note})
+                {"id": asked.id, "start_step": plan.start if start is not None else None,
+                 "seen_wall_ns": time.time_ns(), "created_ns": asked.created_ns, **note})
 
     def _on_ready(self, prof: Any) -> None:
         steps, self._win_steps = self._win_steps, []

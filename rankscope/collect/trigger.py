@@ -15,7 +15,7 @@ import json
 import math
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from rankscope.store import layout as L
@@ -46,6 +46,21 @@ class Plan:
     def end(self) -> int:
         return self.start + self.warmup + self.steps
 
+    def recorded_steps(self) -> list[int]:
+        return list(range(self.start + self.warmup, self.end))
+
+    def from_step(self, first: int) -> Plan | None:
+        """This plan for a rank that can start no earlier than ``first``: itself, its tail, or None.
+
+        The tail keeps the plan's step numbers (a late rank records the same steps as the others,
+        fewer of them) and what is left of the warm-up."""
+        if first <= self.start:
+            return self
+        if first >= self.end:
+            return None
+        warmup = max(0, self.start + self.warmup - first)
+        return replace(self, start=first, warmup=warmup, steps=self.end - first - warmup)
+
 
 def request_doc(request_id: str, steps: int, warmup: int = 1, ranks: list[int] | None = None,
                 dump: bool = False) -> dict[str, Any]:
@@ -61,7 +76,7 @@ class Watcher:
     the other ranks check one store key every ``store_poll_s``. No storage or store I/O
     happens on the training thread: :meth:`poll` at a step boundary only takes a plan the
     thread found. Rank 0 picks the start step from the step in progress: the next step when
-    enough of the current one is left for the other ranks to see the plan (1.5 x
+    enough of the current one is left for the other ranks to see the plan (3 x
     ``store_poll_s``), else as many steps later as that time needs. Latency from request to
     the start of the warm-up: at most ``poll_s`` plus about one step.
     """
@@ -122,7 +137,9 @@ class Watcher:
         cur = self._cur
         if self.store is None:
             return cur + 1
-        need = 1.5 * self.store_poll_s  # the other ranks' threads look every store_poll_s
+        # the other ranks' threads look every store_poll_s; the lead covers two missed looks (a loaded
+        # host). A rank later than that joins the plan's remaining steps (Plan.from_step).
+        need = 3.0 * self.store_poll_s
         left = self._step_time - (time.monotonic() - self._step_start)
         if left >= need:
             return cur + 1

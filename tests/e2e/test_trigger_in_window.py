@@ -68,8 +68,10 @@ def test_remote_triggers_during_a_4_rank_jobs_own_window(tmp_path: Path) -> None
         for _ in range(8):
             time.sleep(rng.uniform(0.0, 0.3))  # about 0-6 steps: lands in wait, warm-up or recording
             cap = job.trigger(steps=2, warmup=1, timeout=120)
-            assert sorted(cap.windows) == [0, 1, 2, 3]
-            assert all(len(w["steps"]) == 2 for w in cap.windows.values())
+            # every rank recorded the 2 agreed steps, or (a trigger thread late on a loaded host) the tail
+            # of them its meta accounts for
+            cap.check_aligned(2)
+            assert set(cap.windows) | {r for r, t in cap.notes.items() if t.get("missed_steps")} == {0, 1, 2, 3}
     finally:
         rc = job.stop()
     out = "".join(job.lines)

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,21 @@ class Capture:
     created_ns: int
     windows: dict[int, dict[str, Any]]  # rank -> meta.json window
     seen_ns: int | None  # rank 0 adopted the request (read the file)
+
+    notes: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> its meta "triggers" entry, if any
+
+    def steps(self, rank: int) -> list[int]:
+        return list(self.windows[rank]["steps"]) if rank in self.windows else []
+
+    def check_aligned(self, n: int) -> None:
+        """Every rank recorded the agreed steps, less the ones its meta says it missed (a late trigger
+        thread on a loaded host), never other steps; rank 0 recorded all ``n``."""
+        ref = self.steps(0)
+        assert len(ref) == n and ref == list(range(ref[0], ref[0] + n)), self.windows
+        for r in self.windows.keys() | self.notes.keys():
+            missed = self.notes.get(r, {}).get("missed_steps", [])
+            assert self.steps(r) == [s for s in ref if s not in missed], (r, self.windows, self.notes)
+            assert missed == ref[:len(missed)], (r, self.notes)  # a late rank misses the head, never the middle
 
     def latency_s(self) -> dict[int, float]:
         """Per rank: request written -> first recorded step starts."""
@@ -83,10 +98,14 @@ class TriggerJob:
         while True:
             metas = {r: self._meta(r) for r in want}
             wins = {r: [w for w in m.get("windows", []) if w.get("trigger") == req["id"]] for r, m in metas.items()}
-            if all(wins.values()):
+            notes = {r: t for r, m in metas.items() for t in m.get("triggers", []) if t["id"] == req["id"]}
+            # a rank that saw the plan after its end records nothing for it and says so in its meta
+            over = {r for r, t in notes.items() if r != 0 and t.get("missed_steps") and not wins[r]
+                    and len(t["missed_steps"]) == steps}
+            if all(wins[r] for r in want if r not in over):
                 seen = [t["seen_wall_ns"] for t in self._meta(0).get("triggers", []) if t["id"] == req["id"]]
-                return Capture(req["id"], int(req["created_ns"]), {r: w[0] for r, w in wins.items()},
-                               seen[0] if seen else None)
+                return Capture(req["id"], int(req["created_ns"]), {r: w[0] for r, w in wins.items() if w},
+                               seen[0] if seen else None, notes)
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"no window for trigger {req['id']}:\n" + "".join(self.lines[-40:]))
             time.sleep(0.1)
