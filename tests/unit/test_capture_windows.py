@@ -129,3 +129,22 @@ def test_window_with_export_error_counts_as_lost():
                          "error": "export not finished within 30 s at close"}]}
     c = rank_capture(0, meta, [], [2, 3])
     assert c["steps"] == [2, 3] and c["dropped"] == ["window-0001.pt.trace.json.gz"] and c["dropped_steps"] == [6, 7]
+
+
+def test_a_rank_late_to_a_trigger_is_said_to_be(tmp_path):
+    """A rank whose trigger thread saw the plan late records its tail and lists the steps it missed in its
+    meta.json (collect/profiler._adopt); the mismatch names that cause, and only for that rank."""
+    root = make_run(tmp_path / "r", {0: [[5, 6, 7]], 1: [[6, 7]], 2: [[6, 7]]})
+    meta = json.loads((root / "ranks/1/meta.json").read_text())
+    meta["triggers"] = [{"id": "t1", "start_step": 4, "missed_steps": [5], "late": "its trigger thread was late"}]
+    (root / "ranks/1/meta.json").write_text(json.dumps(meta))
+    (f,) = run_all(load_run(root, jobs=1), ["capture"])["capture"].findings
+    assert f.kind == "capture_mismatch"
+    # ranks 1 and 2 agree, so rank 0 is the odd one out by count; rank 1's and 2's steps are the reference
+    assert "late" not in f.title
+    meta["windows"][0]["steps"] = [6, 7]
+    root2 = make_run(tmp_path / "r2", {0: [[5, 6, 7]], 1: [[6, 7]], 2: [[5, 6, 7]]})
+    (root2 / "ranks/1/meta.json").write_text(json.dumps(meta))
+    (f,) = run_all(load_run(root2, jobs=1), ["capture"])["capture"].findings
+    assert f.ranks == (1,) and "rank 1 lacks step 5 (its trigger thread saw the capture late)" in f.title
+    assert f.evidence["per_rank"]["1"]["late_trigger_steps"] == [5]

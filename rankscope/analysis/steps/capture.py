@@ -92,8 +92,11 @@ def rank_capture(rank: int, meta: dict[str, Any], dropped: list[str], trace_step
                    if w.get("closed_by") == "idle_timeout"]
     if idle is None and closed_idle:
         idle = {"closed_windows": closed_idle}
+    trig = meta.get("triggers") if isinstance(meta.get("triggers"), list) else []
+    late = sorted({s for t in trig if isinstance(t, dict) for s in _ints(t.get("missed_steps"))})
     return {"rank": rank, "source": source, "windows": len(windows), "steps": sorted(kept),
-            "trace_steps": trace_steps, "idle": idle, "dropped": sorted(gone), "dropped_steps": dropped_steps}
+            "trace_steps": trace_steps, "idle": idle, "dropped": sorted(gone), "dropped_steps": dropped_steps,
+            "late_trigger_steps": late}
 
 
 def collect(run: Run) -> list[dict[str, Any]]:
@@ -130,11 +133,17 @@ def _findings(caps: list[dict[str, Any]], ref: tuple[int, ...]) -> list[Finding]
     out: list[Finding] = []
     diff = {c["rank"]: c for c in caps if tuple(c["steps"]) != ref}
     if diff:
-        per = {str(r): {"missing": sorted(set(ref) - set(c["steps"])), "extra": sorted(set(c["steps"]) - set(ref)),
-                        "captured": c["steps"]} for r, c in diff.items()}
+        per: dict[str, dict[str, Any]] = {
+            str(r): {"missing": sorted(set(ref) - set(c["steps"])), "extra": sorted(set(c["steps"]) - set(ref)),
+                     "captured": c["steps"]} for r, c in diff.items()}
+        for r, c in diff.items():  # its meta says it saw a trigger's plan late (collect/profiler._adopt)
+            if c.get("late_trigger_steps"):
+                per[str(r)]["late_trigger_steps"] = c["late_trigger_steps"]
         parts = [f"rank {r} " + " and ".join(x for x in (
             f"lacks {_steps(p['missing'])}" if p["missing"] else "",
-            f"has extra {_steps(p['extra'])}" if p["extra"] else "") if x) for r, p in per.items()]
+            f"has extra {_steps(p['extra'])}" if p["extra"] else "") if x)
+            + (" (its trigger thread saw the capture late)" if p["missing"] and set(p["missing"])
+               <= set(p.get("late_trigger_steps", [])) else "") for r, p in per.items()]
         out.append(Finding("capture_mismatch", f"ranks captured different steps (most ranks: {ranges(ref) or 'none'}); "
                            + "; ".join(parts), Severity.WARNING, tuple(diff),
                            {"reference_steps": list(ref), "ranks_on_reference": len(caps) - len(diff),
