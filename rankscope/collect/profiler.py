@@ -195,6 +195,8 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
         try:
             record = self._mod.ProfilerAction.RECORD
             for s in range(start, start + 100_000):
+                if s <= 0:  # no step before the first: the profiler enters from nothing
+                    return s
                 prev = self._actions[s - 1] if s - 1 in self._actions else self._action_at(s - 1)
                 if prev != record:
                     return s
@@ -316,7 +318,7 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
                 note = {"deferred_from_step": plan.start,
                         "reason": "the job's own profiling window was recording; the trigger starts when it ends"}
                 plan = replace(plan, start=start)
-            follow = plan.from_step(self.step_num + 1)
+            follow = self._late_join(plan)
             if follow is not plan:
                 kept = follow.recorded_steps() if follow is not None else []
                 note["missed_steps"] = [s for s in plan.recorded_steps() if s not in kept]
@@ -327,6 +329,18 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
             self.collector.extra.setdefault("triggers", []).append(
                 {"id": asked.id, "start_step": plan.start if start is not None else None,
                  "seen_wall_ns": time.time_ns(), "created_ns": asked.created_ns, **note})
+
+    def _late_join(self, plan: Plan) -> Plan | None:
+        """``plan`` from the first step this rank can still shape (itself when on time), at a step the
+        profiler may enter: a late rank's previous step followed its own schedule, and a tail that began
+        after one of the job's RECORD steps would break torch's profiler (see :meth:`_safe_start`)."""
+        first = self.step_num + 1
+        while (follow := plan.from_step(first)) is not None and follow is not plan:
+            safe = self._safe_start(follow.start)
+            if safe is None or safe == follow.start:
+                return follow if safe is not None else None
+            first = safe
+        return follow
 
     def _on_ready(self, prof: Any) -> None:
         steps, self._win_steps = self._win_steps, []

@@ -52,6 +52,29 @@ def test_trigger_at_every_offset_of_the_jobs_window(tmp_path: Path) -> None:
     assert deferred >= 6
 
 
+def test_a_late_plan_at_every_offset_of_the_jobs_window(tmp_path: Path) -> None:
+    """A rank whose trigger thread was late gets a plan that began a step ago (warm-up then, recording now):
+    it joins what is left of the plan only at a step the profiler may enter from its own schedule's
+    previous step, at every offset of the job's window; it never crashes, torch never warns, and what it
+    records are the plan's steps, the missed ones listed in its meta."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, str(ROOT / "tests/e2e/trigger_offsets_job.py"), str(tmp_path),
+                        ",".join(map(str, OFFSETS[1:])), "-1"], env=env, capture_output=True, text=True, timeout=240)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, f"job died with {p.returncode}:\n{out[-3000:]}"
+    assert "Incorrect schedule" not in out
+    joined = 0
+    for k in OFFSETS[1:]:
+        meta = json.loads((tmp_path / f"k{k}" / "ranks" / "0" / "meta.json").read_text())
+        (trig,) = meta["triggers"]
+        agreed = [trig["start_step"] + 1, trig["start_step"] + 2]  # after its one warm-up step
+        got = [s for w in meta["windows"] if w.get("trigger") == f"t{k}" for s in w["steps"]]
+        missed = trig.get("missed_steps", [])  # none where the job's own window deferred the plan past this step
+        assert missed == agreed[:len(agreed) - len(got)] and got == agreed[len(missed):], (k, trig, got)
+        joined += bool(got)
+    assert joined >= 6  # where the job was not recording, the tail was captured
+
+
 def test_remote_triggers_during_a_4_rank_jobs_own_window(tmp_path: Path) -> None:
     """The issue's case: a real 4-rank torchrun job (gloo) with its own schedule (wait=2, warmup=1,
     active=3, cycling), and `rankscope trigger` fired again and again at varying offsets into its

@@ -17,7 +17,9 @@ import rankscope
 from rankscope.collect.trigger import Plan
 
 
-def main(run_root: str, offsets: list[int]) -> None:
+def main(run_root: str, offsets: list[int], lead: int = 1) -> None:
+    """``lead`` 1: the plan starts at the next step (on time); below 1: it started ``1 - lead`` steps ago, as
+    a rank whose trigger thread was late sees it."""
     warnings.simplefilter("always")
     x = torch.randn(64, 64)
     for k in offsets:
@@ -25,7 +27,7 @@ def main(run_root: str, offsets: list[int]) -> None:
         with rankscope.profile(run=f"{run_root}/k{k}", schedule=sched) as prof:
             for step in range(24):
                 if step == k:
-                    prof._adopt(Plan(f"t{k}", step + 1, 1, 2, None, time.time_ns()))
+                    prof._adopt(Plan(f"t{k}", step + lead, 1, 2, None, time.time_ns()))
                 for _ in range(3):
                     x = torch.tanh(x @ x)
                 prof.step()
@@ -33,4 +35,4 @@ def main(run_root: str, offsets: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], [int(a) for a in sys.argv[2].split(",")])
+    main(sys.argv[1], [int(a) for a in sys.argv[2].split(",")], int(sys.argv[3]) if len(sys.argv) > 3 else 1)
