@@ -318,7 +318,8 @@ class profile:  # noqa: N801 - mirrors torch.profiler.profile
                 note = {"deferred_from_step": plan.start,
                         "reason": "the job's own profiling window was recording; the trigger starts when it ends"}
                 plan = replace(plan, start=start)
-            follow = self._late_join(plan)
+            mine = plan.ranks is None or self._ident_rank() in plan.ranks
+            follow = self._late_join(plan) if mine else plan  # a plan for other ranks: nothing to be late for
             if follow is not plan:
                 kept = follow.recorded_steps() if follow is not None else []
                 note["missed_steps"] = [s for s in plan.recorded_steps() if s not in kept]

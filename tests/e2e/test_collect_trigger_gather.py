@@ -64,22 +64,22 @@ def test_a_rank_that_sees_a_plan_late_records_its_tail_never_other_steps(tmp_pat
     from rankscope.collect.trigger import Plan
 
     x = torch.randn(16, 16)
-    seen_after = {"early": 3, "in-warmup": 5, "in-record": 7, "over": 9}  # handed over at the end of this step
+    seen_after = {"early": 3, "in-warmup": 5, "in-record": 7, "over": 9, "other-rank": 7}  # at the end of this step
     expect = {"early": ([7, 8, 9], None), "in-warmup": ([7, 8, 9], []), "in-record": ([8, 9], [7]),
-              "over": ([], [7, 8, 9])}
+              "over": ([], [7, 8, 9]), "other-rank": ([], None)}  # a plan for rank 1 only: nothing to miss here
     for name, k in seen_after.items():
         with profile(run=str(tmp_path / name), on_demand=True, spool_dir=str(tmp_path / f"sp-{name}"),
                      upload=FAST) as p:
             for i in range(14):
                 x = torch.tanh(x @ x)
                 if i == k:
-                    p._adopt(Plan(name, 5, 2, 3, None, time.time_ns()))
+                    p._adopt(Plan(name, 5, 2, 3, (1,) if name == "other-rank" else None, time.time_ns()))
                 p.step()
         meta = json.loads((tmp_path / name / "ranks/0/meta.json").read_text())
         got = [s for w in meta["windows"] if w.get("trigger") == name for s in w["steps"]]
         (trig,) = meta["triggers"]
         assert (got, trig.get("missed_steps")) == expect[name], (name, meta)
-        assert ("late" in trig) == (name != "early")
+        assert ("late" in trig) == (name not in ("early", "other-rank"))
 
 
 def test_trigger_through_s3(tmp_path, s3_env):
