@@ -92,7 +92,8 @@ def rank_capture(rank: int, meta: dict[str, Any], dropped: list[str], trace_step
                    if w.get("closed_by") == "idle_timeout"]
     if idle is None and closed_idle:
         idle = {"closed_windows": closed_idle}
-    trig = meta.get("triggers") if isinstance(meta.get("triggers"), list) else []
+    raw_trig = meta.get("triggers")
+    trig: list[Any] = raw_trig if isinstance(raw_trig, list) else []
     late = sorted({s for t in trig if isinstance(t, dict) for s in _ints(t.get("missed_steps"))})
     return {"rank": rank, "source": source, "windows": len(windows), "steps": sorted(kept),
             "trace_steps": trace_steps, "idle": idle, "dropped": sorted(gone), "dropped_steps": dropped_steps,
