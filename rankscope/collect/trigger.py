@@ -7,8 +7,8 @@ ahead and publishes the plan under one key of the c10d store; the other ranks' t
 at that key every ``store_poll_s`` (0.25 s). At a step boundary the training thread only
 takes a plan a thread found (no I/O). The lead in steps covers the other ranks' polling, so
 every rank starts at the same step; a rank whose thread was later than that records the rest of
-the same steps and lists the ones it missed (``Plan.from_step``). Without torch.distributed every process reads the file
-itself (no alignment between processes then).
+the same steps and lists the ones it missed (``Plan.from_step``). Without torch.distributed
+every process reads the file itself (no alignment between processes then).
 """
 from __future__ import annotations
 
